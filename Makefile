@@ -1,0 +1,49 @@
+# xla-harness: every user-facing target depends on `setup`, so a fresh clone needs
+# nothing but `make stress` or `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+JAX_PIN  ?= 0.12.0.1
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.setup-$(JAX_PIN)
+OUT      ?= out
+# Default stress matrix: the six configurations of jax-ml/jax#35409, sized for a CPU.
+STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,4 --steps 20
+
+.PHONY: help setup stress test lint bench clean
+
+help:
+	@echo "make stress     run the default tied-embedding stress matrix and print the table"
+	@echo "make test       run the test suite (what CI runs)"
+	@echo "make setup      create $(VENV) with a Python >= 3.12 and jax==$(JAX_PIN)"
+	@echo "make lint       ruff over the package, tests and benchmarks"
+	@echo "make bench      run the benchmarks in bench/ and print their ratios"
+	@echo "make clean      remove $(VENV) and $(OUT)"
+
+$(STAMP): pyproject.toml tools/find-python
+	@py=$$(tools/find-python) || exit 2; \
+	  echo "setup: creating $(VENV) with $$py"; \
+	  rm -rf $(VENV) && "$$py" -m venv $(VENV) || { echo "error: could not create $(VENV) with $$py" >&2; exit 2; }
+	$(PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" -e ".[dev,plot]"
+	@touch $@
+
+setup: $(STAMP)
+
+stress: setup
+	$(VENV)/bin/xla-harness stress $(STRESS_ARGS) --out $(OUT)/stress
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check harness tests bench build
+
+bench: setup
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit $$?; done
+
+clean:
+	rm -rf $(VENV) $(OUT)
+
+# Targets contributed by each part of the project (scan, gradcheck, patches, build).
+include $(wildcard mk/*.mk)

@@ -1,0 +1,1 @@
+"""Subcommands of the xla-harness CLI, one module each."""
