@@ -1,0 +1,1 @@
+"""Model families the harness stresses."""

@@ -1,0 +1,152 @@
+"""A small decoder whose embedding matrix W[V, D] is used twice.
+
+* token lookup ``W[tokens]`` (a gather; its backward pass is a scatter-add into W), and
+* output logits ``h @ W.T`` (a dot; its backward pass is a dense update of W).
+
+Two gradient paths into one parameter is the pattern of jax-ml/jax#35409: XLA may fuse
+the scatter-add with a transpose of the shared buffer. The three modes switch the paths:
+
+``full``         both paths differentiate W (the reported configuration);
+``sparse_only``  the output projection uses a separate, untied matrix U[V, D];
+``dense_only``   the lookup reads W under ``stop_gradient``, so only the dot differentiates W.
+
+Each loss evaluates two heterogeneous batches (different sequence lengths and token
+distributions), as in the report. Everything is a pure function of (config, params, key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+
+from harness.errors import HarnessError
+
+MODES = ("full", "sparse_only", "dense_only")
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    mode: str = "full"
+    remat: bool = True
+    dtype: str = "f32"
+    vocab: int = 256
+    d_model: int = 64
+    layers: int = 2
+    heads: int = 4
+    seq: int = 16
+    batch: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise HarnessError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.dtype not in DTYPES:
+            raise HarnessError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        for name in ("vocab", "d_model", "layers", "heads", "seq", "batch"):
+            if int(getattr(self, name)) <= 0:
+                raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.d_model % self.heads:
+            raise HarnessError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.seq < 2:
+            raise HarnessError("seq must be at least 2 (inputs and next-token targets)")
+
+    @property
+    def jnp_dtype(self):
+        return DTYPES[self.dtype]
+
+    def label(self) -> str:
+        return f"{self.mode}/remat={'on' if self.remat else 'off'}/{self.dtype}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """Parameters as a dict pytree; ``embed`` is the tied matrix W[V, D]."""
+    dt = cfg.jnp_dtype
+    d, f = cfg.d_model, 4 * cfg.d_model
+    keys = jax.random.split(key, 2 + cfg.layers)
+
+    def dense(k, shape, fan_in):
+        return (jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(fan_in)).astype(dt)
+
+    layers = []
+    for i in range(cfg.layers):
+        k = jax.random.split(keys[2 + i], 6)
+        layers.append({
+            "norm1": jnp.ones((d,), dt),
+            "wqkv": dense(k[0], (d, 3 * d), d),
+            "wo": dense(k[1], (d, d), d),
+            "norm2": jnp.ones((d,), dt),
+            "w1": dense(k[2], (d, f), d),
+            "w2": dense(k[3], (f, d), f),
+        })
+    params = {
+        "embed": (0.02 * jax.random.normal(keys[0], (cfg.vocab, d), jnp.float32)).astype(dt),
+        "layers": layers,
+        "final_norm": jnp.ones((d,), dt),
+    }
+    if cfg.mode == "sparse_only":
+        params["unembed"] = (0.02 * jax.random.normal(keys[1], (cfg.vocab, d), jnp.float32)).astype(dt)
+    return params
+
+
+def _rms_norm(x, scale):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def _block(p, x, heads: int):
+    b, s, d = x.shape
+    hd = d // heads
+    h = _rms_norm(x, p["norm1"])
+    q, k, v = jnp.split(h @ p["wqkv"], 3, axis=-1)
+    q, k, v = (t.reshape(b, s, heads, hd) for t in (q, k, v))
+    att = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(hd)
+    causal = jnp.tril(jnp.ones((s, s), bool))
+    att = jnp.where(causal, att, -1e30)
+    att = jax.nn.softmax(att, axis=-1).astype(x.dtype)
+    o = jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, s, d)
+    x = x + o @ p["wo"]
+    h = _rms_norm(x, p["norm2"])
+    return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+
+
+def logits(params: dict, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
+    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] float32."""
+    w = params["embed"]
+    w_lookup = jax.lax.stop_gradient(w) if cfg.mode == "dense_only" else w
+    x = jnp.take(w_lookup, tokens, axis=0)  # gather; backward: scatter-add into W
+    block = jax.checkpoint(_block, static_argnums=(2,)) if cfg.remat else _block
+    for p in params["layers"]:
+        x = block(p, x, cfg.heads)
+    h = _rms_norm(x, params["final_norm"])
+    w_out = params["unembed"] if cfg.mode == "sparse_only" else w
+    return (h @ w_out.T).astype(jnp.float32)  # dot; backward: dense update of W
+
+
+def make_batches(cfg: ModelConfig, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Two heterogeneous token batches: [B, S] uniform over the vocabulary, and [B, 2S]
+    drawn from the first eighth of the vocabulary (many repeated rows in the scatter)."""
+    ka, kb = jax.random.split(key)
+    a = jax.random.randint(ka, (cfg.batch, cfg.seq), 0, cfg.vocab, dtype=jnp.int32)
+    hot = max(1, cfg.vocab // 8)
+    b = jax.random.randint(kb, (cfg.batch, 2 * cfg.seq), 0, hot, dtype=jnp.int32)
+    return a, b
+
+
+def _xent(params, tokens, cfg):
+    lg = logits(params, tokens[:, :-1], cfg)
+    tgt = tokens[:, 1:]
+    logz = jax.nn.logsumexp(lg, axis=-1)
+    picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
+    return jnp.mean(logz - picked)
+
+
+def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig) -> jax.Array:
+    """Mean next-token cross-entropy over both batches (float32 scalar)."""
+    a, b = batches
+    return _xent(params, a, cfg) + _xent(params, b, cfg)

@@ -1,0 +1,65 @@
+import math
+
+import pytest
+
+from harness import stats
+from harness.errors import HarnessError
+
+
+def test_wilson_matches_textbook_values():
+    # 34 of 80 (jax-ml/jax#35409): Wilson 95% interval computed by hand from the formula.
+    lo, hi = stats.wilson(34, 80)
+    assert lo == pytest.approx(0.3226, abs=1e-4)
+    assert hi == pytest.approx(0.5343, abs=1e-4)
+    assert stats.wilson(0, 80)[0] == 0.0
+    assert stats.wilson(0, 80)[1] == pytest.approx(0.0458, abs=1e-3)
+    assert stats.wilson(80, 80)[1] == 1.0
+    assert stats.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_clopper_pearson_contains_wilson_and_known_bound():
+    # Zero of n: exact upper bound is 1 - (alpha/2)**(1/n).
+    lo, hi = stats.clopper_pearson(0, 80)
+    assert lo == 0.0
+    assert hi == pytest.approx(1 - 0.025 ** (1 / 80), rel=1e-6)
+    cl, ch = stats.clopper_pearson(34, 80)
+    wl, wh = stats.wilson(34, 80)
+    assert cl <= wl and ch >= wh  # exact interval is the more conservative one
+
+
+def test_binom_cdf_against_direct_sum():
+    n, p = 12, 0.3
+    direct = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(5))
+    assert stats.binom_cdf(4, n, p) == pytest.approx(direct, rel=1e-12)
+
+
+def test_runs_needed_is_smallest_sufficient_n():
+    n = stats.runs_needed(0.05, 0.95)
+    assert n == 59  # the classic "rule of three" neighbourhood: 3/59 ~ 0.051
+    assert 1 - 0.05 ** (1 / n) <= 0.05 < 1 - 0.05 ** (1 / (n - 1))
+    assert stats.runs_needed(0.01, 0.99) == 459
+
+
+def test_compare_separates_reported_rates_from_zero():
+    c = stats.compare(34, 80, 0, 80)
+    assert c.significant and c.p_value < 1e-10
+    same = stats.compare(3, 40, 4, 40)
+    assert not same.significant and same.p_value > 0.5
+    assert "do not differ" in same.sentence()
+
+
+def test_fisher_exact_known_value():
+    # Classic tea-tasting table [[3,1],[1,3]]: two-sided p = 0.4857.
+    assert stats.fisher_exact(3, 4, 1, 4) == pytest.approx(0.4857, abs=1e-4)
+
+
+@pytest.mark.parametrize("args", [(5, 3), (-1, 3)])
+def test_bad_counts_raise(args):
+    with pytest.raises(HarnessError):
+        stats.wilson(*args)
+
+
+def test_bad_confidence_raises():
+    with pytest.raises(HarnessError):
+        stats.runs_needed(0.1, 1.5)
+    assert stats.wilson(5, 10, 0.8)[0] < stats.wilson(5, 10, 0.5)[0]
