@@ -93,10 +93,15 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     return params
 
 
+def _acc(x):
+    """Accumulation precision: float32 for bf16/f32 models, float64 for the float64 reference."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 def _rms_norm(x, scale):
-    x32 = x.astype(jnp.float32)
-    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)
-    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+    xa = _acc(x)
+    y = xa * jax.lax.rsqrt(jnp.mean(xa * xa, axis=-1, keepdims=True) + 1e-6)
+    return (y * _acc(scale)).astype(x.dtype)
 
 
 def _block(p, x, heads: int):
@@ -105,7 +110,7 @@ def _block(p, x, heads: int):
     h = _rms_norm(x, p["norm1"])
     q, k, v = jnp.split(h @ p["wqkv"], 3, axis=-1)
     q, k, v = (t.reshape(b, s, heads, hd) for t in (q, k, v))
-    att = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(hd)
+    att = _acc(jnp.einsum("bqhd,bkhd->bhqk", q, k)) / jnp.sqrt(hd)
     causal = jnp.tril(jnp.ones((s, s), bool))
     att = jnp.where(causal, att, -1e30)
     att = jax.nn.softmax(att, axis=-1).astype(x.dtype)
@@ -116,7 +121,7 @@ def _block(p, x, heads: int):
 
 
 def logits(params: dict, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] float32."""
+    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] (float32, float64 for the reference)."""
     w = params["embed"]
     w_lookup = jax.lax.stop_gradient(w) if cfg.mode == "dense_only" else w
     x = jnp.take(w_lookup, tokens, axis=0)  # gather; backward: scatter-add into W
@@ -125,7 +130,7 @@ def logits(params: dict, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
         x = block(p, x, cfg.heads)
     h = _rms_norm(x, params["final_norm"])
     w_out = params["unembed"] if cfg.mode == "sparse_only" else w
-    return (h @ w_out.T).astype(jnp.float32)  # dot; backward: dense update of W
+    return _acc(h @ w_out.T)  # dot; backward: dense update of W
 
 
 def make_batches(cfg: ModelConfig, key: jax.Array) -> tuple[jax.Array, jax.Array]:

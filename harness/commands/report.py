@@ -1,0 +1,28 @@
+"""xla-harness report: print the table of one or more stress results folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAME = "report"
+HELP = "print the non-finite table of stress results folders"
+DESCRIPTION = """\
+Read OUT/stress*.jsonl from each folder and print the per-configuration table
+(per-seed k/n, total, rate, Wilson 95% interval). Several folders are combined.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("folders", nargs="+", type=Path, metavar="DIR", help="results folder(s)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the text table")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
+
+
+def run(args) -> int:
+    from harness import report
+
+    table = report.load_table(args.folders)
+    print(report.dumps(table) if args.json else report.format_table(table))
+    if args.plot:
+        report.plot(table, args.plot)
+    return 0

@@ -1,0 +1,191 @@
+"""Tables and plots of stress results, shaped like the matrix in jax-ml/jax#35409.
+
+Rows are configurations (mode x remat, and dtype when several), columns are the seeds
+(``k/n`` non-finite steps), then total, rate and a Wilson 95% interval.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import results, stats
+from harness.errors import HarnessError
+
+
+@dataclass
+class Row:
+    label: str
+    per_seed: dict[int, tuple[int, int]] = field(default_factory=dict)  # seed -> (nonfinite, steps)
+    silent: int = 0
+    referenced: int = 0
+    first_bad: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return sum(k for k, _ in self.per_seed.values())
+
+    @property
+    def n(self) -> int:
+        return sum(n for _, n in self.per_seed.values())
+
+    def rate(self) -> stats.Rate:
+        return stats.Rate(self.k, self.n)
+
+
+@dataclass
+class Table:
+    rows: list[Row]
+    seeds: list[int]
+    env: dict | None = None
+    gaps: list[str] = field(default_factory=list)
+
+    @property
+    def total_nonfinite(self) -> int:
+        return sum(r.k for r in self.rows)
+
+
+def summarize(blocks: list[dict], env: dict | None = None, order: list[str] | None = None) -> Table:
+    """Aggregate block lines into per-configuration rows (duplicate steps counted once)."""
+    rows: dict[str, Row] = {}
+    seen: set[tuple[str, int, int]] = set()
+    seeds: set[int] = set()
+    for b in blocks:
+        row = rows.setdefault(b["label"], Row(b["label"]))
+        seeds.add(b["seed"])
+        for s in b["steps"]:
+            key = (b["label"], b["seed"], s["step"])
+            if key in seen:
+                continue
+            seen.add(key)
+            k, n = row.per_seed.get(b["seed"], (0, 0))
+            row.per_seed[b["seed"]] = (k + (not s["finite"]), n + 1)
+            if s["first_bad"]:
+                row.first_bad[s["first_bad"]] = row.first_bad.get(s["first_bad"], 0) + 1
+            ref = s.get("reference")
+            if ref is not None and not ref.get("skipped"):
+                row.referenced += 1
+                row.silent += not ref["ok"]
+    labels = list(rows)
+    if order:
+        labels = [lab for lab in order if lab in rows] + [lab for lab in labels if lab not in order]
+    return Table([rows[lab] for lab in labels], sorted(seeds), env)
+
+
+def load_table(folders: list[Path]) -> Table:
+    """Read every results file in the given folders into one table."""
+    blocks: list[dict] = []
+    env = None
+    order: list[str] = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise HarnessError(f"{folder} is not a results folder")
+        files = results.results_files(folder)
+        if not files:
+            raise HarnessError(f"{folder} holds no stress*.jsonl results")
+        for f in files:
+            loaded = results.load(f)
+            if loaded.header is not None:
+                env = env or loaded.header.get("env")
+                spec = loaded.header.get("spec", {})
+                for m in spec.get("modes", []):
+                    for r in spec.get("remats", []):
+                        lab = f"{m}/remat={'on' if r else 'off'}/{spec.get('dtype')}"
+                        if lab not in order:
+                            order.append(lab)
+            blocks.extend(loaded.blocks)
+    return summarize(blocks, env, order)
+
+
+def _fmt_ci(r: stats.Rate) -> str:
+    lo, hi = r.ci
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
+def format_table(t: Table) -> str:
+    """Plain-text table, one row per configuration."""
+    show_ref = any(r.referenced for r in t.rows)
+    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% CI (Wilson)"]
+    if show_ref:
+        head.append("silent (ref)")
+    lines = [head]
+    for r in t.rows:
+        rate = r.rate()
+        cells = [r.label]
+        for s in t.seeds:
+            k, n = r.per_seed.get(s, (0, 0))
+            cells.append(f"{k}/{n}" if n else "-")
+        cells += [f"{r.k}/{r.n}", f"{rate.rate:.3f}", _fmt_ci(rate)]
+        if show_ref:
+            cells.append(f"{r.silent}/{r.referenced}")
+        lines.append(cells)
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    if t.env:
+        e = t.env
+        out.append(f"(jax {e.get('jax')}, jaxlib {e.get('jaxlib')}, backend {e.get('backend')}, "
+                   f"{e.get('device_count')} x {e.get('device_kind')})")
+    for g in t.gaps:
+        out.append(f"gap: {g}")
+    return "\n".join(out)
+
+
+def table_json(t: Table) -> dict:
+    return {
+        "configs": [
+            {"config": r.label,
+             "per_seed": {str(s): {"nonfinite": k, "steps": n} for s, (k, n) in sorted(r.per_seed.items())},
+             **r.rate().to_dict(),
+             "first_bad": r.first_bad,
+             "silent": r.silent, "referenced": r.referenced}
+            for r in t.rows
+        ],
+        "seeds": t.seeds,
+        "total_nonfinite": t.total_nonfinite,
+        "env": t.env,
+        "gaps": t.gaps,
+    }
+
+
+def dumps(t: Table) -> str:
+    return json.dumps(table_json(t), indent=2, sort_keys=True)
+
+
+def plot(t: Table, path: Path) -> Path:
+    """PNG: non-finite rate per configuration with its 95% Wilson interval."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise HarnessError("plotting needs matplotlib: pip install 'xla-harness[plot]'") from None
+    labels = [r.label for r in t.rows]
+    rates = [r.rate().rate for r in t.rows]
+    lo = [r.rate().rate - r.rate().ci[0] for r in t.rows]
+    hi = [r.rate().ci[1] - r.rate().rate for r in t.rows]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 3.8))
+    ax.errorbar(range(len(labels)), rates, yerr=[lo, hi], fmt="o", capsize=5, color="C3")
+    for i, r in enumerate(t.rows):
+        ax.annotate(f"{r.k}/{r.n}", (i, rates[i]), textcoords="offset points", xytext=(8, 4), fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("non-finite update rate")
+    env = t.env or {}
+    ax.set_title(f"non-finite updates per configuration (95% Wilson CI) - {env.get('backend', '?')} "
+                 f"{env.get('device_kind', '')}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise HarnessError(f"cannot write plot {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return path
