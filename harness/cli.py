@@ -52,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already reported)
+        return exc.code if isinstance(exc.code, int) else 0
     try:
         return int(args._run(args) or 0)
     except HarnessError as exc:

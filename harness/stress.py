@@ -29,7 +29,14 @@ import optax
 
 from harness import results
 from harness.errors import HarnessError
-from harness.models.tied_embedding import DTYPES, MODES, ModelConfig, init_params, loss_fn, make_batches
+from harness.models.tied_embedding import (
+    DTYPES,
+    MODES,
+    ModelConfig,
+    init_params,
+    loss_fn,
+    make_batches,
+)
 
 RESULTS_NAME = "stress.jsonl"
 # Relative tolerance of the float64 reference check, per parameter dtype (see reference_check).
@@ -81,8 +88,7 @@ class StressSpec:
             raise HarnessError(f"inject-nan-rate must be in [0, 1], got {self.inject_nan_rate}")
         if not self.learning_rate > 0:
             raise HarnessError("learning rate must be positive")
-        for cfg in self.configs():  # validates sizes
-            pass
+        self.configs()  # ModelConfig validates the sizes
         if self.devices > 1:
             if self.vocab % self.devices or self.batch % self.devices:
                 raise HarnessError(f"with --devices {self.devices}, vocab ({self.vocab}) and batch "
@@ -217,7 +223,8 @@ def build_program(cfg: ModelConfig, spec: StressSpec, checked: bool = True) -> P
             raise HarnessError(
                 f"--devices {spec.devices} requested but only {len(avail)} {jax.default_backend()} "
                 "device(s) are visible (on CPU the CLI sets --xla_force_host_platform_device_count)")
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         mesh = Mesh(np.array(avail[: spec.devices]), ("data",))
         batch_sharding = NamedSharding(mesh, P("data", None))
@@ -235,6 +242,10 @@ def build_program(cfg: ModelConfig, spec: StressSpec, checked: bool = True) -> P
             params = {k: jax.device_put(v, vocab_sharded if k in ("embed", "unembed") else replicated)
                       for k, v in params.items()}
         opt_state = jax.jit(optimizer.init)(params)
+        if mesh is not None:  # scalars (the step count) land on one device: replicate them
+            opt_state = jax.tree_util.tree_map(
+                lambda x: x if len(x.sharding.device_set) == spec.devices else jax.device_put(x, replicated),
+                opt_state)
         return params, opt_state
 
     if mesh is None:
@@ -265,6 +276,14 @@ def compile_train_step(cfg: ModelConfig, devices: int = 1, **spec_overrides):
 # ----------------------------------------------------------------------------- reference
 
 
+def _to64(x):
+    """Floating leaves (bf16 included) to float64; integer leaves (step counts) unchanged."""
+    a = np.asarray(x)
+    if a.dtype == jnp.bfloat16 or np.issubdtype(a.dtype, np.floating):
+        return jnp.asarray(a.astype(np.float64))
+    return jnp.asarray(a)
+
+
 def reference_check(cfg: ModelConfig, spec: StressSpec, seed: int, step: int, params_before,
                     opt_before, params_after, names: list[str]) -> dict:
     """Recompute one step in float64 on the CPU and compare the update the device applied.
@@ -278,10 +297,8 @@ def reference_check(cfg: ModelConfig, spec: StressSpec, seed: int, step: int, pa
     with jax.default_device(cpu):
         batches = jax.device_get(jax.jit(lambda k: make_batches(cfg, k))(k_data))
         with jax.enable_x64(True):
-            to64 = lambda x: jnp.asarray(np.asarray(x, dtype=np.float64)) if np.issubdtype(
-                np.asarray(x).dtype, np.floating) or np.asarray(x).dtype == jnp.bfloat16 else jnp.asarray(x)
-            p64 = jax.tree_util.tree_map(to64, params_before)
-            o64 = jax.tree_util.tree_map(to64, opt_before)
+            p64 = jax.tree_util.tree_map(_to64, params_before)
+            o64 = jax.tree_util.tree_map(_to64, opt_before)
             b64 = tuple(jnp.asarray(b) for b in batches)
             loss, grads = jax.value_and_grad(loss_fn)(p64, b64, cfg)
             updates, _ = make_optimizer(spec.learning_rate).update(grads, o64, p64)
