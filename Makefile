@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml tools/find-python
 
 setup: $(STAMP)
 
+STRESS_OUT ?= $(OUT)/stress/$(shell date +%Y%m%d-%H%M%S)
 stress: setup
-	$(VENV)/bin/xla-harness stress $(STRESS_ARGS) --out $(OUT)/stress
+	$(VENV)/bin/xla-harness stress $(STRESS_ARGS) --out $(STRESS_OUT) --plot $(STRESS_OUT)/rates.png
 
 test: setup
 	$(PY) -m pytest -q

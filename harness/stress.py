@@ -2,8 +2,9 @@
 
 Per step, on device and fused into the training step: is the loss finite, is every
 gradient leaf finite, is every update leaf finite, and max |update|. A non-finite step is
-not applied (the parameters and optimizer state are kept), so every step is one
-Bernoulli trial of "does this compiled program produce a non-finite update". The flags
+not applied (the parameters are kept, and the optimizer state too when the gradients are
+non-finite), so every step is one Bernoulli trial of "does this compiled program produce a
+non-finite update". The flags
 stay on device and are fetched once per block of K steps, so the host never waits on a
 step it does not have to.
 
@@ -191,10 +192,13 @@ def step_body(cfg: ModelConfig, optimizer, *, inject_rate: float = 0.0, checked:
         loss_ok = jnp.isfinite(loss)
         grads_ok = _all_finite(grads)
         updates_ok = _all_finite(updates)
-        ok = loss_ok & jnp.all(grads_ok) & jnp.all(updates_ok)
+        grads_fine = loss_ok & jnp.all(grads_ok)
+        ok = grads_fine & jnp.all(updates_ok)
         applied = optax.apply_updates(params, updates)
         new_params = jax.tree_util.tree_map(lambda n, o: jnp.where(ok, n, o), applied, params)
-        new_opt = jax.tree_util.tree_map(lambda n, o: jnp.where(ok, n, o), new_opt, opt_state)
+        # The optimizer state absorbs the gradients, so it is kept when they are non-finite;
+        # gating it on the gradients alone lets XLA fuse the select into the moment updates.
+        new_opt = jax.tree_util.tree_map(lambda n, o: jnp.where(grads_fine, n, o), new_opt, opt_state)
         max_abs = jnp.max(jnp.stack([jnp.max(jnp.abs(u)).astype(jnp.float32)
                                      for u in jax.tree_util.tree_leaves(updates)]))
         return new_params, new_opt, StepFlags(loss, loss_ok, grads_ok, updates_ok, max_abs)

@@ -188,7 +188,7 @@ def test_needs_gpu():
 def test_pytest_plugin_fails_with_table_and_junit(pytester):
     pytester.makepyfile(test_plugin_inner=PLUGIN_TEST)
     res = pytester.runpytest_inprocess("--stress-steps", "6", "--stress-seeds", "1",
-                                       "--junitxml", "junit.xml", "-p", "harness.pytest_plugin")
+                                       "--junitxml", "junit.xml")
     res.assert_outcomes(passed=1, failed=1, skipped=1)
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*full/remat=on/f32*"])
     junit = (pytester.path / "junit.xml").read_text()
