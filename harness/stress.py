@@ -280,6 +280,15 @@ def compile_train_step(cfg: ModelConfig, devices: int = 1, **spec_overrides):
 # ----------------------------------------------------------------------------- reference
 
 
+def _enable_x64():
+    """Context manager enabling float64: ``jax.enable_x64`` (new) or the experimental one (jax <= 0.11)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
 def _to64(x):
     """Floating leaves (bf16 included) to float64; integer leaves (step counts) unchanged."""
     a = np.asarray(x)
@@ -300,7 +309,7 @@ def reference_check(cfg: ModelConfig, spec: StressSpec, seed: int, step: int, pa
     k_data, _ = step_keys(seed, step)
     with jax.default_device(cpu):
         batches = jax.device_get(jax.jit(lambda k: make_batches(cfg, k))(k_data))
-        with jax.enable_x64(True):
+        with _enable_x64():
             p64 = jax.tree_util.tree_map(_to64, params_before)
             o64 = jax.tree_util.tree_map(_to64, opt_before)
             b64 = tuple(jnp.asarray(b) for b in batches)
