@@ -18,6 +18,7 @@ from harness.errors import HarnessError
 SUBCOMMANDS = (
     "harness.commands.stress",
     "harness.commands.report",
+    "harness.commands.compare",
 )
 
 

@@ -193,3 +193,16 @@ def test_pytest_plugin_fails_with_table_and_junit(pytester):
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*full/remat=on/f32*"])
     junit = (pytester.path / "junit.xml").read_text()
     assert "test_injected" in junit and "non-finite step(s)" in junit and "95% CI" in junit
+
+
+def test_compare_two_runs(tmp_path, capsys):
+    common = ["--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "40", "--block", "20",
+              "--quiet", *TINY_ARGS]
+    assert main(["stress", "--out", str(tmp_path / "a"), "--inject-nan-rate", "0.5", *common]) == 0
+    assert main(["stress", "--out", str(tmp_path / "b"), *common]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["comparisons"]
+    assert row["significant"] and row["b"]["nonfinite"] == 0 and row["a"]["nonfinite"] > 10
+    assert main(["compare", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
+    assert "do not differ significantly" in capsys.readouterr().out
