@@ -1,0 +1,218 @@
+"""A model of XLA's in-place input/output pairing for fusion instructions.
+
+Modelled on ``AliasInfo::GetFusionInstructionInPlaceInputOutputPairs`` and
+``AliasInfo::GetInPlaceInputOutputPairs`` in openxla/xla ``xla/hlo/analysis/alias_info.cc``
+(read at commit 1a8d4807c09477e2b12b7ac276a3d757173348a1, where the no-op skip is the
+virtual ``AliasInfo::IsNoOpForAliasAnalysis``, bitcast only by default). For every leaf
+output of a fusion: start at the fused root, follow tuple/get-tuple-element indirections
+and then no-op indirections back to the "output source"; take that instruction's in-place
+pairs (scatter operands, dynamic-update-slice operand 0, a nested fusion's pairs); follow
+the in-place operand back the same way, peepholing once through a nested fusion; if a
+fusion parameter is reached, that parameter and the output are an in-place pair.
+``output_to_operand_aliasing`` pairs are added as annotated.
+
+Which instructions count as no-op indirections is the policy:
+
+``stock``         bitcast only (upstream today);
+``proposed``      bitcast, transpose and reshape, whatever their layouts (openxla/xla#38607);
+``layout-aware``  bitcast, plus transpose/reshape that are bitcasts under their operand and
+                  result layouts (XLA's default descending layout when none is printed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import HarnessError
+from harness.hlo.parser import Computation, HloModule, Instruction, Shape
+
+POLICIES = ("stock", "proposed", "layout-aware")
+
+
+@dataclass(frozen=True)
+class InPlacePair:
+    operand_index: int  # fusion operand (= fused parameter) number
+    operand_shape_index: tuple[int, ...]
+    output_index: tuple[int, ...]
+    path: tuple[str, ...] = ()  # opcodes walked from the in-place operand back to the parameter
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def _row_major_strides(dims: tuple[int, ...]) -> list[int]:
+    strides = [1] * len(dims)
+    acc = 1
+    for i in range(len(dims) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(dims[i], 1)
+    return strides
+
+
+def _canonical(dims_strides: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Physical dims (size, logical stride) major to minor, degenerate dims dropped and
+    adjacent dims that are contiguous in the logical order merged."""
+    out: list[tuple[int, int]] = []
+    for size, stride in dims_strides:
+        if size == 1:
+            continue
+        if out and out[-1][1] == stride * size:
+            outer_size, _ = out.pop()
+            out.append((outer_size * size, stride))
+        else:
+            out.append((size, stride))
+    return out
+
+
+def _physical(shape: Shape, logical_strides: list[int]) -> list[tuple[int, int]]:
+    m2m = shape.layout_or_default()
+    return _canonical([(shape.dims[d], logical_strides[d]) for d in reversed(m2m)])
+
+
+def _tiles(shape: Shape) -> str:
+    extra = shape.layout_extra
+    k = extra.find("T(")
+    return extra[k:extra.find(")", k) + 1] if k >= 0 else ""
+
+
+def _same_memory_order(a: Shape, a_strides: list[int], b: Shape, b_strides: list[int]) -> bool:
+    """Same element order in memory. With tiled layouts (TPU) the tiles pad and reorder the two
+    most minor physical dims, so only an unchanged sequence of physical dims with the same
+    tiles is accepted (conservative: never calls a data move a bitcast)."""
+    if _physical(a, a_strides) != _physical(b, b_strides):
+        return False
+    if _tiles(a) or _tiles(b):
+        phys_a = [(a.dims[d], a_strides[d]) for d in reversed(a.layout_or_default()) if a.dims[d] != 1]
+        phys_b = [(b.dims[d], b_strides[d]) for d in reversed(b.layout_or_default()) if b.dims[d] != 1]
+        return _tiles(a) == _tiles(b) and phys_a == phys_b
+    return True
+
+
+def transpose_is_bitcast(operand: Shape, result: Shape, permutation: tuple[int, ...]) -> bool:
+    """True when the transpose moves no data: result dim i is operand dim permutation[i] and
+    both layouts order the elements identically in memory."""
+    if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
+        return False
+    if any(d < 0 for d in operand.dims + result.dims):
+        return False
+    if sorted(permutation) != list(range(len(operand.dims))) or len(result.dims) != len(operand.dims):
+        return False
+    in_strides = _row_major_strides(operand.dims)
+    out_strides = [in_strides[permutation[i]] for i in range(len(result.dims))]
+    return _same_memory_order(operand, in_strides, result, out_strides)
+
+
+def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
+    """True when the reshape moves no data: element order in memory is the same under the
+    operand's and the result's layouts (a reshape preserves the row-major linear index)."""
+    if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
+        return False
+    if any(d < 0 for d in operand.dims + result.dims):
+        return False
+    n_in = 1
+    for d in operand.dims:
+        n_in *= d
+    n_out = 1
+    for d in result.dims:
+        n_out *= d
+    if n_in != n_out:
+        return False
+    return _same_memory_order(operand, _row_major_strides(operand.dims),
+                              result, _row_major_strides(result.dims))
+
+
+def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
+    operand = comp.by_name[ins.operands[0]].shape
+    if ins.opcode == "transpose":
+        return transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
+    if ins.opcode == "reshape":
+        return reshape_is_bitcast(operand, ins.shape)
+    return ins.opcode == "bitcast"
+
+
+def is_noop(ins: Instruction, comp: Computation, policy: str) -> bool:
+    if ins.opcode == "bitcast":
+        return True
+    if ins.opcode in ("transpose", "reshape") and ins.operands:
+        if policy == "proposed":
+            return True
+        if policy == "layout-aware":
+            return is_bitcast_equivalent(ins, comp)
+    return False
+
+
+# ----------------------------------------------------------------------------- tracing
+
+
+def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], policy: str,
+            path: list[str]) -> tuple[Instruction, tuple[int, ...]]:
+    """Tuple indirections, then no-op indirections (as upstream's follow_indirections)."""
+    while ins.opcode == "tuple" and index:
+        ins, index = comp.by_name[ins.operands[index[0]]], index[1:]
+        path.append("tuple")
+    while ins.opcode == "get-tuple-element":
+        index = (int(ins.attrs.get("index", "0")),) + index
+        path.append("get-tuple-element")
+        ins = comp.by_name[ins.operands[0]]
+    while not index and is_noop(ins, comp, policy):
+        path.append(ins.opcode)
+        ins = comp.by_name[ins.operands[0]]
+    return ins, index
+
+
+def in_place_pairs(module: HloModule, ins: Instruction, policy: str
+                   ) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    """(operand number, operand shape index, output index) pairs of one instruction."""
+    if ins.opcode == "scatter":
+        n = (len(ins.operands) - 1) // 2
+        if n == 1:
+            return [(0, (), ())]
+        return [(i, (), (i,)) for i in range(n)]
+    if ins.opcode == "dynamic-update-slice":
+        return [(0, (), ())]
+    if ins.opcode == "fusion":
+        return [(p.operand_index, p.operand_shape_index, p.output_index)
+                for p in fusion_in_place_pairs(module, ins, policy)]
+    if ins.opcode in ("custom-call", "async-start"):
+        return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing()]
+    return []
+
+
+def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str) -> list[InPlacePair]:
+    """In-place (operand, operand index) -> output index pairs of a fusion under ``policy``,
+    discovered pairs first, then the annotated ``output_to_operand_aliasing`` ones."""
+    if policy not in POLICIES:
+        raise HarnessError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if fusion.opcode != "fusion" or not fusion.called:
+        raise HarnessError(f"{fusion.name} is not a fusion instruction")
+    comp = module.computation(fusion.called[0])
+    out: list[InPlacePair] = []
+    for index, _ in fusion.shape.leaves():
+        src, src_index = _follow(comp, comp.root, index, policy, [])
+        found: tuple[Instruction, tuple[int, ...], list[str]] | None = None
+        for op_num, op_index, out_index in in_place_pairs(module, src, policy):
+            if out_index != src_index:
+                continue
+            path: list[str] = []
+            inp, inp_index = _follow(comp, comp.by_name[src.operands[op_num]], op_index, policy, path)
+            if inp.opcode == "fusion":  # peephole through a nested fusion's own aliasing
+                for n_op, n_op_index, n_out in in_place_pairs(module, inp, policy):
+                    if n_out == inp_index:
+                        path.append("fusion")
+                        inp, inp_index = _follow(comp, comp.by_name[inp.operands[n_op]], n_op_index,
+                                                 policy, path)
+                        break
+            found = (inp, inp_index, path)
+        if found is not None and found[0].opcode == "parameter":
+            inp, inp_index, path = found
+            out.append(InPlacePair(inp.parameter_number, inp_index, index, tuple(path)))
+    for out_index, op, op_index in fusion.output_to_operand_aliasing():
+        out.append(InPlacePair(op, op_index, out_index, ()))
+    return out
+
+
+def output_source(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str
+                  ) -> Instruction:
+    """The instruction a fusion output comes from, after following indirections."""
+    comp = module.computation(fusion.called[0])
+    return _follow(comp, comp.root, index, policy, [])[0]
