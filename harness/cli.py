@@ -19,6 +19,7 @@ SUBCOMMANDS = (
     "harness.commands.stress",
     "harness.commands.report",
     "harness.commands.compare",
+    "harness.commands.scan",
 )
 
 

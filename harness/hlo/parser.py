@@ -366,6 +366,7 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
     cur: list[Instruction] | None = None
     cur_name, cur_entry, cur_line = "", False, 0
     lines = text.splitlines()
+    last_line = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=0)
     in_section = False
     for lineno, line in enumerate(lines, 1):
         stripped = line.strip()
@@ -408,6 +409,9 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
                 raise ValueError("expected 'HloModule <name>' first: this is not HLO text")
             raise ValueError(f"unexpected line {stripped[:60]!r}")
         except (ValueError, IndexError) as exc:
+            if name is not None and lineno == last_line:
+                raise HloParseError(f"{filename}:{lineno}: truncated module: the last line is "
+                                    f"incomplete ({exc})") from None
             raise HloParseError(f"{filename}:{lineno}: {exc}") from None
     if cur is not None:
         raise HloParseError(f"{filename}:{len(lines)}: truncated module: computation {cur_name} "

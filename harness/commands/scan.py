@@ -1,0 +1,146 @@
+"""xla-harness scan: find in-place fusions that read their operand through a data-moving
+transpose or reshape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+NAME = "scan"
+HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
+DESCRIPTION = """\
+Scan HLO text (a file, or a --xla_dump_to directory) or the harness model compiled on the
+current backend, and classify every in-place fusion output (scatter, dynamic-update-slice,
+annotated aliasing) under three tracing policies:
+
+  aliased                 stock XLA, the as-reported patch and the layout-aware patch all
+                          pair the output with its fusion parameter;
+  layout-preserving-miss  stock XLA misses the pair, but the transpose/reshape on the way
+                          is a bitcast under its layouts (safe to trace through);
+  hazard                  only the as-reported patch (any transpose/reshape) pairs it: the
+                          op on the way moves data, so an in-place write would overwrite
+                          what it still reads.
+
+Directories: *after_optimizations.txt files are scanned, each with its
+*-buffer-assignment.txt when present (reported: do the hazard's output and source share an
+allocation?). Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
+
+Exit codes: 0 no hazard, 1 at least one hazard, 2 a usage or parse error (bad files are
+reported one line each; the others are still scanned).
+"""
+
+
+def add_arguments(p) -> None:
+    from harness.commands.stress import add_model_arguments
+
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="HLO text file or dump directory")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
+    p.add_argument("--model", choices=["tied-embedding"],
+                   help="compile the harness model on the current backend and scan it")
+    p.add_argument("--mode", default="full", help="model mode with --model (default full)")
+    p.add_argument("--remat", default="on", choices=["on", "off"], help="remat with --model (default on)")
+    p.add_argument("--dtype", default="f32", help="dtype with --model (default f32)")
+    p.add_argument("--devices", type=int, default=1, help="shard the model over N devices")
+    p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
+    add_model_arguments(p)
+
+
+def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
+    files = sorted(p for p in d.rglob("*after_optimizations.txt"))
+    if files:
+        out = []
+        for f in files:
+            ba = f.with_name(f.name[:-len(".txt")] + "-buffer-assignment.txt")
+            out.append((f, ba if ba.exists() else None))
+        return out
+    cands = sorted(p for p in d.rglob("*") if p.suffix in (".txt", ".hlo") and p.is_file())
+    out = []
+    for f in cands:
+        try:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                head = fh.read(4096).lstrip()
+        except OSError:
+            continue
+        if head.startswith("HloModule"):
+            out.append((f, None))
+    if not out:
+        raise HarnessError(f"{d}: directory holds no HLO text (*after_optimizations.txt, or *.txt/*.hlo "
+                           "starting with 'HloModule')")
+    return out
+
+
+def _model_text(args) -> tuple[str, str]:
+    from harness.commands.stress import ensure_host_devices
+
+    ensure_host_devices(args.devices)
+    import jax
+
+    from harness.models.tied_embedding import ModelConfig
+    from harness.stress import compile_train_step
+
+    cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
+                      d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
+                      batch=args.batch)
+    text = compile_train_step(cfg, devices=args.devices).as_text()
+    if args.save_hlo:
+        try:
+            args.save_hlo.parent.mkdir(parents=True, exist_ok=True)
+            args.save_hlo.write_text(text)
+        except OSError as exc:
+            raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
+    return text, f"<tied-embedding {cfg.label()} on {jax.default_backend()}>"
+
+
+def run(args) -> int:
+    from harness.hlo import buffers
+    from harness.hlo.parser import parse_file, parse_module
+    from harness.hlo.scan import format_findings, module_json, scan_module
+
+    if not args.paths and not args.model:
+        raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
+    targets: list[tuple[Path, Path | None]] = []
+    errors = 0
+    for p in args.paths:
+        try:
+            if p.is_dir():
+                targets.extend(_dir_targets(p))
+            elif p.exists():
+                targets.append((p, None))
+            else:
+                raise HarnessError(f"{p}: no such file or directory")
+        except HarnessError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            errors += 1
+    scanned = []  # (module, findings, buffer-assignment or None)
+    for path, ba_path in targets:
+        try:
+            mod = parse_file(path)
+            ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
+            scanned.append((mod, scan_module(mod), ba))
+        except HarnessError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            errors += 1
+    if args.model:
+        text, label = _model_text(args)
+        mod = parse_module(text, label)
+        scanned.append((mod, scan_module(mod), None))
+    hazards = sum(f.cls == "hazard" for _, fs, _ in scanned for f in fs)
+    if args.json:
+        print(json.dumps({"modules": [module_json(m, fs) for m, fs, _ in scanned]}, indent=2))
+    else:
+        for m, fs, ba in scanned:
+            print(format_findings(m, fs, show_aliased=args.all))
+            if ba is not None:
+                for f in fs:
+                    if f.cls == "hazard" and f.source:
+                        print("  buffers: " + buffers.compare(ba, f.fusion, tuple(f.output_index),
+                                                             f.source).sentence())
+        print(f"scanned {len(scanned)} module(s): {hazards} hazard(s)"
+              + (f", {errors} file(s) could not be read" if errors else ""))
+    if errors:
+        return 2
+    return 1 if hazards else 0

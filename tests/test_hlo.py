@@ -1,0 +1,310 @@
+"""HLO parser, alias model and scanner: fixtures, layout oracle, real compiler output, bad input."""
+
+import itertools
+import json
+import os
+import random
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.errors import HarnessError
+from harness.hlo import alias, buffers
+from harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, parse_shape
+from harness.hlo.scan import module_json, scan_module
+
+HLO = Path(__file__).resolve().parent / "hlo"
+FIXTURES = sorted(p.stem for p in HLO.glob("*.hlo"))
+
+# What each fixture must show, stated by hand (independent of the generated JSON):
+# [(class, path)] per in-place fusion output, in scan order.
+INTENDED = {
+    "operand_is_parameter": [("aliased", [])],
+    "bitcast_chain": [("aliased", ["bitcast", "bitcast"])],
+    "transpose_moves_data": [("hazard", ["transpose"])],
+    "transpose_layout_preserving": [("layout-preserving-miss", ["transpose"])],
+    "reshape_moves_data": [("hazard", ["reshape"])],
+    "reshape_layout_preserving": [("layout-preserving-miss", ["reshape"])],
+    "transpose_bitcast_reshape": [("hazard", ["transpose", "bitcast", "reshape"])],
+    "multi_output_scatter_index1": [("aliased", [])],
+    "dynamic_update_slice": [("aliased", ["bitcast"])],
+    "nested_fusion": [("aliased", []), ("aliased", ["fusion"])],
+    "output_to_operand_aliasing": [("aliased", [])],
+    "untyped_operands": [("layout-preserving-miss", ["transpose"])],
+    "tpu_tiled_layouts": [("hazard", ["transpose"])],
+}
+
+
+def test_every_fixture_is_listed():
+    assert set(FIXTURES) == set(INTENDED)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_is_valid_hlo_for_xla(name):
+    from jax._src.lib import hlo as xla_hlo  # jaxlib's C++ HLO parser
+
+    xla_hlo.hlo_module_from_text((HLO / f"{name}.hlo").read_text())
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_findings(name):
+    mod = parse_file(HLO / f"{name}.hlo")
+    findings = scan_module(mod)
+    assert [(f.cls, f.path) for f in findings] == INTENDED[name]
+    expected = json.loads((HLO / f"{name}.expected.json").read_text())
+    assert module_json(mod, findings) == expected
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_policies_are_nested(name):
+    """stock finds a subset of layout-aware, which finds a subset of proposed."""
+    mod = parse_file(HLO / f"{name}.hlo")
+    for comp in mod.computations:
+        for ins in comp.instructions:
+            if ins.opcode != "fusion":
+                continue
+            got = {p: set(alias.fusion_in_place_pairs(mod, ins, p)) for p in alias.POLICIES}
+            assert got["stock"] <= got["layout-aware"] <= got["proposed"]
+
+
+def test_multi_output_pair_and_hazard_context():
+    mod = parse_file(HLO / "multi_output_scatter_index1.hlo")
+    fusion = mod.entry.root
+    assert alias.fusion_in_place_pairs(mod, fusion, "stock") == [alias.InPlacePair(1, (), (1,), ())]
+    (f,) = scan_module(parse_file(HLO / "transpose_moves_data.hlo"))
+    assert f.source == "w" and f.feeds_dense and f.other_users == ["logits (dot)"]
+
+
+# ----------------------------------------------------------------------------- layout oracle
+
+
+def _memory_order(logical: np.ndarray, m2m) -> list:
+    """Logical element ids in the order they sit in memory under layout m2m."""
+    return np.transpose(logical, tuple(reversed(m2m))).ravel().tolist()
+
+
+def test_transpose_bitcast_matches_brute_force():
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(300):
+        rank = rng.randint(1, 4)
+        dims = tuple(rng.choice([1, 2, 3, 4]) for _ in range(rank))
+        perm = tuple(rng.sample(range(rank), rank))
+        m_in = tuple(rng.sample(range(rank), rank))
+        m_out = tuple(rng.sample(range(rank), rank))
+        arr = np.arange(int(np.prod(dims))).reshape(dims)
+        res = np.transpose(arr, perm)  # HLO transpose: result dim i is operand dim perm[i]
+        truth = _memory_order(arr, m_in) == _memory_order(res, m_out)
+        a = Shape("f32", dims, m_in)
+        b = Shape("f32", res.shape, m_out)
+        assert alias.transpose_is_bitcast(a, b, perm) == truth, (dims, perm, m_in, m_out)
+        checked += truth
+    assert checked > 10  # the sample contains real bitcasts, not only data moves
+
+
+def test_reshape_bitcast_matches_brute_force():
+    rng = random.Random(1)
+    seen = set()
+    for _ in range(300):
+        n = rng.choice([6, 8, 12, 24])
+        def factor(n):
+            out = []
+            while n > 1:
+                d = rng.choice([d for d in range(1, n + 1) if n % d == 0 and d > 1])
+                out.append(d)
+                n //= d
+            if rng.random() < 0.3:
+                out.insert(rng.randint(0, len(out)), 1)
+            return tuple(out) or (1,)
+        din, dout = factor(n), factor(n)
+        m_in = tuple(rng.sample(range(len(din)), len(din)))
+        m_out = tuple(rng.sample(range(len(dout)), len(dout)))
+        arr = np.arange(n).reshape(din)
+        truth = _memory_order(arr, m_in) == _memory_order(arr.reshape(dout), m_out)
+        got = alias.reshape_is_bitcast(Shape("f32", din, m_in), Shape("f32", dout, m_out))
+        assert got == truth, (din, m_in, dout, m_out)
+        seen.add(truth)
+    assert seen == {True, False}
+
+
+def test_tiled_layouts_are_conservative():
+    a = Shape("f32", (8, 128), (1, 0), layout_extra="T(8,128)")
+    assert alias.reshape_is_bitcast(a, a)
+    flat = Shape("f32", (1024,), (0,), layout_extra="T(1024)")
+    assert not alias.reshape_is_bitcast(a, flat)  # same order untiled, but tiles differ
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def test_parse_shapes():
+    s, _ = parse_shape("(f32[2,3]{1,0}, (s32[], pred[4]{0}), bf16[8,128]{1,0:T(8,128)(2,1)S(1)})")
+    assert s.is_tuple and [i for i, _ in s.leaves()] == [(0,), (1, 0), (1, 1), (2,)]
+    assert s.subshape((2,)).layout_extra == "T(8,128)(2,1)S(1)" and s.subshape((2,)).minor_to_major == (1, 0)
+    d, _ = parse_shape("f32[<=4,8]")
+    assert d.dims == (4, 8) and d.minor_to_major is None and d.layout_or_default() == (1, 0)
+
+
+def test_parser_handles_escapes_long_lines_and_unknown_opcodes():
+    meta = 'metadata={op_name="jit(f)/x{\\"a\\": [1, 2]}, \\\\ (weird)" source_file="/a b/c.py"}'
+    pad = ", ".join(f"%x{i}" for i in range(2000))
+    text = f"""HloModule m, input_output_alias={{ {{0}}: (0, {{}}, may-alias) }}
+
+ENTRY %e (p: f32[4]) -> f32[4] {{
+  %p = f32[4]{{0}} parameter(0), {meta}
+  %u = f32[4]{{0}} my-new-opcode(f32[4]{{0}} %p), custom_attr={{{{1,2}},{{3}}}}, backend_config="{{\\"k\\": \\"{'v' * 50000}\\"}}"
+  %c = (f32[4]{{0}}, s32[]) custom-call(%u), custom_call_target="foo", api_version=API_VERSION_TYPED_FFI, frontend_attributes={{x="{pad}"}}
+  ROOT %g = f32[4]{{0}} get-tuple-element((f32[4]{{0}}, s32[]) %c), index=0
+}}
+"""
+    mod = parse_module(text, "inline.hlo")
+    ins = mod.entry.by_name
+    assert ins["u"].opcode == "my-new-opcode" and ins["u"].operands == ["p"]
+    assert ins["u"].attrs["custom_attr"] == "{{1,2},{3}}"
+    assert len(ins["u"].attrs["backend_config"]) > 50000
+    assert ins["c"].operands == ["u"] and ins["g"].attrs["index"] == "0"
+    assert mod.input_output_alias.startswith("{ {0}: (0")
+
+
+def test_parse_real_jax_output(tmp_path):
+    def f(w, idx, h):
+        return w.T.at[:, idx].add(1.0), h @ w
+    args = (jnp.ones((64, 32)), jnp.array([1, 2, 3]), jnp.ones((4, 64)))
+    lowered = jax.jit(f).lower(*args)
+    for text in (lowered.as_text(dialect="hlo"), lowered.compile().as_text()):
+        mod = parse_module(text, "jax")
+        assert mod.instruction_count() > 5
+        scan_module(mod)
+
+
+def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
+    from harness.models.tied_embedding import ModelConfig
+    from harness.stress import compile_train_step
+
+    from .helpers import TINY
+
+    text = compile_train_step(ModelConfig(mode="full", remat=True, **TINY)).as_text()
+    findings = scan_module(parse_module(text, "cpu"))
+    assert findings, "the CPU program has in-place scatter fusions"
+    assert {f.cls for f in findings} == {"aliased"}
+    assert {f.root_opcode for f in findings} == {"scatter"}
+
+
+# ----------------------------------------------------------------------------- buffers
+
+
+BA = """BufferAssignment:
+allocation 0: size 8192, parameter 0, shape |f32[32,64]| at ShapeIndex {}, maybe-live-out:
+ value: <0 w @0> (size=8192,offset=0): f32[32,64]{1,0}
+ value: <5 fusion @0> (size=8192,offset=0): f32[64,32]{1,0}
+allocation 1: size 1024, parameter 1:
+ value: <1 h @0> (size=1024,offset=0): f32[4,32]{1,0}
+"""
+
+
+def test_buffer_assignment_sharing():
+    ba = buffers.parse_buffer_assignment(BA, "ba.txt")
+    res = buffers.compare(ba, "fusion", (), "w")
+    assert res.shared and res.output_allocation == 0 and "SHARE" in res.sentence()
+    assert not buffers.compare(ba, "fusion", (), "h").shared
+    with pytest.raises(HarnessError, match="not a buffer-assignment"):
+        buffers.parse_buffer_assignment("hello", "x.txt")
+
+
+def test_scan_dump_directory_with_buffer_assignment(tmp_path, capsys):
+    d = tmp_path / "dump"
+    d.mkdir()
+    (d / "module_0001.jit_f.cpu_after_optimizations.txt").write_text((HLO / "transpose_moves_data.hlo").read_text())
+    (d / "module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt").write_text(BA)
+    assert main(["scan", str(d)]) == 1
+    out = capsys.readouterr().out
+    assert "hazard" in out and "they SHARE a buffer" in out
+
+
+def test_scan_real_xla_dump(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    d = tmp_path / "dump"
+    code = ("import jax, jax.numpy as jnp\n"
+            "f = jax.jit(lambda w, i, h: (w.T.at[:, i].add(1.0), h @ w), donate_argnums=0)\n"
+            "f(jnp.ones((64, 32)), jnp.array([1, 2, 3]), jnp.ones((4, 64)))\n")
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={d} --xla_dump_hlo_as_text", "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    assert main(["scan", str(d), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    mods = {m["module"]: m for m in data["modules"]}
+    assert "jit__lambda" in mods
+    assert [f["class"] for f in mods["jit__lambda"]["findings"]] == ["aliased"]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_json_schema_exact(capsys):
+    assert main(["scan", str(HLO / "transpose_moves_data.hlo"), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    (f,) = data["modules"][0]["findings"]
+    assert set(f) == {"fusion", "computation", "root_opcode", "output_index", "parameter",
+                      "parameter_index", "path", "stock", "proposed", "layout_aware", "class"}
+    assert main(["scan", str(HLO / "operand_is_parameter.hlo")]) == 0
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", ":1: empty file"),
+    ("hello world\n", ":1: expected 'HloModule <name>' first"),
+    ((HLO / "operand_is_parameter.hlo").read_text()[:600], "truncated module"),
+    ("HloModule m\n\nENTRY %e {\n  %a = f32[] add(%x, %y)\n}\n", ":4: a uses undefined operand 'x'"),
+])
+def test_bad_files_one_error_line_each(tmp_path, capsys, content, needle):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(content)
+    assert main(["scan", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {bad}") and needle in err[0], err
+
+
+def test_one_bad_file_among_many(tmp_path, capsys):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text("not hlo")
+    rc = main(["scan", str(bad), str(HLO / "transpose_moves_data.hlo"), str(tmp_path / "missing.hlo")])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert len(captured.err.strip().splitlines()) == 2
+    assert "1 hazard(s)" in captured.out and "2 file(s) could not be read" in captured.out
+
+
+def test_directory_without_hlo_and_unreadable(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("nothing here")
+    assert main(["scan", str(tmp_path)]) == 2
+    assert "holds no HLO text" in capsys.readouterr().err
+    assert main(["scan"]) == 2
+    if os.geteuid() != 0:  # root reads anything
+        f = tmp_path / "locked.hlo"
+        f.write_text("HloModule x")
+        f.chmod(0)
+        assert main(["scan", str(f)]) == 2
+
+
+def test_scan_model_cli(capsys, tmp_path):
+    from .helpers import TINY_ARGS
+
+    rc = main(["scan", "--model", "tied-embedding", "--json", "--save-hlo", str(tmp_path / "m.hlo"),
+               *TINY_ARGS])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["modules"][0]["findings"] and (tmp_path / "m.hlo").read_text().startswith("HloModule")
+
+
+def test_itertools_sanity():
+    # policies are an ordered, closed set used in JSON keys
+    assert list(itertools.islice(alias.POLICIES, 3)) == ["stock", "proposed", "layout-aware"]
+    with pytest.raises(HarnessError):
+        alias.fusion_in_place_pairs(parse_file(HLO / "operand_is_parameter.hlo"),
+                                    parse_file(HLO / "operand_is_parameter.hlo").entry.root, "other")
+    with pytest.raises(HloParseError):
+        parse_module("HloModule a\nHloModule b\n", "two")
