@@ -12,6 +12,7 @@ special characters, so a 100k-instruction module parses in about a second.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,11 +79,16 @@ _ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _DIM_RE = re.compile(r"<?=?(\d+|\?)")
 
 
+_BRACKETS = re.compile(r'[{}()\[\]"]')
+# An array shape with an optional layout (no nested braces inside a layout), in one match.
+_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}:]*)(?::([^}]*))?\})?")
+
+
 def _match_brace(text: str, i: int, open_ch: str, close_ch: str) -> int:
     """Index just past the bracket closing the one at text[i] (quotes respected)."""
     depth = 0
     n = len(text)
-    pat = re.compile(r'[{}()\[\]"]')
+    pat = _BRACKETS
     while i < n:
         m = pat.search(text, i)
         if m is None:
@@ -134,22 +140,21 @@ def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
                 i += 1
             elif text[i] != ")":
                 raise ValueError(f"bad tuple shape near {text[i:i + 20]!r}")
-    m = _ARRAY_RE.match(text, i)
+    m = _ARRAY_FAST.match(text, i)
     if m is None:
         raise ValueError(f"expected a shape near {text[i:i + 30]!r}")
-    etype = m.group(1)
-    dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(m.group(2)))
-    i = m.end()
+    etype, dims_text, main, extra = m.groups()
+    if dims_text.isdigit():
+        dims: tuple[int, ...] = (int(dims_text),)
+    elif not dims_text:
+        dims = ()
+    else:
+        dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(dims_text))
     m2m = None
-    extra = ""
-    if text.startswith("{", i):
-        end = _match_brace(text, i, "{", "}")
-        body = text[i + 1:end - 1]
-        main, _, extra = body.partition(":")
+    if main is not None:
         main = main.strip()
-        m2m = tuple(int(x) for x in main.split(",") if x.strip()) if main else ()
-        i = end
-    return Shape(etype, dims, m2m, None, extra), i
+        m2m = tuple(int(x) for x in main.split(",")) if main else ()
+    return Shape(etype, dims, m2m, None, extra or ""), m.end()
 
 
 # ----------------------------------------------------------------------------- instructions
@@ -161,20 +166,25 @@ class Instruction:
     shape: Shape
     opcode: str
     operands: list[str]
-    attrs: dict[str, str] = field(default_factory=dict)
+    attr_text: str = ""  # everything after the operand list, parsed into ``attrs`` on demand
     is_root: bool = False
     line: int = 0
     literal: str = ""  # operand text of constant/parameter/iota-like opcodes
 
-    @property
-    def called(self) -> list[str]:
-        """Names of computations this instruction calls (calls=, to_apply=, branches, ...)."""
-        out = []
-        for key in ("calls", "to_apply", "body", "condition", "true_computation",
-                    "false_computation", "branch_computations", "called_computations"):
-            v = self.attrs.get(key)
-            if v:
-                out.extend(n.strip().lstrip("%") for n in v.strip("{}").split(",") if n.strip())
+    called: list[str] = field(default_factory=list)  # computations called (calls=, to_apply=, ...)
+
+    @functools.cached_property
+    def attrs(self) -> dict[str, str]:
+        """Attributes as key -> raw value text (``dimensions`` -> ``{1,0}``)."""
+        out: dict[str, str] = {}
+        rest = self.attr_text.strip()
+        if rest.startswith(","):
+            rest = rest[1:]
+        if rest:
+            for part in _split_top(rest):
+                key, eq, value = part.partition("=")
+                if eq:
+                    out[key.strip()] = value.strip()
         return out
 
     @property
@@ -201,6 +211,7 @@ class Computation:
     is_entry: bool = False
     line: int = 0
     by_name: dict[str, Instruction] = field(default_factory=dict)
+    _users: dict[str, list[Instruction]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.by_name = {ins.name: ins for ins in self.instructions}
@@ -219,7 +230,14 @@ class Computation:
         return None
 
     def users(self, name: str) -> list[Instruction]:
-        return [ins for ins in self.instructions if name in ins.operands]
+        """Instructions using ``name`` as an operand (index built on first use)."""
+        if self._users is None:
+            index: dict[str, list[Instruction]] = {}
+            for ins in self.instructions:
+                for op in dict.fromkeys(ins.operands):
+                    index.setdefault(op, []).append(ins)
+            self._users = index
+        return self._users.get(name, [])
 
 
 @dataclass
@@ -264,7 +282,10 @@ def parse_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], i
 _INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([A-Za-z][\w\-]*)\(")
 _SPECIAL = re.compile(r'[{}()\[\]",]')
+_CALL_RE = re.compile(r"(?<![\w.])(calls|to_apply|body|condition|true_computation|false_computation|"
+                      r"branch_computations|called_computations)=(\{[^}]*\}|%?[^\s,{}]+)")
 _LITERAL_OPCODES = {"constant", "parameter", "iota", "rng-bit-generator-state"}
+_PCT_NAME = re.compile(r"%([^\s,()%{}]+)")
 _OPERAND_NAME = re.compile(r"%?([^\s,()%]+)\s*$")
 
 
@@ -315,25 +336,32 @@ def parse_instruction(line: str, lineno: int = 0) -> Instruction:
         raise ValueError(f"expected an opcode near {line[i:i + 30]!r}")
     opcode = m.group(1)
     open_at = m.end() - 1
-    close = _match_brace(line, open_at, "(", ")")
-    inner = line[open_at + 1:close - 1]
+    j = line.find(")", open_at)
+    inner = line[open_at + 1:j] if j > 0 else ""
+    if j > 0 and "(" not in inner and '"' not in inner:
+        close = j + 1  # the common case: no nested parentheses in the operand list
+    else:
+        close = _match_brace(line, open_at, "(", ")")
+        inner = line[open_at + 1:close - 1]
     literal = ""
     if opcode in _LITERAL_OPCODES:
         operands = []
         literal = inner.strip()
     else:
-        operands = [_operand_name(p) for p in _split_top(inner)] if inner.strip() else []
-    attrs: dict[str, str] = {}
+        if not inner.strip():
+            operands = []
+        elif "%" in inner and "(" not in inner and '"' not in inner:
+            operands = _PCT_NAME.findall(inner)  # '%a' or 'f32[2]{0} %a', names after '%'
+        elif "[" in inner or "(" in inner or "{" in inner or '"' in inner:
+            operands = [_operand_name(p) for p in _split_top(inner)]
+        else:  # untyped operands: 'a, b' or '%a, %b'
+            operands = [p.strip().lstrip("%") for p in inner.split(",")]
     rest = line[close:]
-    if rest.strip():
-        rest = rest.strip()
-        if rest.startswith(","):
-            rest = rest[1:]
-        for part in _split_top(rest):
-            key, eq, value = part.partition("=")
-            if eq:
-                attrs[key.strip()] = value.strip()
-    return Instruction(name, shape, opcode, operands, attrs, is_root, lineno, literal)
+    called = []
+    if "=" in rest:
+        for m in _CALL_RE.finditer(rest):
+            called.extend(n.strip().lstrip("%") for n in m.group(2).strip("{}").split(",") if n.strip())
+    return Instruction(name, shape, opcode, operands, rest, is_root, lineno, literal, called)
 
 
 # ----------------------------------------------------------------------------- modules
