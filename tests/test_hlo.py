@@ -88,9 +88,11 @@ def _memory_order(logical: np.ndarray, m2m) -> list:
 
 
 def test_transpose_bitcast_matches_brute_force():
+    """Sound always (never calls a data move a bitcast); exact when no dim has size 1
+    (XLA's TransposeIsBitcast, which the model follows, does not look through those)."""
     rng = random.Random(0)
     checked = 0
-    for _ in range(300):
+    for _ in range(400):
         rank = rng.randint(1, 4)
         dims = tuple(rng.choice([1, 2, 3, 4]) for _ in range(rank))
         perm = tuple(rng.sample(range(rank), rank))
@@ -99,10 +101,12 @@ def test_transpose_bitcast_matches_brute_force():
         arr = np.arange(int(np.prod(dims))).reshape(dims)
         res = np.transpose(arr, perm)  # HLO transpose: result dim i is operand dim perm[i]
         truth = _memory_order(arr, m_in) == _memory_order(res, m_out)
-        a = Shape("f32", dims, m_in)
-        b = Shape("f32", res.shape, m_out)
-        assert alias.transpose_is_bitcast(a, b, perm) == truth, (dims, perm, m_in, m_out)
-        checked += truth
+        got = alias.transpose_is_bitcast(Shape("f32", dims, m_in), Shape("f32", res.shape, m_out), perm)
+        if got:
+            assert truth, (dims, perm, m_in, m_out)
+        if 1 not in dims:
+            assert got == truth, (dims, perm, m_in, m_out)
+        checked += got
     assert checked > 10  # the sample contains real bitcasts, not only data moves
 
 
@@ -133,9 +137,12 @@ def test_reshape_bitcast_matches_brute_force():
 
 def test_tiled_layouts_are_conservative():
     a = Shape("f32", (8, 128), (1, 0), layout_extra="T(8,128)")
-    assert alias.reshape_is_bitcast(a, a)
     flat = Shape("f32", (1024,), (0,), layout_extra="T(1024)")
     assert not alias.reshape_is_bitcast(a, flat)  # same order untiled, but tiles differ
+    assert alias.reshape_is_bitcast(Shape("f32", (8, 128), (1, 0)), Shape("f32", (1024,), (0,)))
+    t_in = Shape("f32", (128, 8), (0, 1), layout_extra="T(8,128)")
+    assert alias.transpose_is_bitcast(t_in, a, (1, 0))  # same physical dims, same tiles
+    assert not alias.transpose_is_bitcast(Shape("f32", (128, 8), (0, 1), layout_extra="T(2,128)"), a, (1, 0))
 
 
 # ----------------------------------------------------------------------------- parser

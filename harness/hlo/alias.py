@@ -70,44 +70,39 @@ def _physical(shape: Shape, logical_strides: list[int]) -> list[tuple[int, int]]
 
 
 def _tiles(shape: Shape) -> str:
+    """The tiling part of a layout as printed (``T(8,128)(2,1)``), '' when untiled."""
     extra = shape.layout_extra
     k = extra.find("T(")
-    return extra[k:extra.find(")", k) + 1] if k >= 0 else ""
-
-
-def _same_memory_order(a: Shape, a_strides: list[int], b: Shape, b_strides: list[int]) -> bool:
-    """Same element order in memory. With tiled layouts (TPU) the tiles pad and reorder the two
-    most minor physical dims, so only an unchanged sequence of physical dims with the same
-    tiles is accepted (conservative: never calls a data move a bitcast)."""
-    if _physical(a, a_strides) != _physical(b, b_strides):
-        return False
-    if _tiles(a) or _tiles(b):
-        phys_a = [(a.dims[d], a_strides[d]) for d in reversed(a.layout_or_default()) if a.dims[d] != 1]
-        phys_b = [(b.dims[d], b_strides[d]) for d in reversed(b.layout_or_default()) if b.dims[d] != 1]
-        return _tiles(a) == _tiles(b) and phys_a == phys_b
-    return True
+    if k < 0:
+        return ""
+    j = k
+    while j < len(extra) and extra[j] in "T(),0123456789":
+        j += 1
+    return extra[k:j]
 
 
 def transpose_is_bitcast(operand: Shape, result: Shape, permutation: tuple[int, ...]) -> bool:
-    """True when the transpose moves no data: result dim i is operand dim permutation[i] and
-    both layouts order the elements identically in memory."""
+    """XLA's ``ShapeUtil::TransposeIsBitcast`` (operand minor-to-major equals the permutation
+    composed with the result's minor-to-major, same element type), plus equal tiles, as in
+    our XLA patch: the same physical dims in the same order with the same tiling."""
     if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
-        return False
-    if any(d < 0 for d in operand.dims + result.dims):
         return False
     if sorted(permutation) != list(range(len(operand.dims))) or len(result.dims) != len(operand.dims):
         return False
-    in_strides = _row_major_strides(operand.dims)
-    out_strides = [in_strides[permutation[i]] for i in range(len(result.dims))]
-    return _same_memory_order(operand, in_strides, result, out_strides)
+    if _tiles(operand) != _tiles(result):
+        return False
+    in_m2m, out_m2m = operand.layout_or_default(), result.layout_or_default()
+    return list(in_m2m) == [permutation[d] for d in out_m2m]
 
 
 def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
-    """True when the reshape moves no data: element order in memory is the same under the
-    operand's and the result's layouts (a reshape preserves the row-major linear index)."""
+    """True when the reshape moves no data: the element order in memory is the same under
+    the operand's and the result's layouts (a reshape keeps the row-major linear index),
+    degenerate dims ignored, as XLA's ``ShapeUtil::ReshapeIsBitcast``. Tiled layouts are
+    never treated as bitcasts here or in our XLA patch (tiles pad and reorder the minor dims)."""
     if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
         return False
-    if any(d < 0 for d in operand.dims + result.dims):
+    if any(d < 0 for d in operand.dims + result.dims) or _tiles(operand) or _tiles(result):
         return False
     n_in = 1
     for d in operand.dims:
@@ -117,8 +112,8 @@ def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
         n_out *= d
     if n_in != n_out:
         return False
-    return _same_memory_order(operand, _row_major_strides(operand.dims),
-                              result, _row_major_strides(result.dims))
+    return (_physical(operand, _row_major_strides(operand.dims))
+            == _physical(result, _row_major_strides(result.dims)))
 
 
 def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
@@ -170,6 +165,9 @@ def in_place_pairs(module: HloModule, ins: Instruction, policy: str
         return [(i, (), (i,)) for i in range(n)]
     if ins.opcode == "dynamic-update-slice":
         return [(0, (), ())]
+    if ins.opcode == "all-reduce-start":
+        n = len(ins.operands)
+        return [(0, (), ())] if n == 1 else [(i, (), (i,)) for i in range(n)]
     if ins.opcode == "fusion":
         return [(p.operand_index, p.operand_shape_index, p.output_index)
                 for p in fusion_in_place_pairs(module, ins, policy)]
