@@ -20,6 +20,8 @@ SUBCOMMANDS = (
     "harness.commands.report",
     "harness.commands.compare",
     "harness.commands.scan",
+    "harness.commands.patches_check",
+    "harness.commands.pr",
 )
 
 

@@ -81,6 +81,13 @@ def _tiles(shape: Shape) -> str:
     return extra[k:j]
 
 
+def _memory_space(shape: Shape) -> str:
+    """``S(n)`` of a layout as printed, '' for the default memory space."""
+    extra = shape.layout_extra
+    k = extra.find("S(")
+    return extra[k:extra.find(")", k) + 1] if k >= 0 else ""
+
+
 def transpose_is_bitcast(operand: Shape, result: Shape, permutation: tuple[int, ...]) -> bool:
     """XLA's ``ShapeUtil::TransposeIsBitcast`` (operand minor-to-major equals the permutation
     composed with the result's minor-to-major, same element type), plus equal tiles, as in
@@ -89,7 +96,7 @@ def transpose_is_bitcast(operand: Shape, result: Shape, permutation: tuple[int, 
         return False
     if sorted(permutation) != list(range(len(operand.dims))) or len(result.dims) != len(operand.dims):
         return False
-    if _tiles(operand) != _tiles(result):
+    if _tiles(operand) != _tiles(result) or _memory_space(operand) != _memory_space(result):
         return False
     in_m2m, out_m2m = operand.layout_or_default(), result.layout_or_default()
     return list(in_m2m) == [permutation[d] for d in out_m2m]
@@ -103,6 +110,8 @@ def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
     if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
         return False
     if any(d < 0 for d in operand.dims + result.dims) or _tiles(operand) or _tiles(result):
+        return False
+    if _memory_space(operand) != _memory_space(result):
         return False
     n_in = 1
     for d in operand.dims:

@@ -1,0 +1,172 @@
+"""Check that the patch series applies to source trees, in order, with ``git apply --check``.
+
+Only the files a series touches are copied into a scratch git repository, so checking
+against a full XLA checkout is fast. A patch that does not apply is reported as one line
+naming the patch, the file and the hunk. An upstream for which no tree was given is
+reported as "not checked", never as passing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.series import Patch, Series, Upstream
+
+_DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+_FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    file: str
+    number: int  # 1-based within its file
+    old_start: int
+    preimage: str  # context and removed lines: what the hunk expects to find
+    postimage: str
+
+
+def parse_patch(text: str) -> list[Hunk]:
+    """Hunks of a unified diff (git format-patch or plain git diff)."""
+    hunks: list[Hunk] = []
+    current_file = None
+    number = 0
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _DIFF_FILE.match(line.rstrip("\n"))
+        if m:
+            current_file, number = m.group(2), 0
+            i += 1
+            continue
+        h = _HUNK.match(line)
+        if h and current_file:
+            number += 1
+            old_n = int(h.group(2)) if h.group(2) is not None else 1
+            new_n = int(h.group(4)) if h.group(4) is not None else 1
+            pre, post = [], []
+            i += 1
+            while i < len(lines) and (old_n > 0 or new_n > 0):
+                body = lines[i]
+                tag, rest = body[:1], body[1:]
+                if tag == " ":
+                    pre.append(rest)
+                    post.append(rest)
+                    old_n -= 1
+                    new_n -= 1
+                elif tag == "-":
+                    pre.append(rest)
+                    old_n -= 1
+                elif tag == "+":
+                    post.append(rest)
+                    new_n -= 1
+                elif tag == "\\":
+                    pass
+                else:
+                    break
+                i += 1
+            hunks.append(Hunk(current_file, number, int(h.group(1)), "".join(pre), "".join(post)))
+            continue
+        i += 1
+    return hunks
+
+
+def touched_files(patches: list[Path]) -> list[str]:
+    out: list[str] = []
+    for p in patches:
+        for h in parse_patch(p.read_text(encoding="utf-8")):
+            if h.file not in out:
+                out.append(h.file)
+    return out
+
+
+def preimage_tree(patch_text: str, root: Path) -> None:
+    """Write, for each file of the patch, a file made of its hunks' pre-images in order:
+    the smallest tree the patch applies to (used by tests and the consistency check)."""
+    by_file: dict[str, list[str]] = {}
+    for h in parse_patch(patch_text):
+        by_file.setdefault(h.file, []).append(h.preimage)
+    for f, parts in by_file.items():
+        path = root / f
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(parts), encoding="utf-8")
+
+
+def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise HarnessError("git is not installed; it is needed to check patches") from None
+
+
+def _describe_failure(patch: Patch, patch_path: Path, stderr: str) -> str:
+    m = _FAILED.search(stderr)
+    if m:
+        file, line = m.group(1), int(m.group(2))
+        for h in parse_patch(patch_path.read_text(encoding="utf-8")):
+            if h.file == file and h.old_start == line:
+                return f"{patch.file}: hunk #{h.number} of {file} (at line {line}) does not apply"
+        return f"{patch.file}: {file} at line {line} does not apply"
+    first = next((ln for ln in stderr.splitlines() if ln.strip()), "git apply failed")
+    return f"{patch.file}: {first.removeprefix('error: ')}"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    upstream: str
+    status: str  # "applies" | "not checked" | "fails"
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.upstream}: {self.status}: {self.detail}"
+
+
+def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str = "default") -> list[CheckResult]:
+    """Apply the selected patches of one upstream, in order, to a scratch copy of ``tree``."""
+    patches = up.select(which)
+    if not patches:
+        return [CheckResult(up.name, "not checked", f"no {which} patches in series.toml")]
+    if tree is None:
+        return [CheckResult(up.name, "not checked", "no source tree given")]
+    tree = Path(tree)
+    if not tree.is_dir():
+        raise HarnessError(f"{up.name}: source tree {tree} is not a directory")
+    paths = [p.path(series.root) for p in patches]
+    for p, path in zip(patches, paths, strict=True):
+        if not path.is_file():
+            raise HarnessError(f"{p.file}: patch file is missing")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="xla-harness-apply-") as tmp:
+        scratch = Path(tmp)
+        for rel in touched_files(paths):
+            src = tree / rel
+            if src.is_file():
+                dst = scratch / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        _git(["init", "-q"], scratch)
+        for p, path in zip(patches, paths, strict=True):
+            res = _git(["apply", "--check", str(path)], scratch)
+            if res.returncode != 0:
+                raise HarnessError(_describe_failure(p, path, res.stderr))
+            _git(["apply", str(path)], scratch)  # the next patch applies on top of this one
+            results.append(CheckResult(up.name, "applies", f"{p.file} ({p.series})"))
+    return results
+
+
+def check_tree_commit(up: Upstream, tree: Path, expected: str) -> str | None:
+    """Warning text when ``tree`` is a git checkout at another commit than ``expected``."""
+    if not expected or not (tree / ".git").exists():
+        return None
+    head = _git(["rev-parse", "HEAD"], tree).stdout.strip()
+    if head and not head.startswith(expected) and not expected.startswith(head):
+        raise HarnessError(f"{up.name}: source tree {tree} is at {head[:12]}, series.toml records "
+                           f"{expected[:12]}; check out the recorded commit or update series.toml")
+    return None

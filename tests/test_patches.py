@@ -1,0 +1,218 @@
+"""Patch series: schema, application checks, model/patch consistency, PR bundle."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import HarnessError
+from harness.hlo import alias
+from harness.hlo.parser import parse_module
+from harness.patchcheck import parse_patch, preimage_tree
+from harness.series import load_series
+
+ROOT = Path(__file__).resolve().parent.parent
+PATCHES = ROOT / "patches"
+P1 = PATCHES / "xla" / "0001-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
+P2 = PATCHES / "xla" / "0002-experimental-trace-all-transpose-reshape.patch"
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+def test_series_toml_is_valid():
+    s = load_series()
+    xla = s.upstream("xla")
+    assert [p.series for p in xla.patches] == ["default", "experimental"]
+    assert [p.file for p in xla.select("default")] == [P1.relative_to(PATCHES).as_posix()]
+    assert len(xla.select("experimental")) == 2
+    assert all(p.bazel_targets == ("//xla/hlo/analysis:alias_info_test",) for p in xla.patches)
+    assert re.search(r"@ [0-9a-f]{40}", xla.checked_against)
+    assert re.fullmatch(r"[0-9a-f]{64}", s.upstream("jax").base_sha256)
+    assert s.fingerprint("xla", "default") != s.fingerprint("xla", "experimental")
+
+
+GOOD = """schema = 1
+[upstream.xla]
+clone_url = "https://example.invalid/xla.git"
+base = "b"
+base_ref = "r"
+[[upstream.xla.patches]]
+file = "xla/0001-x.patch"
+purpose = "p"
+series = "default"
+status = "s"
+"""
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda t: t.replace("schema = 1", "schema = 2"), "'schema = 1' is required"),
+    (lambda t: t.replace('series = "default"', 'series = "stable"'), "series must be one of"),
+    (lambda t: t.replace('purpose = "p"\n', ""), "'purpose' must be a non-empty string"),
+    (lambda t: t.replace("[upstream.xla]", "[upstream.llvm]").replace("upstream.xla.patches", "upstream.llvm.patches"), "unknown upstream"),
+    (lambda t: t + "\n[oops\n", "malformed TOML"),
+    (lambda t: t.replace("0001-x.patch", "0009-missing.patch"), "patch file xla/0009-missing.patch is missing"),
+])
+def test_series_schema_errors(tmp_path, mutate, needle):
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / "0001-x.patch").write_text("")
+    f = tmp_path / "series.toml"
+    f.write_text(GOOD)
+    load_series(f)  # the unmutated file is valid
+    f.write_text(mutate(GOOD))
+    with pytest.raises(HarnessError, match=re.escape(needle)):
+        load_series(f)
+
+
+# ----------------------------------------------------------------------------- applying
+
+
+def _tree_for(tmp_path, *patches):
+    """A tree the patches apply to: the first patch's pre-image files."""
+    tree = tmp_path / "tree"
+    preimage_tree(patches[0].read_text(), tree)
+    return tree
+
+
+def test_patches_check_applies_in_order(tmp_path, capsys):
+    tree = _tree_for(tmp_path, P1)
+    assert main(["patches-check", "--xla-src", str(tree), "--series", "experimental"]) == 0
+    out = capsys.readouterr().out
+    assert "xla: applies: xla/0001" in out and "xla: applies: xla/0002" in out
+    assert "jax: not checked" in out
+
+
+def test_patches_check_without_tree_is_not_a_pass(capsys):
+    assert main(["patches-check"]) == 0
+    out = capsys.readouterr().out
+    assert "xla: not checked: no source tree given" in out
+    assert "applies" not in out
+
+
+def test_patch_that_does_not_apply_names_patch_and_hunk(tmp_path, capsys):
+    tree = _tree_for(tmp_path, P1)
+    cc = tree / "xla/hlo/analysis/alias_info.cc"
+    cc.write_text(cc.read_text().replace("FollowNoOpIndirection(", "FollowNoOpIndirectionRenamed("))
+    assert main(["patches-check", "--xla-src", str(tree)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("error: xla/0001-alias-info") and "hunk #" in err[0] and "alias_info.cc" in err[0]
+    # the given tree itself is never modified
+    assert "Renamed" in cc.read_text()
+
+
+def test_patches_check_bad_tree(tmp_path, capsys):
+    assert main(["patches-check", "--xla-src", str(tmp_path / "nope")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+
+
+def test_parse_patch_hunks():
+    hunks = parse_patch(P1.read_text())
+    files = {h.file for h in hunks}
+    assert files == {"xla/hlo/analysis/alias_info.h", "xla/hlo/analysis/alias_info.cc",
+                     "xla/hlo/analysis/alias_info_test.cc"}
+    assert all(h.number >= 1 and h.preimage for h in hunks)
+
+
+# ----------------------------------------------------------------------------- consistency
+
+_TEST_RE = re.compile(
+    r'TEST_F\(GetInPlaceInputOutputPairsTest, (LayoutAware\w+)\) \{\n'
+    r'  const char\* const kHlo = R"\(\n(.*?)\n\)";\n(.*?)\n\}\n', re.S)
+_PAIR_RE = re.compile(r"expected_pairs\.push_back\(\{HloOperandIndex\{(\d+), \{([\d, ]*)\}\}, \{([\d, ]*)\}\}\);")
+
+
+def _ints(text):
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _cpp_cases(test_source: str):
+    cases = {}
+    for name, hlo, body in _TEST_RE.findall(test_source):
+        pairs = [(int(a), _ints(b), _ints(c)) for a, b, c in _PAIR_RE.findall(body)]
+        cases[name] = (hlo, pairs)
+    return cases
+
+
+def _patched_test_file(tmp_path, patches):
+    tree = _tree_for(tmp_path, *patches)
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    for p in patches:
+        subprocess.run(["git", "apply", str(p)], cwd=tree, check=True, capture_output=True)
+    return (tree / "xla/hlo/analysis/alias_info_test.cc").read_text()
+
+
+@pytest.mark.parametrize("patches,policy", [((P1,), "layout-aware"), ((P1, P2), "proposed")])
+def test_cpp_tests_match_python_model(tmp_path, patches, policy):
+    cases = _cpp_cases(_patched_test_file(tmp_path, patches))
+    fixtures = sorted((ROOT / "tests" / "hlo").glob("*.hlo"))
+    assert len(cases) == len(fixtures) == 13
+    for name, (hlo, expected) in cases.items():
+        mod = parse_module(hlo, name)
+        fusion = mod.entry.by_name["fusion"]
+        got = [(p.operand_index, p.operand_shape_index, p.output_index)
+               for p in alias.fusion_in_place_pairs(mod, fusion, policy)]
+        assert got == expected, name
+    # The C++ modules are the fixtures, byte for byte.
+    texts = {hlo for hlo, _ in cases.values()}
+    assert texts == {f.read_text().rstrip("\n") for f in fixtures}
+
+
+def test_experimental_patch_changes_exactly_the_hazard_fixtures(tmp_path):
+    base = _cpp_cases(_patched_test_file(tmp_path / "a", (P1,)))
+    exp = _cpp_cases(_patched_test_file(tmp_path / "b", (P1, P2)))
+    changed = sorted(n for n in base if base[n][1] != exp[n][1])
+    assert changed == ["LayoutAwareReshapeMovesData", "LayoutAwareTpuTiledLayouts",
+                       "LayoutAwareTransposeBitcastReshape", "LayoutAwareTransposeMovesData"]
+
+
+# ----------------------------------------------------------------------------- PR bundle
+
+
+def test_pr_bundle_for_xla(tmp_path, capsys):
+    out = tmp_path / "pr"
+    assert main(["pr", "--target", "xla", "--out", str(out)]) == 0
+    mbox = (out / "series.mbox").read_text()
+    assert mbox.startswith("From ") and "\nSubject: [PATCH] [XLA] Trace fusion in-place" in mbox
+    assert "\nDate: " in mbox and "diff --git a/xla/hlo/analysis/alias_info.cc" in mbox
+    assert "EXPERIMENTAL" not in mbox  # experimental patches are not sent
+    desc = (out / "PR.md").read_text()
+    for heading in ("## Problem", "## Root cause", "## Why this fix and not the reported one",
+                    "## Tests added", "## Evidence", "## Risk", "## How to reproduce"):
+        assert heading in desc
+    assert "//xla/hlo/analysis:alias_info_test" in desc
+    assert "results/cpu/scan/" in desc  # committed scanner evidence is cited
+    assert "(jax 0.12.0.1" in desc  # stress tables carry their environment line
+    assert "- [ ]" in (out / "CHECKLIST.md").read_text()
+    # The mbox is what git am takes.
+    repo = tmp_path / "am"
+    preimage_tree(P1.read_text(), repo)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"], cwd=repo, check=True)
+    am = subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "am", str(out / "series.mbox")],
+                        cwd=repo, capture_output=True, text=True)
+    assert am.returncode == 0, am.stderr
+
+
+def test_pr_without_patches_and_without_evidence(tmp_path, capsys):
+    assert main(["pr", "--target", "tensorflow", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.startswith("error: series.toml has no upstream 'tensorflow'")
+    empty = tmp_path / "results"
+    empty.mkdir()
+    assert main(["pr", "--target", "xla", "--out", str(tmp_path / "p"), "--results", str(empty)]) == 0
+    desc = (tmp_path / "p" / "PR.md").read_text()
+    assert "No stress runs are recorded" in desc and "No scanner findings" in desc
+
+
+def test_make_pr_from_a_fresh_copy(tmp_path):
+    """`make pr TARGET=xla` works from the checkout (setup already done by the test run)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    res = subprocess.run(["make", "-s", "pr", "TARGET=xla", f"OUT={tmp_path}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "pr" / "xla" / "PR.md").is_file()
