@@ -1,0 +1,7 @@
+# Build jaxlib (and with CUDA=1 the CUDA plugin) from source with the patch series, install
+# it into .venv-patched and test it. Needs network to GitHub, bazelisk, ~40 GB disk, hours.
+#   make build-and-test [DRY_RUN=1] [CUDA=1] [SERIES=experimental] [FROM=stage] [TO=stage]
+.PHONY: build-and-test
+build-and-test: setup
+	$(PY) build/build_jaxlib.py --jax-version $(JAX_PIN) --series $(or $(SERIES),default) \
+	  $(if $(CUDA),--cuda) $(if $(DRY_RUN),--dry-run) $(if $(FROM),--from $(FROM)) $(if $(TO),--to $(TO))

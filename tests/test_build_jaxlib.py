@@ -1,0 +1,250 @@
+"""build/build_jaxlib.py, offline: pin parsing, the plan, and the stages end to end with a fake
+jax repository (our own small files), a local XLA tarball and a fake bazelisk on PATH."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.patchcheck import preimage_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("build_jaxlib", ROOT / "build" / "build_jaxlib.py")
+bj = importlib.util.module_from_spec(spec)
+sys.modules["build_jaxlib"] = bj
+spec.loader.exec_module(bj)
+
+P1 = ROOT / "patches/xla/0001-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def test_parse_revision_and_workspace_variants():
+    revision = f'# To update XLA to a new revision,\nXLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"a" * 64}"\n'
+    assert bj.parse_xla_pin(revision) == (COMMIT, "a" * 64)
+    workspace = ('load("//third_party:repo.bzl", "tf_http_archive")\n\n'
+                 '# Comment mentioning XLA_COMMIT = "ffff"\n'
+                 f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"b" * 64}"\n\ndef repo():\n    pass\n')
+    assert bj.parse_xla_pin(workspace) == (COMMIT, "b" * 64)
+    with pytest.raises(HarnessError, match="no XLA_COMMIT"):
+        bj.parse_xla_pin('load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
+
+
+def test_plan_argv_cpu_and_cuda(tmp_path):
+    cpu = bj.build_argv("py", Path("/x"), "3.12", "/w/bin/bazelisk", Path("/w"), False, "13", Path("/w/dist/a"))
+    assert cpu == ["py", "build/build.py", "build", "--wheels=jaxlib", "--local_xla_path=/x",
+                   "--python_version=3.12", "--bazel_path=/w/bin/bazelisk",
+                   "--bazel_options=--disk_cache=/w/bazel-disk-cache",
+                   "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
+    cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "13", Path("/o"))
+    assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=13"
+    assert bj.bazel_test_argv("b", ["//t:x"], Path("/w"))[:2] == ["b", "test"]
+    with pytest.raises(HarnessError):
+        bj.jax_tag("latest")
+
+
+def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert bj.main(["--dry-run", "--cuda", "--work-dir", str(work)]) == 0
+    out = capsys.readouterr().out
+    for stage in bj.STAGES:
+        assert f"\n{stage}:" in out or out.startswith(f"{stage}:")
+    assert "git clone --depth 1 --branch jax-v0.12.0.1 https://github.com/jax-ml/jax.git" in out
+    assert "build/build.py build --wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in out
+    assert "--local_xla_path=" in out and "--cuda_major_version=13" in out
+    assert "git apply patches/xla/0001-alias-info" in out
+    assert "test --disk_cache=" in out and "//xla/hlo/analysis:alias_info_test" in out
+    assert not work.exists()
+
+
+# ----------------------------------------------------------------------------- fakes
+
+FAKE_BUILD = r'''
+import json, os, pathlib, subprocess, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({"tool": "build.py", "argv": args, "cwd": os.getcwd()}) + "\n")
+get = lambda k: next(a.split("=", 1)[1] for a in args if a.startswith(k + "="))
+subprocess.run([get("--bazel_path"), "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
+out = pathlib.Path(get("--output_path"))
+out.mkdir(parents=True, exist_ok=True)
+(out / "jaxlib-0.12.0.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"not a real wheel")
+sys.exit(1 if os.environ.get("FAKE_BUILD_FAIL") else 0)
+'''
+
+FAKE_BAZELISK = r'''#!{python}
+import json, os, sys
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"tool": "bazelisk", "argv": sys.argv[1:], "cwd": os.getcwd(),
+                        "USE_BAZEL_VERSION": os.environ.get("USE_BAZEL_VERSION")}}) + "\n")
+print("bazel 7.7.0")
+'''
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A fake jax repo tagged jax-v0.12.0.1, an XLA tarball the series applies to, a fake bazelisk."""
+    xla_dir = tmp_path / "xla-src" / f"xla-{COMMIT}"
+    preimage_tree(P1.read_text(), xla_dir)
+    (xla_dir / "README.md").write_text("fake xla\n")
+    tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tf:
+        tf.add(xla_dir, arcname=f"xla-{COMMIT}")
+    sha = hashlib.sha256(tarball.read_bytes()).hexdigest()
+
+    jax = tmp_path / "jax-repo"
+    (jax / "third_party/xla").mkdir(parents=True)
+    (jax / "build").mkdir()
+    (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
+    (jax / ".bazelversion").write_text("7.7.0\n")
+    (jax / "build/build.py").write_text(FAKE_BUILD)
+    _git(jax, "init", "-q")
+    _git(jax, "add", "-A")
+    _git(jax, "commit", "-qm", "fake jax")
+    _git(jax, "tag", "jax-v0.12.0.1")
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "bazelisk"
+    fake.write_text(FAKE_BAZELISK.format(python=sys.executable))
+    fake.chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("FAKE_RECORD", str(record))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    args = ["--work-dir", str(tmp_path / "work"), "--jax-repo", str(jax),
+            "--xla-url", f"file://{tmp_path}/xla-{{commit}}.tar.gz", "--min-free-gb", "0"]
+    return {"tmp": tmp_path, "args": args, "record": record, "jax": jax, "work": tmp_path / "work",
+            "tarball": tarball}
+
+
+def _records(world):
+    return [json.loads(x) for x in world["record"].read_text().splitlines()] if world["record"].exists() else []
+
+
+def test_stages_end_to_end_with_fake_tools(world, capsys):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    out = capsys.readouterr().out
+    assert [ln.split(":")[0] for ln in out.splitlines()] == ["resolve", "fetch", "prepare", "bazel", "build"]
+    work = world["work"]
+    tree = next((work / "trees").glob("xla-0123456789ab-*"))
+    # The default series really was applied to the fetched XLA sources.
+    assert "IsNoOpForAliasAnalysis(\n    const HloInstruction* instruction) const {" in \
+        (tree / "xla/hlo/analysis/alias_info.cc").read_text()
+    recs = _records(world)
+    build = next(r for r in recs if r["tool"] == "build.py")
+    assert build["argv"][:2] == ["build", "--wheels=jaxlib"]
+    assert f"--local_xla_path={tree}" in build["argv"]
+    assert any(a.startswith("--bazel_options=--disk_cache=") for a in build["argv"])
+    bazel_calls = [r for r in recs if r["tool"] == "bazelisk"]
+    assert {r["USE_BAZEL_VERSION"] for r in bazel_calls} == {"7.7.0"}  # jax's .bazelversion respected
+    assert ["build", "//jaxlib/tools:jaxlib_wheel"] in [r["argv"] for r in bazel_calls]
+
+    # Resume: everything is stamped, nothing runs again.
+    n = len(_records(world))
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    assert set(capsys.readouterr().out.split()) >= {"resolve:", "skipped"} and "done" not in capsys.readouterr().out
+    assert len(_records(world)) == n
+    # Changing the series redoes prepare and what follows, not resolve/fetch.
+    assert bj.main([*world["args"], "--to", "build", "--series", "experimental"]) == 0
+    lines = dict(ln.split(": ") for ln in capsys.readouterr().out.splitlines())
+    assert lines == {"resolve": "skipped", "fetch": "skipped", "prepare": "done", "bazel": "done",
+                     "build": "done"}
+    assert len(list((work / "trees").glob("xla-*"))) == 2  # one clean tree per series fingerprint
+
+
+def test_test_stage_runs_bazel_test_and_harness(world, capsys, tmp_path):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    # The install stage needs real wheels; stand in for it with this project's own venv.
+    stamp = world["work"] / "stamps" / "install.json"
+    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(Path(sys.executable).parent.parent)}}))
+    res = tmp_path / "results"
+    rc = bj.main([*world["args"], "--from", "test", "--harness-tests", "tests/test_stats.py",
+                  "--stress-steps", "1", "--results", str(res)])
+    assert rc == 0, capsys.readouterr().err
+    test_calls = [r["argv"] for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"]]
+    assert test_calls and test_calls[0][-1] == "//xla/hlo/analysis:alias_info_test"
+    assert list(res.glob("default-cpu-*/stress.jsonl"))
+
+
+def test_sha_mismatch_is_refused(world, capsys):
+    world["tarball"].write_bytes(world["tarball"].read_bytes() + b"tampered")
+    assert bj.main([*world["args"], "--to", "fetch"]) == 2
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("[")]
+    assert len(err) == 1 and err[0].startswith("error: fetch: sha256 mismatch")
+    assert not (world["work"] / "stamps" / "fetch.json").exists()
+    assert not list((world["work"] / "src").glob("*.partial"))
+
+
+def test_no_network_is_one_error_line(world, capsys):
+    args = [a if not a.startswith("file://") else "file:///nonexistent/xla-{commit}.tar.gz" for a in world["args"]]
+    assert bj.main([*args, "--to", "fetch"]) == 2
+    assert "error: fetch: cannot download" in capsys.readouterr().err
+
+
+def test_prepare_refuses_a_dirty_tree(world, capsys):
+    assert bj.main([*world["args"], "--to", "prepare"]) == 0
+    tree = next((world["work"] / "trees").glob("xla-*"))
+    (tree / "README.md").write_text("local edit\n")
+    (world["work"] / "stamps" / "prepare.json").unlink()
+    capsys.readouterr()
+    assert bj.main([*world["args"], "--to", "prepare"]) == 2
+    err = capsys.readouterr().err
+    assert "has local changes" in err and "README.md" in err
+
+
+def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
+    xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
+    cc = xla_dir / "xla/hlo/analysis/alias_info.cc"
+    cc.write_text(cc.read_text().replace("FollowNoOpIndirection(", "Renamed("))
+    with tarfile.open(world["tarball"], "w:gz") as tf:
+        tf.add(xla_dir, arcname=f"xla-{COMMIT}")
+    sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
+    rev = world["jax"] / "third_party/xla/revision.bzl"
+    rev.write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
+    _git(world["jax"], "commit", "-qam", "new pin")
+    _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
+    assert bj.main([*world["args"], "--to", "prepare"]) == 2
+    err = capsys.readouterr().err
+    assert "prepare: 0001-alias-info" in err and "does not apply" in err
+    assert not list((world["work"] / "trees").glob("xla-*"))
+
+
+def test_missing_bazelisk_old_python_and_small_disk(world, capsys, monkeypatch, tmp_path):
+    assert bj.main([*world["args"], "--to", "prepare"]) == 0
+    with monkeypatch.context() as m:
+        m.setattr(bj.shutil, "which", lambda name: None)
+        assert bj.main([*world["args"], "--to", "bazel"]) == 2
+        assert "bazelisk not found" in capsys.readouterr().err
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\necho 3.9\n")
+    old.chmod(0o755)
+    assert bj.main([*world["args"], "--python", str(old)]) == 2
+    assert "needs Python >= 3.11" in capsys.readouterr().err
+    args = [a if a != "0" else "1e9" for a in world["args"]]
+    assert bj.main([*args, "--to", "build"]) == 2
+    assert "GiB free; the build needs at least" in capsys.readouterr().err
+
+
+def test_stage_killed_midway_is_redone(world, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_BUILD_FAIL", "1")
+    assert bj.main([*world["args"], "--to", "build"]) == 2
+    assert "build: jax build/build.py failed" in capsys.readouterr().err
+    assert not (world["work"] / "stamps" / "build.json").exists()
+    monkeypatch.delenv("FAKE_BUILD_FAIL")
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    lines = dict(ln.split(": ") for ln in capsys.readouterr().out.splitlines())
+    assert lines["build"] == "done" and lines["prepare"] == "skipped"
