@@ -153,6 +153,12 @@ def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str =
                 shutil.copyfile(src, dst)
         _git(["init", "-q"], scratch)
         for p, path in zip(patches, paths, strict=True):
+            missing = [h.file for h in parse_patch(path.read_text(encoding="utf-8"))
+                       if h.preimage and not (scratch / h.file).is_file()]
+            if missing:
+                results.append(CheckResult(up.name, "not checked", f"{p.file}: {missing[0]} is not in "
+                                           f"the given tree (a PyPI sdist has no tests/)"))
+                continue
             res = _git(["apply", "--check", str(path)], scratch)
             if res.returncode != 0:
                 raise HarnessError(_describe_failure(p, path, res.stderr))
