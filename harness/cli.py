@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "harness.commands.scan",
     "harness.commands.patches_check",
     "harness.commands.pr",
+    "harness.commands.gradcheck",
 )
 
 

@@ -1,0 +1,49 @@
+"""xla-harness gradcheck: differential gradient checks for the known NaN bug classes."""
+
+from __future__ import annotations
+
+NAME = "gradcheck"
+HELP = "check gradients of where-guards, select JVPs, loops and determinism against oracles"
+DESCRIPTION = """\
+Run the gradient case registry in modes eager, jit, vjp and jvp (while_loop cases: jvp
+only) and compare with the analytic answer, central finite differences in float64, and
+the J^T consistency <u, J v> == <J^T u, v>. Loop cases also check second order.
+Prints a table case x mode -> OK / NaN / WRONG / NONDET (or --json).
+
+--masking turns on jax_zero_cotangent_masking (a jax built with patches/jax/0001; stock jax
+has no such flag). Exit 1 when any check is NaN or WRONG, 0 otherwise; NONDET (e.g.
+scatter-add with duplicate indices on GPU) is reported, not failed.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--cases", help="comma-separated case names or prefixes (default: all)")
+    p.add_argument("--modes", default="eager,jit,vjp,jvp", help="comma-separated modes")
+    p.add_argument("--masking", action="store_true", help="enable jax_zero_cotangent_masking")
+    p.add_argument("--framework", choices=["jax"], default="jax", help="framework under test")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+
+
+def run(args) -> int:
+    import jax
+
+    from harness.errors import HarnessError
+    from harness.gradcheck import check
+    from harness.gradcheck.cases import REGISTRY
+
+    if args.list:
+        for c in REGISTRY:
+            print(f"{c.name:<36} {c.kind:<12} {c.note}")
+        return 0
+    if args.masking:
+        try:
+            jax.config.update("jax_zero_cotangent_masking", True)
+        except (AttributeError, KeyError, ValueError):
+            raise HarnessError("this jax has no jax_zero_cotangent_masking flag (stock jax); use "
+                               ".venv-jax-patched from 'make patches-jax-check'") from None
+    names = [n.strip() for n in args.cases.split(",") if n.strip()] if args.cases else None
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    verdicts = check.run(names, modes)
+    print(check.to_json(verdicts) if args.json else check.table(verdicts))
+    return 1 if any(v.status in ("NaN", "WRONG") for v in verdicts) else 0
