@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,7 @@ class Case:
     reverse: bool = True  # False: forward mode only (while_loop)
     second_order: tuple[float, ...] | None = None  # expected second derivative
     note: str = ""
-    tags: tuple[str, ...] = field(default_factory=tuple)
+    dead: tuple[bool, ...] | None = None  # where-guards: points where the guarded branch is dead
 
 
 def _where(cond, a, b):
@@ -47,26 +47,27 @@ X4 = (-1.0, 0.0, 1.0, 4.0)
 # --- where-guarded singularities (TensorFlow report; JAX leaks in eager and jit) -----------
 case("where_sqrt", "where-guard", lambda x: _where(x > 0, jnp.sqrt(x), 0.0), X4,
      expected=(0.0, 0.0, 0.5, 0.25), smooth=(True, False, True, True),
-     note="grad of where(x > 0, sqrt(x), 0): the dead branch's derivative is inf/NaN")
+     note="grad of where(x > 0, sqrt(x), 0): the dead branch's derivative is inf/NaN", dead=(True, True, False, False))
 case("where_reciprocal", "where-guard", lambda x: _where(x > 0, 1.0 / x, 1.0), X4,
-     expected=(0.0, 0.0, -1.0, -0.0625), smooth=(True, False, True, True))
+     expected=(0.0, 0.0, -1.0, -0.0625), smooth=(True, False, True, True), dead=(True, True, False, False))
 case("where_log", "where-guard", lambda x: _where(x > 0, jnp.log(x), -100.0), X4,
      expected=(0.0, 0.0, 1.0, 0.25), smooth=(True, False, True, True),
-     note="NaN even in TF eager: the forward log(0) is -inf")
+     note="NaN even in TF eager: the forward log(0) is -inf", dead=(True, True, False, False))
 case("where_sqrt_neg", "where-guard", lambda x: _where(x > 0, jnp.sqrt(x), 0.0), (-1.0, -0.5),
-     expected=(0.0, 0.0), smooth=(True, True), note="sqrt of a negative in the dead branch")
+     expected=(0.0, 0.0), smooth=(True, True), note="sqrt of a negative in the dead branch",
+     dead=(True, True))
 case("safe_distance_identical", "where-guard",
      lambda x: (lambda d2: _where(d2 > 0, jnp.sqrt(d2), 0.0))((x - x) ** 2),
      (0.0, 1.0, -2.0), expected=(0.0, 0.0, 0.0), smooth=(True, True, True),
-     note="distance between identical points, guarded with a single where")
+     note="distance between identical points, guarded with a single where", dead=(True, True, True))
 case("safe_l2_normalize", "where-guard",
      lambda x: (lambda n: _where(n > 0, x / n, 0.0))(jnp.sqrt(x * x)),
      (0.0, 2.0, -3.0), expected=(0.0, 0.0, 0.0), smooth=(False, True, True),
-     note="x / |x| guarded at 0: derivative 0 away from 0")
+     note="x / |x| guarded at 0: derivative 0 away from 0", dead=(True, False, False))
 case("where_rsqrt", "where-guard", lambda x: _where(x > 0, lax.rsqrt(x), 0.0), X4,
-     expected=(0.0, 0.0, -0.5, -0.0625), smooth=(True, False, True, True))
+     expected=(0.0, 0.0, -0.5, -0.0625), smooth=(True, False, True, True), dead=(True, True, False, False))
 case("where_pow_half", "where-guard", lambda x: _where(x > 0, x ** 0.5, 0.0), X4,
-     expected=(0.0, 0.0, 0.5, 0.25), smooth=(True, False, True, True))
+     expected=(0.0, 0.0, 0.5, 0.25), smooth=(True, False, True, True), dead=(True, True, False, False))
 
 # --- select/where JVP with constant/partly traced operands (the MLX #3633 class) ------------
 case("select_const_cond_true", "select-jvp", lambda x: _where(True, x * x, 3.0), (1.5, -2.0),

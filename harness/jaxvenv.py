@@ -1,0 +1,108 @@
+"""Build ``.venv-jax-patched``: the stock jaxlib of the pinned version plus the jax sources of
+the PyPI sdist with the jax patch series applied.
+
+    python -m harness.jaxvenv --sdist DIR --venv .venv-jax-patched [--python PY]
+
+The venv is built beside its final place and renamed only when complete, so a patch that
+does not apply (one ``error:`` line naming patch, file and hunk; exit 2) or an interrupted
+install never leaves a half-patched venv. A stamp keyed by the patch files and the sdist
+makes reruns instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.patchcheck import _describe_failure, parse_patch
+from harness.series import load_series
+
+STAMP = ".xla-harness-jax-patched"
+
+
+def _sdist_version(sdist: Path) -> str:
+    for line in (sdist / "PKG-INFO").read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    raise HarnessError(f"{sdist}/PKG-INFO has no Version line: not a jax sdist")
+
+
+def patched_source(sdist: Path, dest: Path) -> list[str]:
+    """Copy the sdist to ``dest`` and apply the default jax series; returns applied patch names.
+    Patches touching files the sdist does not ship (tests/) are left out and named."""
+    series = load_series()
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(sdist, dest, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    applied = []
+    for p in series.upstream("jax").select("default"):
+        path = p.path(series.root)
+        files = {h.file for h in parse_patch(path.read_text(encoding="utf-8"))}
+        if any(not (dest / f).is_file() for f in files):
+            sys.stderr.write(f"note: {p.file} not applied: it changes files the sdist does not ship "
+                             f"({', '.join(sorted(files))})\n")
+            continue
+        res = subprocess.run(["git", "apply", "--check", str(path)], cwd=dest, capture_output=True, text=True)
+        if res.returncode != 0:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise HarnessError(_describe_failure(p, path, res.stderr))
+        subprocess.run(["git", "apply", str(path)], cwd=dest, check=True)
+        applied.append(p.file)
+    return applied
+
+
+def build(sdist: Path, venv: Path, python: str, extra: list[str]) -> str:
+    if not (sdist / "PKG-INFO").is_file():
+        raise HarnessError(f"{sdist} is not an unpacked sdist (no PKG-INFO)")
+    version = _sdist_version(sdist)
+    series = load_series()
+    key = hashlib.sha256((version + series.fingerprint("jax", "default") + " ".join(extra)).encode()).hexdigest()
+    if (venv / STAMP).is_file() and (venv / STAMP).read_text().strip() == key:
+        return f"{venv} is up to date (jax {version}, series {key[:12]})"
+    work = venv.with_name(venv.name + ".partial")
+    src = venv.with_name(venv.name + ".src")
+    shutil.rmtree(work, ignore_errors=True)
+    applied = patched_source(sdist, src)
+    try:
+        for argv in ([python, "-m", "venv", str(work)],
+                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                      f"jaxlib=={version}", *extra],
+                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                      "--no-deps", str(src)]):
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode != 0:
+                last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise HarnessError(f"building {venv}: {' '.join(argv[1:4])} failed: {last}")
+        (work / STAMP).write_text(key + "\n")
+        shutil.rmtree(venv, ignore_errors=True)
+        work.rename(venv)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
+    return f"built {venv}: stock jaxlib {version} + jax {version} with {', '.join(applied) or 'no patches'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.jaxvenv", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sdist", type=Path, required=True, help="unpacked jax sdist directory")
+    ap.add_argument("--venv", type=Path, default=Path(".venv-jax-patched"))
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--with", dest="extra", default="numpy,optax,pytest",
+                    help="comma-separated extra packages for the venv (default numpy,optax,pytest)")
+    args = ap.parse_args(argv)
+    try:
+        print(build(args.sdist, args.venv, args.python, [e for e in args.extra.split(",") if e]))
+    except HarnessError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+# JAX zero-cotangent masking patch, built from the PyPI sdist and tested in CI.
+#   make patches-jax-check   build .venv-jax-patched and run tests/jaxpatch in both venvs
+JAX_PATCHED_VENV := .venv-jax-patched
+JAXPATCH_OUT := $(OUT)/jaxpatch
+
+.PHONY: patches-jax-check jax-patched-venv
+jax-patched-venv: setup jax-sdist
+	$(PY) -m harness.jaxvenv --sdist $(JAX_SDIST) --venv $(JAX_PATCHED_VENV) --python $(PY)
+
+patches-jax-check: jax-patched-venv
+	@mkdir -p $(JAXPATCH_OUT)
+	XLA_HARNESS_JAX_VARIANT=stock XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/jaxpatch
+	XLA_HARNESS_JAX_VARIANT=patched XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz PYTHONPATH=$(CURDIR) \
+	  $(JAX_PATCHED_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/jaxpatch
+
+test: patches-jax-check
+bench: jax-patched-venv
