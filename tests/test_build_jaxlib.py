@@ -107,6 +107,8 @@ def world(tmp_path, monkeypatch):
     sha = hashlib.sha256(tarball.read_bytes()).hexdigest()
 
     jax = tmp_path / "jax-repo"
+    for patch in sorted((ROOT / "patches/jax").glob("*.patch")):  # sources the jax series applies to
+        preimage_tree(patch.read_text(), jax)
     (jax / "third_party/xla").mkdir(parents=True)
     (jax / "build").mkdir()
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
