@@ -19,6 +19,7 @@ SUBCOMMANDS = (
     "harness.commands.stress",
     "harness.commands.report",
     "harness.commands.compare",
+    "harness.commands.merge",
     "harness.commands.scan",
     "harness.commands.patches_check",
     "harness.commands.pr",

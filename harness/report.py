@@ -73,11 +73,38 @@ def summarize(blocks: list[dict], env: dict | None = None, order: list[str] | No
     return Table([rows[lab] for lab in labels], sorted(seeds), env)
 
 
+def _labels(spec: dict) -> list[str]:
+    return [f"{m}/remat={'on' if r else 'off'}/{spec.get('dtype')}"
+            for m in spec.get("modes", []) for r in spec.get("remats", [])]
+
+
+def find_gaps(path: Path, loaded) -> list[str]:
+    """Configurations and seeds the file's own spec asked for but whose steps it lacks
+    (a process that died, or a run that is still going)."""
+    if loaded.header is None:
+        return [f"{path.name}: no header line"]
+    spec = loaded.header.get("spec", {})
+    have: dict[tuple[str, int], set[int]] = {}
+    for b in loaded.blocks:
+        have.setdefault((b["label"], b["seed"]), set()).update(s["step"] for s in b["steps"])
+    gaps = []
+    steps = int(spec.get("steps", 0))
+    for label in _labels(spec):
+        for seed in spec.get("seeds", []):
+            got = have.get((label, seed), set())
+            if len(got) < steps:
+                missing = sorted(set(range(steps)) - got)
+                gaps.append(f"{path.name}: {label} seed {seed}: {len(got)}/{steps} steps "
+                            f"(missing from step {missing[0]})")
+    return gaps
+
+
 def load_table(folders: list[Path]) -> Table:
-    """Read every results file in the given folders into one table."""
+    """Read every results file in the given folders into one table (with gaps)."""
     blocks: list[dict] = []
     env = None
     order: list[str] = []
+    gaps: list[str] = []
     for folder in folders:
         folder = Path(folder)
         if not folder.is_dir():
@@ -89,14 +116,14 @@ def load_table(folders: list[Path]) -> Table:
             loaded = results.load(f)
             if loaded.header is not None:
                 env = env or loaded.header.get("env")
-                spec = loaded.header.get("spec", {})
-                for m in spec.get("modes", []):
-                    for r in spec.get("remats", []):
-                        lab = f"{m}/remat={'on' if r else 'off'}/{spec.get('dtype')}"
-                        if lab not in order:
-                            order.append(lab)
+                for lab in _labels(loaded.header.get("spec", {})):
+                    if lab not in order:
+                        order.append(lab)
+            gaps.extend(find_gaps(f, loaded))
             blocks.extend(loaded.blocks)
-    return summarize(blocks, env, order)
+    table = summarize(blocks, env, order)
+    table.gaps = gaps
+    return table
 
 
 def _fmt_ci(r: stats.Rate) -> str:

@@ -576,8 +576,9 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                 state = _initial_state(prog, out, seed, start, spec)
                 for block in run_config(prog, seed, spec, state, should_stop):
                     store.append(block_line(block, env))
-                    save_checkpoint(_checkpoint_path(out, cfg, seed), block.end, state.params,
-                                    state.opt_state)
+                    if jax.process_count() == 1:  # sharded state is not addressable from one host
+                        save_checkpoint(_checkpoint_path(out, cfg, seed), block.end, state.params,
+                                        state.opt_state)
                     nonfinite += block.nonfinite
                     bar.update(block, nonfinite, block.end == spec.steps)
             if should_stop():
@@ -592,7 +593,8 @@ def _initial_state(prog: Program, out: Path, seed: int, start: int, spec: Stress
     state = RunState(0, params, opt_state)
     if start == 0:
         return state
-    ck = load_checkpoint(_checkpoint_path(out, prog.cfg, seed), (params, opt_state))
+    ck = load_checkpoint(_checkpoint_path(out, prog.cfg, seed), (params, opt_state)) \
+        if jax.process_count() == 1 else None
     if ck is not None and ck[0] <= start:
         state.next_step, (state.params, state.opt_state) = ck[0], ck[1]
     # Replay steps the checkpoint does not cover (deterministic: same seed, same steps).

@@ -107,6 +107,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on-nonfinite", action="store_true",
                    help="exit 1 when any step was non-finite (default: exit 0, the table is the result)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    g = p.add_argument_group("multi-host (jax.distributed)")
+    g.add_argument("--distributed", action="store_true",
+                   help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (process 0's host)")
+    g.add_argument("--num-processes", type=_positive, help="number of processes")
+    g.add_argument("--process-id", type=int, help="this process's index")
+    g.add_argument("--init-timeout", type=_positive, default=300, metavar="S",
+                   help="seconds to wait for the coordinator (default 300)")
 
 
 def ensure_host_devices(n: int) -> None:
@@ -160,18 +168,81 @@ def spec_from_args(args):
         batch=args.batch)
 
 
+def wait_for_coordinator(address: str, timeout: float) -> None:
+    """Poll HOST:PORT until it accepts a TCP connection. jax's client aborts the whole process
+    when the coordinator is unreachable, so non-zero processes check first and fail cleanly."""
+    import socket
+    import time
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise HarnessError(f"--coordinator must be HOST:PORT, got {address!r}")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise HarnessError(f"coordinator {address} did not come up within {timeout:g} s; start "
+                                   "process 0 first, or check the address") from None
+            time.sleep(0.5)  # polling a socket, not timing anything
+
+
+def init_distributed(args) -> int:
+    """jax.distributed.initialize from flags or the environment; returns the process count."""
+    explicit = args.coordinator or args.num_processes or args.process_id is not None
+    if not (explicit or args.distributed):
+        return 1
+    if explicit and not (args.coordinator and args.num_processes and args.process_id is not None):
+        raise HarnessError("--coordinator, --num-processes and --process-id go together")
+    if explicit and not 0 <= args.process_id < args.num_processes:
+        raise HarnessError(f"--process-id must be in [0, {args.num_processes})")
+    import jax
+
+    try:  # CPU collectives across processes (no effect on TPU/GPU)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except (AttributeError, ValueError):
+        pass
+    kwargs = {"initialization_timeout": args.init_timeout}
+    if explicit and args.process_id != 0:
+        wait_for_coordinator(args.coordinator, args.init_timeout)
+    if explicit:
+        kwargs.update(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                      process_id=args.process_id)
+    try:
+        jax.distributed.initialize(**kwargs)
+    except Exception as exc:  # jax raises several types here; all mean "not connected"
+        where = args.coordinator or "the coordinator from the environment"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HarnessError(f"jax.distributed could not connect to {where} within {args.init_timeout} s "
+                           f"({first[:160]})") from None
+    return jax.process_count()
+
+
 def run(args) -> int:
-    ensure_host_devices(args.devices)
+    nproc = args.num_processes or 1
+    if args.devices % nproc:
+        raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
+    ensure_host_devices(args.devices // nproc)
     from harness import report
     from harness.stress import run_matrix
 
     spec = spec_from_args(args)
+    count = init_distributed(args)
+    import jax
+
+    name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
     stop = StopFlag()
     stop.install()
     try:
-        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, progress=not args.quiet)
+        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop,
+                          progress=not args.quiet, results_name=name)
     finally:
         stop.restore()
+    if count > 1 and jax.process_index() != 0:
+        print(f"process {jax.process_index()}: results in {path}; process 0 prints the merged table")
+        return 128 + stop.signum if stop.signum is not None else 0
     table = report.load_table([path.parent])
     print(report.dumps(table) if args.json else report.format_table(table))
     if args.plot:
