@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "harness.commands.patches_check",
     "harness.commands.pr",
     "harness.commands.gradcheck",
+    "harness.commands.bisect_passes",
 )
 
 

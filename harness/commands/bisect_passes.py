@@ -1,0 +1,95 @@
+"""xla-harness bisect-passes: which compiler passes must be disabled for the failure to go?"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+NAME = "bisect-passes"
+HELP = "delta-debug over --xla_disable_hlo_passes to a minimal set whose disabling removes the failure"
+DESCRIPTION = """\
+List the passes the compiler runs on the program (a real pass dump), then shrink the set
+of disabled passes (delta debugging) to a 1-minimal one that removes the failure.
+
+Oracles:
+  --oracle stress  the configuration produces non-finite updates (rate > 0). A baseline
+                   run measures the rate p; each probe then runs runs_needed(p, 0.95) steps
+                   (if the failure were still there, zero failures in that many steps has
+                   probability <= 5%) and stops at the first non-finite step.
+  --oracle hlo     a property of the compiled HLO (--property multi-op-fusion,
+                   scatter-root-fusion or regex:<pattern>): deterministic, one compile per probe.
+
+Each probe runs in a fresh process with the disabled set as a compile option (the result
+prints the equivalent XLA_FLAGS / LIBTPU_INIT_ARGS flag); a compiler crash under a set
+counts as "failure not removed". Probes are logged to OUT/bisect.jsonl; --resume reuses them.
+Exit 0 with the minimal set; 2 if the configuration does not fail or the input is bad.
+"""
+
+
+def add_arguments(p) -> None:
+    from harness.commands.stress import add_model_arguments
+
+    p.add_argument("--oracle", choices=["stress", "hlo"], default="stress")
+    p.add_argument("--property", default="scatter-root-fusion", help="HLO property for --oracle hlo")
+    p.add_argument("--program", choices=["tied-embedding", "small"], default="tied-embedding",
+                   help="program to compile (small: a tiny elementwise+dot function, for checks)")
+    p.add_argument("--mode", default="full")
+    p.add_argument("--remat", choices=["on", "off"], default="on")
+    p.add_argument("--dtype", default="f32")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--baseline-steps", type=int, default=200, help="steps of the baseline run (stress)")
+    p.add_argument("--inject-pass", metavar="PASS", help="plant faults while PASS is enabled (test oracle)")
+    p.add_argument("--inject-rate", type=float, default=0.3, help="rate of --inject-pass faults")
+    p.add_argument("--passes", help="comma-separated candidate passes (default: all from the pass dump)")
+    p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
+    p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
+    p.add_argument("--quiet", action="store_true")
+    add_model_arguments(p)
+
+
+def run(args) -> int:
+    from harness import bisect
+    from harness.stress import StressSpec
+
+    spec = StressSpec(modes=(args.mode,), remats=(args.remat == "on",), seeds=(args.seed,), steps=1,
+                      dtype=args.dtype, vocab=args.vocab, d_model=args.d_model, layers=args.layers,
+                      heads=args.heads, seq=args.seq, batch=args.batch)
+    task = {"program": args.program, "oracle": args.oracle, "property": args.property, "seed": args.seed,
+            "spec": spec.to_dict()}
+    if args.oracle == "hlo":
+        bisect.count_property("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n", args.property)
+    if args.inject_pass:
+        if args.oracle != "stress":
+            raise HarnessError("--inject-pass goes with --oracle stress")
+        task["inject"] = [args.inject_pass, args.inject_rate]
+    log = bisect.ProbeLog(args.out / "bisect.jsonl", args.resume)
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(line + "\n")
+
+    oracle = bisect.SubprocessOracle(task)
+    say("listing passes (pass dump of the program on this backend)...")
+    passes = oracle.passes()
+    if args.passes:
+        wanted = [q.strip() for q in args.passes.split(",") if q.strip()]
+        unknown = [q for q in wanted if q not in passes]
+        if unknown:
+            raise HarnessError(f"pass {unknown[0]!r} does not change this program (not in its pass dump)")
+        passes = wanted
+    say(f"{len(passes)} candidate passes")
+    baseline, per_probe = "", None
+    if args.oracle == "stress":
+        k, n = oracle.baseline(args.baseline_steps)
+        per_probe = bisect.steps_for_rate(k, n)  # raises when the configuration does not fail
+        baseline = f"{k}/{n} non-finite steps with all passes enabled"
+        say(f"baseline: {baseline}; each probe runs up to {per_probe} steps (95% confidence)")
+        oracle.task["steps"] = per_probe
+        log.record("baseline", nonfinite=k, steps=n, steps_per_probe=per_probe)
+    result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe)
+    print(f"minimal set of passes whose disabling removes the failure: {', '.join(result.minimal)}")
+    print(f"reproduce with XLA_FLAGS={result.flag()}  (on TPU: LIBTPU_INIT_ARGS={result.flag()})")
+    print(f"{result.probes} new probe(s)" + (f", up to {per_probe} steps each; {baseline}" if per_probe else ""))
+    return 0

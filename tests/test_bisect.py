@@ -1,0 +1,78 @@
+"""bisect-passes with a real compiler oracle (a property of the compiled HLO) and a
+stochastic oracle (faults injected while a given pass is enabled)."""
+
+import json
+
+from harness import bisect
+from harness.cli import main
+
+from .helpers import TINY_ARGS
+
+
+def test_ddmin_finds_a_one_minimal_set():
+    needed = {"b", "e"}
+    calls = []
+
+    def removes(disabled):
+        calls.append(disabled)
+        return needed <= disabled
+
+    assert sorted(bisect.ddmin(list("abcdefgh"), removes)) == ["b", "e"]
+    assert len(set(calls)) < 30  # distinct probes (the log answers repeats)
+
+
+def test_passes_from_dump_names():
+    names = ["module_0001.jit_f.0003.simplification.after_algsimp.before_cse.txt",
+             "module_0001.jit_f.0004.simplification.after_cse.before_pipeline-end.txt",
+             "module_0001.jit_f.cpu_after_optimizations.txt"]
+    assert bisect.passes_from_dump(names) == ["algsimp", "cse"]
+
+
+def test_hlo_oracle_finds_the_pass_that_creates_the_property(tmp_path, capsys):
+    out = tmp_path / "b"
+    rc = main(["bisect-passes", "--oracle", "hlo", "--property", "multi-op-fusion", "--program", "small",
+               "--out", str(out), "--quiet"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    minimal = text.split("removes the failure: ")[1].splitlines()[0].split(", ")
+    # Check the answer with the real compiler, independently of the bisection's own probes.
+    oracle = bisect.SubprocessOracle({"program": "small", "oracle": "hlo", "property": "multi-op-fusion"})
+    assert not oracle(frozenset(minimal)).failing  # disabling the set removes the property
+    assert oracle(frozenset()).failing  # the stock compile has it
+    for p in minimal:  # 1-minimal: each pass of the set is needed
+        assert oracle(frozenset(minimal) - {p}).failing
+    assert f"XLA_FLAGS=--xla_disable_hlo_passes={','.join(minimal)}" in text
+    # Resume: every probe comes from the log.
+    assert main(["bisect-passes", "--oracle", "hlo", "--property", "multi-op-fusion", "--program", "small",
+                 "--out", str(out), "--resume", "--quiet"]) == 0
+    assert "0 new probe(s)" in capsys.readouterr().out
+    kinds = [json.loads(x)["kind"] for x in (out / "bisect.jsonl").read_text().splitlines()]
+    assert kinds.count("result") == 2 and "probe" in kinds
+
+
+def test_stochastic_oracle_with_statistical_stopping(tmp_path, capsys):
+    passes = "batched_gather_scatter_normalizer,algsimp,zero_sized_hlo_elimination,simplification,cse,fusion"
+    rc = main(["bisect-passes", "--oracle", "stress", "--inject-pass", "algsimp", "--inject-rate", "0.3",
+               "--baseline-steps", "60", "--passes", passes, "--out", str(tmp_path / "s"), *TINY_ARGS])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "removes the failure: algsimp\n" in captured.out
+    # baseline k/60 -> runs_needed(k/60, 0.95) steps per probe, and it says so.
+    base = [json.loads(x) for x in (tmp_path / "s" / "bisect.jsonl").read_text().splitlines()
+            if json.loads(x)["kind"] == "baseline"][0]
+    from harness import stats
+
+    assert base["steps_per_probe"] == stats.runs_needed(base["nonfinite"] / base["steps"], 0.95)
+    assert f"each probe runs up to {base['steps_per_probe']} steps (95% confidence)" in captured.err
+
+
+def test_config_that_does_not_fail(tmp_path, capsys):
+    rc = main(["bisect-passes", "--oracle", "stress", "--baseline-steps", "5", "--out", str(tmp_path / "n"),
+               "--quiet", *TINY_ARGS])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().endswith("the configuration does not fail: 0 non-finite steps in 5")
+
+
+def test_bad_input(tmp_path, capsys):
+    assert main(["bisect-passes", "--oracle", "hlo", "--property", "weird", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown property 'weird'" in capsys.readouterr().err
