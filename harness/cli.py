@@ -25,6 +25,7 @@ SUBCOMMANDS = (
     "harness.commands.pr",
     "harness.commands.gradcheck",
     "harness.commands.bisect_passes",
+    "harness.commands.bundle",
 )
 
 

@@ -177,6 +177,21 @@ ENTRY %e (p: f32[4]) -> f32[4] {{
     assert mod.input_output_alias.startswith("{ {0}: (0")
 
 
+def test_tuple_element_operands_are_traced():
+    """Newer XLA prints `%t#1` for element 1 of a tuple value instead of a get-tuple-element."""
+    text = (HLO / "multi_output_scatter_index1.hlo").read_text()
+    text = text.replace("ROOT %fusion = (f32[8,32]{1,0}, f32[64,32]{1,0}) fusion(f32[8,32]{1,0} %upd, f32[64,32]{1,0} %w",
+                        "%t = (f32[8,32]{1,0}, f32[64,32]{1,0}) tuple(f32[8,32]{1,0} %upd, f32[64,32]{1,0} %w)\n"
+                        "  ROOT %fusion = (f32[8,32]{1,0}, f32[64,32]{1,0}) fusion(f32[8,32]{1,0} %t#0, f32[64,32]{1,0} %t#1")
+    fused = "  %p1 = f32[64,32]{1,0} parameter(1)\n"
+    text = text.replace(fused, "  %pt = (f32[64,32]{1,0}, f32[1]{0}) parameter(1)\n")
+    text = text.replace("scatter(f32[64,32]{1,0} %p1,", "scatter(f32[64,32]{1,0} %pt#0,")
+    text = text.replace("(p0: f32[8,32], p1: f32[64,32], p2: s32[8,1])", "(p0: f32[8,32], pt: (f32[64,32], f32[1]), p2: s32[8,1])")
+    mod = parse_module(text, "hash")
+    pairs = alias.fusion_in_place_pairs(mod, mod.entry.by_name["fusion"], "stock")
+    assert pairs == [alias.InPlacePair(1, (0,), (1,), ())]
+
+
 def test_parse_real_jax_output(tmp_path):
     def f(w, idx, h):
         return w.T.at[:, idx].add(1.0), h @ w

@@ -126,7 +126,8 @@ def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
 
 
 def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
-    operand = comp.by_name[ins.operands[0]].shape
+    src, k = comp.operand(ins.operands[0])
+    operand = src.shape.subshape(k)
     if ins.opcode == "transpose":
         return transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
     if ins.opcode == "reshape":
@@ -152,15 +153,17 @@ def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], policy:
             path: list[str]) -> tuple[Instruction, tuple[int, ...]]:
     """Tuple indirections, then no-op indirections (as upstream's follow_indirections)."""
     while ins.opcode == "tuple" and index:
-        ins, index = comp.by_name[ins.operands[index[0]]], index[1:]
+        (ins, k), index = comp.operand(ins.operands[index[0]]), index[1:]
+        index = k + index
         path.append("tuple")
     while ins.opcode == "get-tuple-element":
         index = (int(ins.attrs.get("index", "0")),) + index
         path.append("get-tuple-element")
-        ins = comp.by_name[ins.operands[0]]
+        ins, k = comp.operand(ins.operands[0])
+        index = k + index
     while not index and is_noop(ins, comp, policy):
         path.append(ins.opcode)
-        ins = comp.by_name[ins.operands[0]]
+        ins, index = comp.operand(ins.operands[0])
     return ins, index
 
 
@@ -201,13 +204,14 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str) -
             if out_index != src_index:
                 continue
             path: list[str] = []
-            inp, inp_index = _follow(comp, comp.by_name[src.operands[op_num]], op_index, policy, path)
+            first, k = comp.operand(src.operands[op_num])
+            inp, inp_index = _follow(comp, first, k + op_index, policy, path)
             if inp.opcode == "fusion":  # peephole through a nested fusion's own aliasing
                 for n_op, n_op_index, n_out in in_place_pairs(module, inp, policy):
                     if n_out == inp_index:
                         path.append("fusion")
-                        inp, inp_index = _follow(comp, comp.by_name[inp.operands[n_op]], n_op_index,
-                                                 policy, path)
+                        nxt, k = comp.operand(inp.operands[n_op])
+                        inp, inp_index = _follow(comp, nxt, k + n_op_index, policy, path)
                         break
             found = (inp, inp_index, path)
         if found is not None and found[0].opcode == "parameter":

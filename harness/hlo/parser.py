@@ -229,12 +229,18 @@ class Computation:
                 return ins
         return None
 
+    def operand(self, ref: str) -> tuple[Instruction, tuple[int, ...]]:
+        """The instruction an operand reference names, and the tuple index of ``name#k``
+        (newer XLA prints tuple elements this way instead of a get-tuple-element)."""
+        base, sep, k = ref.partition("#")
+        return self.by_name[base], ((int(k),) if sep else ())
+
     def users(self, name: str) -> list[Instruction]:
         """Instructions using ``name`` as an operand (index built on first use)."""
         if self._users is None:
             index: dict[str, list[Instruction]] = {}
             for ins in self.instructions:
-                for op in dict.fromkeys(ins.operands):
+                for op in dict.fromkeys(o.partition("#")[0] for o in ins.operands):
                     index.setdefault(op, []).append(ins)
             self._users = index
         return self._users.get(name, [])
@@ -457,7 +463,7 @@ def _finish(name: str, comps: list[Computation], io_alias: str, filename: str, l
     for c in comps:
         for ins in c.instructions:
             for op in ins.operands:
-                if op not in c.by_name:
+                if op not in c.by_name and op.partition("#")[0] not in c.by_name:
                     raise HloParseError(f"{filename}:{ins.line}: {ins.name} uses undefined operand {op!r}")
             for callee in ins.called:
                 if callee not in mod.by_name:

@@ -67,7 +67,7 @@ def _context(module: HloModule, caller: Computation, fusion: Instruction, parame
     if parameter >= len(fusion.operands):
         return "", [], False
     source = fusion.operands[parameter]
-    users = [u for u in caller.users(source) if u.name != fusion.name]
+    users = [u for u in caller.users(source.partition("#")[0]) if u.name != fusion.name]
     dense = any(_contains_dense(module, u) for u in users)
     return source, [f"{u.name} ({u.opcode})" for u in users], dense
 
