@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from harness.commands.report import add_arguments, show  # noqa: F401  (same arguments as report)
 
 NAME = "merge"
 HELP = "merge stress results folders (hosts, processes, runs) into one table and report gaps"
@@ -14,17 +14,5 @@ e.g. a process that died) are listed under the table. Exit 1 when there are gaps
 """
 
 
-def add_arguments(p) -> None:
-    p.add_argument("folders", nargs="+", type=Path, metavar="DIR")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
-
-
 def run(args) -> int:
-    from harness import report
-
-    table = report.load_table(args.folders)
-    print(report.dumps(table) if args.json else report.format_table(table))
-    if args.plot:
-        report.plot(table, args.plot)
-    return 1 if table.gaps else 0
+    return 1 if show(args).gaps else 0

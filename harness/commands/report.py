@@ -8,7 +8,8 @@ NAME = "report"
 HELP = "print the non-finite table of stress results folders"
 DESCRIPTION = """\
 Read OUT/stress*.jsonl from each folder and print the per-configuration table
-(per-seed k/n, total, rate, Wilson 95% interval). Several folders are combined.
+(per-seed k/n, total, rate, Wilson 95% interval). Several folders are combined;
+configurations or seeds with missing steps are listed as gaps.
 """
 
 
@@ -18,11 +19,17 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
 
 
-def run(args) -> int:
+def show(args):
+    """Print (and plot) the table of args.folders; returns it."""
     from harness import report
 
     table = report.load_table(args.folders)
     print(report.dumps(table) if args.json else report.format_table(table))
     if args.plot:
         report.plot(table, args.plot)
+    return table
+
+
+def run(args) -> int:
+    show(args)
     return 0

@@ -223,12 +223,6 @@ class Computation:
                 return ins
         return self.instructions[-1]
 
-    def parameter(self, number: int) -> Instruction | None:
-        for ins in self.instructions:
-            if ins.opcode == "parameter" and ins.parameter_number == number:
-                return ins
-        return None
-
     def operand(self, ref: str) -> tuple[Instruction, tuple[int, ...]]:
         """The instruction an operand reference names, and the tuple index of ``name#k``
         (newer XLA prints tuple elements this way instead of a get-tuple-element)."""
