@@ -16,3 +16,8 @@ patches-jax-check: jax-patched-venv
 
 test: patches-jax-check
 bench: jax-patched-venv
+
+# Gradient checks: stock jax by default; MASKING=1 runs them in .venv-jax-patched with the flag on.
+.PHONY: gradcheck
+gradcheck: setup $(if $(MASKING),jax-patched-venv)
+	$(if $(MASKING),PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python,$(PY)) -m harness.cli gradcheck $(if $(MASKING),--masking) $(ARGS)
