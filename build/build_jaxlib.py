@@ -61,14 +61,42 @@ MIN_FREE_GB = 40  # a jaxlib build with its bazel caches; CUDA needs more (see -
 
 _COMMIT = re.compile(r'^\s*XLA_COMMIT\s*=\s*"([0-9a-f]{7,40})"', re.M)
 _SHA = re.compile(r'^\s*XLA_SHA256\s*=\s*"([0-9a-f]{64})"', re.M)
+# jax before third_party/xla/workspace.bzl (<= 0.4.13): an http_archive named "xla" in WORKSPACE
+# with the sha256 and strip_prefix = "xla-<commit>" written inline.
+_INLINE = re.compile(r'name\s*=\s*"xla"(?P<body>[^)]*)\)', re.S)
+_INLINE_SHA = re.compile(r'sha256\s*=\s*"([0-9a-f]{64})"')
+_INLINE_COMMIT = re.compile(r'strip_prefix\s*=\s*"xla-([0-9a-f]{7,40})"')
+# Where jax has kept the XLA pin, newest layout first.
+PIN_FILES = ("third_party/xla/revision.bzl", "third_party/xla/workspace.bzl", "WORKSPACE")
 
 
 def parse_xla_pin(text: str, name: str = "revision.bzl") -> tuple[str, str]:
-    """(XLA_COMMIT, XLA_SHA256) from jax's revision.bzl or an older workspace.bzl."""
+    """(XLA commit, XLA sha256) from jax's revision.bzl, an older workspace.bzl (both with
+    XLA_COMMIT/XLA_SHA256 assignments) or the oldest layout, an inline http_archive in WORKSPACE."""
     c, s = _COMMIT.search(text), _SHA.search(text)
-    if not c or not s:
-        raise HarnessError(f"{name}: no XLA_COMMIT/XLA_SHA256 assignments found")
-    return c.group(1), s.group(1)
+    if c and s:
+        return c.group(1), s.group(1)
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    m = _INLINE.search(code)
+    if m:
+        ic, isha = _INLINE_COMMIT.search(m.group("body")), _INLINE_SHA.search(m.group("body"))
+        if ic and isha:
+            return ic.group(1), isha.group(1)
+    raise HarnessError(f"{name}: no XLA_COMMIT/XLA_SHA256 assignments found")
+
+
+def find_xla_pin(jax_src: Path, tag: str) -> tuple[str, str, str]:
+    """(commit, sha256, file) from the first pin file of ``jax_src`` that carries the pin."""
+    for rel in PIN_FILES:
+        f = jax_src / rel
+        if not f.is_file():
+            continue
+        try:
+            commit, sha = parse_xla_pin(f.read_text(encoding="utf-8"), f"{tag}:{rel}")
+        except HarnessError:
+            continue  # e.g. workspace.bzl that only load()s revision.bzl
+        return commit, sha, rel
+    raise HarnessError(f"resolve: {tag} pins no XLA commit in any of {', '.join(PIN_FILES)}")
 
 
 def jax_tag(version: str) -> str:
@@ -95,9 +123,11 @@ def build_argv(python: str, xla_tree: Path, python_version: str, bazel: str, wor
     return argv
 
 
-def bazel_test_argv(bazel: str, targets: list[str], work: Path) -> list[str]:
+def bazel_test_argv(bazel: str, targets: list[str], work: Path, python_version: str) -> list[str]:
+    """bazel test in the XLA tree, sharing the build's caches and hermetic Python version."""
     return [bazel, "test", f"--disk_cache={work / 'bazel-disk-cache'}",
-            f"--repository_cache={work / 'bazel-repo-cache'}", "--test_output=errors", *targets]
+            f"--repository_cache={work / 'bazel-repo-cache'}",
+            f"--repo_env=HERMETIC_PYTHON_VERSION={python_version}", "--test_output=errors", *targets]
 
 
 def sha256_file(path: Path) -> str:
@@ -121,7 +151,7 @@ class Ctx:
     jax_version: str
     series: str = "default"
     cuda: bool = False
-    cuda_major: str = "13"
+    cuda_major: str = "12"
     python: str = sys.executable
     jax_repo: str = JAX_REPO
     xla_url: str = XLA_TARBALL
@@ -156,6 +186,9 @@ class Runner:
     def __call__(self, argv: list[str], cwd: Path | None, stage: str, env: dict | None = None,
                  what: str = "") -> None:
         shown = " ".join(_quote(a) for a in argv)
+        env = env or {}
+        if env:
+            shown = "env " + " ".join(f"{k}={_quote(v)}" if v else f"-u {k}" for k, v in env.items()) + " " + shown
         if self.ctx.dry_run:
             print(f"  [{stage}] (cd {cwd or '.'} && {shown})")
             return
@@ -165,8 +198,10 @@ class Runner:
             fh.write(f"$ (cd {cwd} && {shown})\n")
             fh.flush()
             try:
-                res = subprocess.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                full = {**os.environ, **env}
+                for k in [k for k, v in env.items() if not v]:  # an empty value means: unset it
+                    full.pop(k)
+                res = subprocess.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=full)
             except FileNotFoundError:
                 raise HarnessError(f"{stage}: {argv[0]} not found") from None
         if res.returncode != 0:
@@ -193,8 +228,8 @@ def stage_resolve(ctx: Ctx, run: Runner) -> dict:
     src = ctx.work / "src" / ctx.tag
     if ctx.dry_run:
         run(["git", "clone", "--depth", "1", "--branch", ctx.tag, ctx.jax_repo, str(src)], None, "resolve")
-        print(f"  [resolve] read XLA_COMMIT, XLA_SHA256 from {src}/third_party/xla/revision.bzl "
-              "(or workspace.bzl)")
+        print(f"  [resolve] read the XLA commit and sha256 from the first of {', '.join(PIN_FILES)} "
+              f"in {src} that pins one")
         return {}
     if not (src / ".git").exists():
         partial = src.with_name(src.name + ".partial")
@@ -203,14 +238,8 @@ def stage_resolve(ctx: Ctx, run: Runner) -> dict:
         run(["git", "clone", "-q", "--depth", "1", "--branch", ctx.tag, ctx.jax_repo, str(partial)], None,
             "resolve", what=f"git clone of {ctx.jax_repo} at {ctx.tag} (no network, or no such tag?)")
         partial.rename(src)
-    for name in ("revision.bzl", "workspace.bzl"):
-        f = src / "third_party" / "xla" / name
-        if f.is_file():
-            text = f.read_text(encoding="utf-8")
-            if _COMMIT.search(text):
-                commit, sha = parse_xla_pin(text, f"{ctx.tag}:third_party/xla/{name}")
-                return {"jax_src": str(src), "xla_commit": commit, "xla_sha256": sha}
-    raise HarnessError(f"resolve: {ctx.tag} has no third_party/xla/revision.bzl or workspace.bzl with an XLA pin")
+    commit, sha, rel = find_xla_pin(src, ctx.tag)
+    return {"jax_src": str(src), "xla_commit": commit, "xla_sha256": sha, "pin_file": rel}
 
 
 def stage_fetch(ctx: Ctx, run: Runner) -> dict:
@@ -253,6 +282,13 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
+# What building in a prepared tree leaves behind, so that it does not count as a local change:
+# our marker, Bazel's convenience symlinks, the bazelrc files jax's build.py and XLA's
+# configure.py write, and what an in-tree `pip install` of the jax tree creates.
+BUILD_OUTPUTS = (".xla-harness-prepared", "/bazel-*", "/.jax_configure.bazelrc", "/xla_configure.bazelrc",
+                 "/build/lib/", "/build/bdist.*/", "*.egg-info/", "__pycache__/")
+
+
 def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> None:
     """A clean copy of ``base`` at ``tree`` with ``patches`` applied in order (git apply).
     An existing tree is reused only if it is clean (no changes since the series was applied)."""
@@ -285,12 +321,11 @@ def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> Non
         _git(["add", "-A"], partial)
         _git(["-c", "user.email=build@xla-harness.invalid", "-c", "user.name=xla-harness", "commit", "-qm",
               "series applied"], partial)
-    (partial / ".xla-harness-prepared").write_text(label)
-    _git(["update-index", "--assume-unchanged", ".xla-harness-prepared"], partial)
     info = partial / ".git" / "info" / "exclude"
     info.parent.mkdir(parents=True, exist_ok=True)
     with open(info, "a") as fh:
-        fh.write(".xla-harness-prepared\n")
+        fh.write("".join(f"{pat}\n" for pat in BUILD_OUTPUTS))
+    (partial / ".xla-harness-prepared").write_text(label)
     shutil.rmtree(tree, ignore_errors=True)
     partial.rename(tree)
 
@@ -315,6 +350,7 @@ def stage_prepare(ctx: Ctx, run: Runner) -> dict:
 
 
 def find_bazelisk() -> list[str] | None:
+    """bazelisk (or a bazel that is bazelisk) on PATH, else `npx @bazel/bazelisk`, else None."""
     for name in ("bazelisk", "bazel"):
         p = shutil.which(name)
         if p:
@@ -324,24 +360,37 @@ def find_bazelisk() -> list[str] | None:
     return None
 
 
+NO_BAZELISK = ("bazelisk not found on PATH and npx is missing; install it with "
+               "'npm install -g @bazel/bazelisk' or put a bazelisk binary on PATH")
+
+
+def bazel_version_of(tree: Path) -> str:
+    """The Bazel version a source tree pins in .bazelversion ('' when it pins none)."""
+    f = tree / ".bazelversion"
+    return f.read_text(encoding="utf-8").strip() if f.is_file() else ""
+
+
 def stage_bazel(ctx: Ctx, run: Runner) -> dict:
     cmd = find_bazelisk()
     if cmd is None:
-        raise HarnessError("bazel: bazelisk not found on PATH and npx is missing; install it with "
-                           "'npm install -g @bazel/bazelisk' (or put bazelisk on PATH)")
+        raise HarnessError(f"bazel: {NO_BAZELISK}")
     jax_tree = Path(ctx.out("jax_tree", "<jax tree>"))
-    version_file = jax_tree / ".bazelversion"
-    version = version_file.read_text().strip() if version_file.is_file() else ""
+    version = bazel_version_of(jax_tree) if not ctx.dry_run else f"<{jax_tree}/.bazelversion>"
     wrapper = ctx.work / "bin" / "bazelisk"
+    # The wrapper does not pin a version itself: each stage sets USE_BAZEL_VERSION from the
+    # .bazelversion of the tree it builds in (jax's for the wheels, XLA's own for its tests).
     if ctx.dry_run:
-        print(f"  [bazel] {' '.join(cmd)} with USE_BAZEL_VERSION from {version_file}; wrapper {wrapper}")
-        return {"bazel": str(wrapper)}
-    wrapper.parent.mkdir(parents=True, exist_ok=True)
-    pin = f"export USE_BAZEL_VERSION={version}\n" if version else ""
-    wrapper.write_text("#!/bin/sh\n" + pin + "exec " + " ".join(_quote(c) for c in cmd) + ' "$@"\n')
-    wrapper.chmod(0o755)
-    run([str(wrapper), "--version"], jax_tree, "bazel", what="bazelisk --version")
+        print(f"  [bazel] write {wrapper}: exec {' '.join(cmd)} \"$@\"")
+    else:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        wrapper.write_text("#!/bin/sh\nexec " + " ".join(_quote(c) for c in cmd) + ' "$@"\n')
+        wrapper.chmod(0o755)
+    run([str(wrapper), "--version"], jax_tree, "bazel", env={"USE_BAZEL_VERSION": version},
+        what=f"bazelisk --version (Bazel {version or 'default'})")
     return {"bazel": str(wrapper), "bazel_version": version}
+
+
+MIN_PYTHON = (3, 12)  # jax and jaxlib 0.12.0.1: Requires-Python >= 3.12
 
 
 def _python_version(python: str) -> str:
@@ -352,29 +401,87 @@ def _python_version(python: str) -> str:
         out = ""
     if not re.fullmatch(r"\d+\.\d+", out):
         raise HarnessError(f"cannot run {python} to read its version")
-    if tuple(int(x) for x in out.split(".")) < (3, 11):
-        raise HarnessError(f"{python} is Python {out}; building jaxlib {DEFAULT_JAX} needs Python >= 3.11")
+    if tuple(int(x) for x in out.split(".")) < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        raise HarnessError(f"{python} is Python {out}; building jaxlib {DEFAULT_JAX} needs Python >= {need} "
+                           "(--python to choose another interpreter)")
     return out
 
 
+def check_lock_file(jax_tree: Path, pyver: str) -> None:
+    """jax builds with a hermetic Python only for versions it has a requirements lock for."""
+    if (jax_tree / "build" / f"requirements_lock_{pyver.replace('.', '_')}.txt").is_file():
+        return
+    have = sorted(p.stem.removeprefix("requirements_lock_").replace("_", ".")
+                  for p in (jax_tree / "build").glob("requirements_lock_*.txt"))
+    raise HarnessError(f"this jax tag has no build/requirements_lock for Python {pyver}; it builds for "
+                       f"{', '.join(have) or 'no Python version'} (--python to choose another interpreter)")
+
+
 def check_free_disk(path: Path, need_gb: float) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(path).free / 2**30
+    probe = path
+    while not probe.exists():  # measure the filesystem the work dir will live on, create nothing
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free / 2**30
     if free < need_gb:
-        raise HarnessError(f"{path} has {free:.1f} GiB free; the build needs at least {need_gb:g} GiB "
+        raise HarnessError(f"{probe} has {free:.1f} GiB free; the build needs at least {need_gb:g} GiB "
                            "(--min-free-gb to change)")
+
+
+def preflight(ctx: Ctx, stages: tuple[str, ...]) -> list[str]:
+    """Checks made before any stage starts: Python, bazelisk, free disk. Returns what was
+    checked, one line each; raises HarnessError (or, in dry-run, reports) the first failure."""
+    lines = []
+    need = ctx.min_free_gb * (2 if ctx.cuda else 1)
+
+    def python() -> str:
+        return f"Python {_python_version(ctx.python)} at {ctx.python}"
+
+    def bazelisk() -> str:
+        cmd = find_bazelisk()
+        if cmd is None:
+            raise HarnessError(NO_BAZELISK)
+        return "bazelisk: " + " ".join(cmd)
+
+    def disk() -> str:
+        check_free_disk(ctx.work, need)
+        return f"free disk for {ctx.work}: >= {need:g} GiB"
+
+    checks = [python]
+    if {"bazel", "build", "test"} & set(stages):
+        checks.append(bazelisk)
+    if {"fetch", "prepare", "build"} & set(stages):
+        checks.append(disk)
+    for check in checks:
+        try:
+            lines.append(check())
+        except HarnessError as exc:
+            if not ctx.dry_run:
+                raise
+            lines.append(f"WARNING, a real run would stop here: {exc}")
+    return lines
 
 
 def stage_build(ctx: Ctx, run: Runner) -> dict:
     pyver = _python_version(ctx.python)
+    jax_tree = Path(ctx.out("jax_tree", "<jax tree>"))
     out = ctx.work / "dist" / f"{ctx.out('xla_fingerprint', 'fp')}-{'cuda' if ctx.cuda else 'cpu'}"
     argv = build_argv(ctx.python, Path(ctx.out("xla_tree", "<xla tree>")), pyver,
                       ctx.out("bazel", "<bazelisk>"), ctx.work, ctx.cuda, ctx.cuda_major, out)
+    version = ctx.out("bazel_version", "")
     if not ctx.dry_run:
+        check_lock_file(jax_tree, pyver)
         check_free_disk(ctx.work, ctx.min_free_gb * (2 if ctx.cuda else 1))
         shutil.rmtree(out, ignore_errors=True)
-    run(argv, Path(ctx.out("jax_tree", "<jax tree>")), "build", what="jax build/build.py")
+    run(argv, jax_tree, "build", env={"USE_BAZEL_VERSION": version}, what="jax build/build.py")
+    if not ctx.dry_run and not list(out.glob("*.whl")):
+        raise HarnessError(f"build: jax build/build.py succeeded but wrote no wheel to {out}; see {ctx.log('build')}")
     return {"dist": str(out)}
+
+
+# jax's own runtime requirements, read from the installed patched jax (jaxlib is already there).
+_JAX_DEPS = ("import importlib.metadata as m; print('\\n'.join(r for r in m.requires('jax') or [] "
+             "if 'extra ==' not in r and not r.startswith('jaxlib')))")
 
 
 def stage_install(ctx: Ctx, run: Runner) -> dict:
@@ -386,10 +493,22 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
     partial = venv.with_name(venv.name + ".partial")
     if not ctx.dry_run:
         shutil.rmtree(partial, ignore_errors=True)
+    py = str(partial / "bin" / "python")
     run([ctx.python, "-m", "venv", str(partial)], REPO, "install")
-    pip = [str(partial / "bin" / "python"), "-m", "pip", "install", "-q"]
+    pip = [py, "-m", "pip", "install", "-q"]
     run([*pip, *wheels], REPO, "install", what="pip install of the built wheels")
+    # --no-deps: the self-built jaxlib is a dev version that the pin's `jaxlib<=X` does not admit.
     run([*pip, "--no-deps", ctx.out("jax_tree", "<jax tree>")], REPO, "install", what="pip install of patched jax")
+    reqs = ctx.work / "logs" / "jax-requirements.txt"
+    if ctx.dry_run:
+        print(f"  [install] {py} -c <list jax's requirements without jaxlib> > {reqs}")
+    else:
+        res = subprocess.run([py, "-c", _JAX_DEPS], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise HarnessError(f"install: cannot read the patched jax's requirements: {res.stderr.strip()[-200:]}")
+        reqs.parent.mkdir(parents=True, exist_ok=True)
+        reqs.write_text(res.stdout)
+    run([*pip, "-r", str(reqs)], REPO, "install", what="pip install of jax's requirements")
     run([*pip, "-e", f"{REPO}[dev]"], REPO, "install", what="pip install of xla-harness")
     if ctx.dry_run:
         print(f"  [install] mv {partial} {venv}")
@@ -401,12 +520,17 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
 
 def stage_test(ctx: Ctx, run: Runner) -> dict:
     series = load_series()
-    targets = sorted({t for up in series.upstreams.values() for p in up.select(ctx.series)
-                      for t in p.bazel_targets if up.name == "xla"})
+    targets = sorted({t for p in series.upstream("xla").select(ctx.series) for t in p.bazel_targets}
+                     if "xla" in series.upstreams else set())
     xla_tree = Path(ctx.out("xla_tree", "<xla tree>"))
     if targets:
-        run(bazel_test_argv(ctx.out("bazel", "<bazelisk>"), targets, ctx.work), xla_tree, "test",
-            what="bazel test " + " ".join(targets))
+        pyver = _python_version(ctx.python)
+        # XLA's own configure step (CPU: the touched targets are compiler analyses), then its
+        # tests with the Bazel version XLA pins and the shared caches.
+        run([ctx.python, "configure.py", "--backend=CPU"], xla_tree, "test", what="XLA configure.py")
+        version = bazel_version_of(xla_tree) if not ctx.dry_run else f"<{xla_tree}/.bazelversion>"
+        run(bazel_test_argv(ctx.out("bazel", "<bazelisk>"), targets, ctx.work, pyver), xla_tree, "test",
+            env={"USE_BAZEL_VERSION": version}, what="bazel test " + " ".join(targets))
     py = str(Path(ctx.out("venv", str(ctx.venv))) / "bin" / "python")
     run([py, "-m", "pytest", "-q", *ctx.harness_tests], REPO, "test", what="harness tests against .venv-patched")
     out = ctx.results / f"{ctx.series}-{'cuda' if ctx.cuda else 'cpu'}-{ctx.out('xla_fingerprint', 'fp')}"
@@ -442,6 +566,14 @@ def stage_inputs(ctx: Ctx, stage: str) -> dict:
     return base
 
 
+# Stage outputs that name paths: a stamp whose paths are gone (a deleted tree or venv) is stale.
+PATH_OUTPUTS = ("jax_src", "xla_src", "xla_tree", "jax_tree", "bazel", "dist", "venv")
+
+
+def outputs_present(outputs: dict) -> bool:
+    return all(Path(outputs[k]).exists() for k in PATH_OUTPUTS if k in outputs)
+
+
 def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[tuple[str, str]]:
     """Run stages first..last; returns (stage, 'done'|'skipped'|'planned') per stage."""
     i, j = STAGES.index(first), STAGES.index(last)
@@ -462,7 +594,7 @@ def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[t
         st = ctx.stamp(stage)
         if not redo and st.exists():
             data = json.loads(st.read_text())
-            if data.get("inputs") == inputs:
+            if data.get("inputs") == inputs and outputs_present(data.get("outputs", {})):
                 ctx.state.update(data["outputs"])
                 report.append((stage, "skipped"))
                 if ctx.dry_run:
@@ -493,7 +625,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--series", choices=["default", "experimental"], default="default",
                     help="patch series: default, or default + experimental (A/B runs)")
     ap.add_argument("--cuda", action="store_true", help="also build jax-cuda-plugin and jax-cuda-pjrt")
-    ap.add_argument("--cuda-major", default="13", help="CUDA major version of the GPU wheels (default 13)")
+    ap.add_argument("--cuda-major", default="12", choices=["12", "13"],
+                    help="CUDA major version of the GPU wheels: jax's --cuda_major_version, which selects "
+                         "--config=cuda<N> and its hermetic CUDA/cuDNN (default 12, as in jax's build.py)")
     ap.add_argument("--python", default=sys.executable, help="Python to build for and install into")
     ap.add_argument("--work-dir", type=Path,
                     default=Path(os.environ.get("XLA_HARNESS_WORK", Path.home() / ".cache" / "xla-harness")),
@@ -530,11 +664,17 @@ def main(argv: list[str] | None = None) -> int:
         if ctx.dry_run:
             print(f"plan: jax {ctx.jax_version} ({ctx.tag}), series {ctx.series}, "
                   f"{'CPU + CUDA ' + ctx.cuda_major if ctx.cuda else 'CPU'} wheels, work dir {ctx.work}")
-        else:
-            _python_version(ctx.python)
+            print("preflight:")
+        stages = STAGES[STAGES.index(args.first):STAGES.index(args.last) + 1]
+        for line in preflight(ctx, stages):
+            if ctx.dry_run:
+                print(f"  {line}")
         report = run_pipeline(ctx, args.first, args.last)
     except HarnessError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"error: {exc.filename or ''}: {exc.strerror or exc}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: the current stage left no stamp and will be redone\n")

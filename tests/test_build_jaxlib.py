@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,6 +38,23 @@ def test_parse_revision_and_workspace_variants():
     assert bj.parse_xla_pin(workspace) == (COMMIT, "b" * 64)
     with pytest.raises(HarnessError, match="no XLA_COMMIT"):
         bj.parse_xla_pin('load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
+    # The oldest layout: an inline http_archive in WORKSPACE; a commented-out one is ignored.
+    old = ('# local_repository(\n#    name = "xla",\n#    strip_prefix = "xla-ffffffff",\n# )\n'
+           f'http_archive(\n    name = "xla",\n    sha256 = "{"c" * 64}",\n    strip_prefix = "xla-{COMMIT}",\n'
+           f'    urls = ["https://github.com/openxla/xla/archive/{COMMIT}.tar.gz"],\n)\n')
+    assert bj.parse_xla_pin(old, "WORKSPACE") == (COMMIT, "c" * 64)
+    with pytest.raises(HarnessError):
+        bj.parse_xla_pin("\n".join("# " + ln for ln in old.splitlines()), "WORKSPACE")
+
+
+def test_find_pin_prefers_revision_bzl_and_skips_a_loading_workspace_bzl(tmp_path):
+    (tmp_path / "third_party/xla").mkdir(parents=True)
+    (tmp_path / "third_party/xla/workspace.bzl").write_text(
+        'load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
+    with pytest.raises(HarnessError, match="pins no XLA commit"):
+        bj.find_xla_pin(tmp_path, "jax-v9")
+    (tmp_path / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"d" * 64}"\n')
+    assert bj.find_xla_pin(tmp_path, "jax-v9") == (COMMIT, "d" * 64, "third_party/xla/revision.bzl")
 
 
 def test_plan_argv_cpu_and_cuda(tmp_path):
@@ -45,11 +63,22 @@ def test_plan_argv_cpu_and_cuda(tmp_path):
                    "--python_version=3.12", "--bazel_path=/w/bin/bazelisk",
                    "--bazel_options=--disk_cache=/w/bazel-disk-cache",
                    "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
-    cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "13", Path("/o"))
-    assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=13"
-    assert bj.bazel_test_argv("b", ["//t:x"], Path("/w"))[:2] == ["b", "test"]
+    cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
+    assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=12"
+    assert bj.bazel_test_argv("b", ["//t:x"], Path("/w"), "3.12") == [
+        "b", "test", "--disk_cache=/w/bazel-disk-cache", "--repository_cache=/w/bazel-repo-cache",
+        "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--test_output=errors", "//t:x"]
     with pytest.raises(HarnessError):
         bj.jax_tag("latest")
+
+
+def test_lock_file_check(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build/requirements_lock_3_12.txt").write_text("")
+    (tmp_path / "build/requirements_lock_3_13.txt").write_text("")
+    bj.check_lock_file(tmp_path, "3.13")
+    with pytest.raises(HarnessError, match=r"no build/requirements_lock for Python 3.11; it builds for 3.12, 3.13"):
+        bj.check_lock_file(tmp_path, "3.11")
 
 
 def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
@@ -60,7 +89,8 @@ def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
         assert f"\n{stage}:" in out or out.startswith(f"{stage}:")
     assert "git clone --depth 1 --branch jax-v0.12.0.1 https://github.com/jax-ml/jax.git" in out
     assert "build/build.py build --wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in out
-    assert "--local_xla_path=" in out and "--cuda_major_version=13" in out
+    assert "--local_xla_path=" in out and "--cuda_major_version=12" in out
+    assert "configure.py --backend=CPU" in out and out.index("preflight:") < out.index("resolve:")
     assert "git apply patches/xla/0001-alias-info" in out
     assert "test --disk_cache=" in out and "//xla/hlo/analysis:alias_info_test" in out
     assert not work.exists()
@@ -75,9 +105,13 @@ with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"tool": "build.py", "argv": args, "cwd": os.getcwd()}) + "\n")
 get = lambda k: next(a.split("=", 1)[1] for a in args if a.startswith(k + "="))
 subprocess.run([get("--bazel_path"), "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
+# What jax's build.py leaves in its tree: the bazelrc it writes and Bazel's symlinks.
+pathlib.Path(".jax_configure.bazelrc").write_text("build --repo_env=X=1\n")
+if not os.path.lexists("bazel-bin"):
+    os.symlink(os.environ["FAKE_RECORD"], "bazel-bin")
 out = pathlib.Path(get("--output_path"))
 out.mkdir(parents=True, exist_ok=True)
-(out / "jaxlib-0.12.0.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"not a real wheel")
+(out / "jaxlib-0.12.0.1.dev0+selfbuilt-cp312-cp312-linux_x86_64.whl").write_bytes(b"not a real wheel")
 sys.exit(1 if os.environ.get("FAKE_BUILD_FAIL") else 0)
 '''
 
@@ -101,6 +135,9 @@ def world(tmp_path, monkeypatch):
     xla_dir = tmp_path / "xla-src" / f"xla-{COMMIT}"
     preimage_tree(P1.read_text(), xla_dir)
     (xla_dir / "README.md").write_text("fake xla\n")
+    (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
+    (xla_dir / "configure.py").write_text(
+        "import pathlib, sys\npathlib.Path('xla_configure.bazelrc').write_text(' '.join(sys.argv[1:]))\n")
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -114,6 +151,8 @@ def world(tmp_path, monkeypatch):
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
     (jax / ".bazelversion").write_text("7.7.0\n")
     (jax / "build/build.py").write_text(FAKE_BUILD)
+    for v in ("3_12", "3_13", "3_14"):  # the Pythons jax's hermetic build has locks for
+        (jax / f"build/requirements_lock_{v}.txt").write_text("")
     _git(jax, "init", "-q")
     _git(jax, "add", "-A")
     _git(jax, "commit", "-qm", "fake jax")
@@ -179,6 +218,10 @@ def test_test_stage_runs_bazel_test_and_harness(world, capsys, tmp_path):
     assert rc == 0, capsys.readouterr().err
     test_calls = [r["argv"] for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"]]
     assert test_calls and test_calls[0][-1] == "//xla/hlo/analysis:alias_info_test"
+    test_rec = next(r for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"])
+    xla_tree = Path(test_rec["cwd"])
+    assert xla_tree.name.startswith("xla-") and test_rec["USE_BAZEL_VERSION"] == "7.4.1"  # XLA's, not jax's
+    assert (xla_tree / "xla_configure.bazelrc").read_text() == "--backend=CPU"
     assert list(res.glob("default-cpu-*/stress.jsonl"))
 
 
@@ -225,20 +268,48 @@ def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
     assert not list((world["work"] / "trees").glob("xla-*"))
 
 
-def test_missing_bazelisk_old_python_and_small_disk(world, capsys, monkeypatch, tmp_path):
-    assert bj.main([*world["args"], "--to", "prepare"]) == 0
+def _one_error(capsys) -> str:
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("[")]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_preflight_checks_fail_before_any_stage(world, capsys, monkeypatch, tmp_path):
+    """Missing bazelisk, an old Python, too little disk: one error line, exit 2, nothing started."""
     with monkeypatch.context() as m:
         m.setattr(bj.shutil, "which", lambda name: None)
-        assert bj.main([*world["args"], "--to", "bazel"]) == 2
-        assert "bazelisk not found" in capsys.readouterr().err
-    old = tmp_path / "python3.9"
-    old.write_text("#!/bin/sh\necho 3.9\n")
+        assert bj.main(world["args"]) == 2
+        assert "bazelisk not found on PATH and npx is missing" in _one_error(capsys)
+        assert bj.main([*world["args"], "--to", "prepare"]) == 0  # stages that need no bazel still run
+        capsys.readouterr()
+    old = tmp_path / "python3.11"
+    old.write_text("#!/bin/sh\necho 3.11\n")
     old.chmod(0o755)
     assert bj.main([*world["args"], "--python", str(old)]) == 2
-    assert "needs Python >= 3.11" in capsys.readouterr().err
+    assert "is Python 3.11; building jaxlib 0.12.0.1 needs Python >= 3.12" in _one_error(capsys)
     args = [a if a != "0" else "1e9" for a in world["args"]]
-    assert bj.main([*args, "--to", "build"]) == 2
-    assert "GiB free; the build needs at least" in capsys.readouterr().err
+    assert bj.main([*args, "--from", "build"]) == 2
+    assert "GiB free; the build needs at least 1e+09 GiB" in _one_error(capsys)
+    assert not list((world["work"] / "stamps").glob("b*.json"))  # neither bazel nor build started
+    # In a dry run the same failures are shown in the plan instead of stopping it.
+    assert bj.main([*args, "--dry-run"]) == 0
+    assert "WARNING, a real run would stop here" in capsys.readouterr().out
+
+
+def test_build_outputs_do_not_make_a_tree_dirty_and_stale_stamps_are_redone(world, capsys):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    jax_tree = next((world["work"] / "trees").glob("jax-*"))
+    assert (jax_tree / ".jax_configure.bazelrc").exists() and (jax_tree / "bazel-bin").is_symlink()
+    # prepare's own check accepts what the build left behind (bazelrc, bazel-* links) ...
+    (world["work"] / "stamps" / "prepare.json").unlink()
+    capsys.readouterr()
+    assert bj.main([*world["args"], "--to", "prepare"]) == 0
+    # ... and a stamp whose tree was deleted is redone, not trusted.
+    shutil.rmtree(jax_tree)
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    lines = dict(ln.split(": ") for ln in capsys.readouterr().out.splitlines()[-5:])
+    assert lines == {"resolve": "skipped", "fetch": "skipped", "prepare": "done", "bazel": "done", "build": "done"}
+    assert (jax_tree / ".xla-harness-prepared").exists()
 
 
 def test_stage_killed_midway_is_redone(world, capsys, monkeypatch):
