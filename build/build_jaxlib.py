@@ -5,19 +5,24 @@ Stages, each idempotent and resumable; each writes a log and, on success, a stam
 records its inputs under WORK/ (default ~/.cache/xla-harness, or $XLA_HARNESS_WORK):
 
   resolve  jax version -> tag jax-v<version> -> XLA commit and sha256 from that tag's
-           third_party/xla/revision.bzl (older tags: workspace.bzl); the jax tag is
-           cloned shallow into WORK/src/jax-<tag> (cached)
+           third_party/xla/revision.bzl (older tags: workspace.bzl; the oldest: WORKSPACE);
+           the jax tag is cloned shallow into WORK/src/jax-<tag> (cached)
   fetch    XLA at that commit: the GitHub tarball, verified against the sha256 jax pins,
            unpacked into WORK/src/xla-<commit> (cached by commit)
   prepare  clean work trees per (commit, series fingerprint): WORK/trees/xla-<c>-<fp> and
-           WORK/trees/jax-<tag>-<fp> with the series applied by `git apply`
-  bazel    find bazelisk (PATH, else `npx @bazel/bazelisk`), pin jax's .bazelversion
+           WORK/trees/jax-<version>-<fp> with the series applied by `git apply`
+  bazel    find bazelisk (PATH, else `npx @bazel/bazelisk`); each later Bazel call gets
+           USE_BAZEL_VERSION from the .bazelversion of the tree it runs in
   build    jax's own build/build.py build --wheels=jaxlib[,jax-cuda-plugin,jax-cuda-pjrt]
-           --local_xla_path=<patched xla> with a bazel disk cache and repository cache
-  install  .venv-patched: the built wheels + the patched jax + this package
-  test     bazel test of the targets the series touches (series.toml), then this project's
-           tests and a short stress matrix against .venv-patched (results/patched/)
+           --local_xla_path=<patched xla> --python_version=X.Y [--cuda_major_version=N]
+           with a Bazel disk cache and repository cache under WORK (via --bazel_options)
+  install  .venv-patched: the built wheels + the patched jax and its requirements + this package
+  test     in the patched XLA tree, configure.py --backend=CPU and bazel test of the targets
+           the series touches (series.toml), then this project's tests and a short stress
+           matrix against .venv-patched (results/patched/)
 
+Before any stage starts: Python >= 3.12, bazelisk (when a Bazel stage is selected) and free
+disk (--min-free-gb, doubled with --cuda) are checked.
 A stage is skipped when its stamp matches its current inputs; a stage whose inputs changed
 is redone, and so are the stages after it. --dry-run prints every stage's exact commands
 and touches nothing. Errors (no network, sha256 mismatch, a patch that does not apply,
@@ -61,7 +66,7 @@ MIN_FREE_GB = 40  # a jaxlib build with its bazel caches; CUDA needs more (see -
 
 _COMMIT = re.compile(r'^\s*XLA_COMMIT\s*=\s*"([0-9a-f]{7,40})"', re.M)
 _SHA = re.compile(r'^\s*XLA_SHA256\s*=\s*"([0-9a-f]{64})"', re.M)
-# jax before third_party/xla/workspace.bzl (<= 0.4.13): an http_archive named "xla" in WORKSPACE
+# jax before third_party/xla/workspace.bzl (<= 0.4.14): an http_archive named "xla" in WORKSPACE
 # with the sha256 and strip_prefix = "xla-<commit>" written inline.
 _INLINE = re.compile(r'name\s*=\s*"xla"(?P<body>[^)]*)\)', re.S)
 _INLINE_SHA = re.compile(r'sha256\s*=\s*"([0-9a-f]{64})"')
