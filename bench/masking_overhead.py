@@ -40,7 +40,7 @@ def main() -> int:
         return 2
     import numpy as np
 
-    from harness.stress import StressSpec, build_program
+    from harness.stress.runner import StressSpec, build_program
 
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=args.steps, d_model=128, vocab=1024,
                       seq=32, layers=2, heads=4)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax  # noqa: E402
 
-from harness.stress import RunState, StressSpec, bare_loop, build_program, run_config  # noqa: E402
+from harness.stress.runner import RunState, StressSpec, bare_loop, build_program, run_config  # noqa: E402
 
 
 def main() -> int:

@@ -56,8 +56,8 @@ def _seeds(text: str) -> tuple[int, ...]:
 @pytest.fixture
 def harness_stress(request, tmp_path):
     """Run a stress matrix; fail with the table when any step is non-finite. Returns the table."""
-    from harness import report
-    from harness.stress import StressSpec, run_matrix
+    from harness.stress import report
+    from harness.stress.runner import StressSpec, run_matrix
 
     steps = request.config.getoption("--stress-steps")
     seeds = _seeds(request.config.getoption("--stress-seeds"))

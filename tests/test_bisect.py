@@ -3,8 +3,8 @@ stochastic oracle (faults injected while a given pass is enabled)."""
 
 import json
 
-from harness import bisect
 from harness.cli import main
+from harness.repro import bisect
 
 from .helpers import TINY_ARGS
 
@@ -60,7 +60,7 @@ def test_stochastic_oracle_with_statistical_stopping(tmp_path, capsys):
     # baseline k/60 -> runs_needed(k/60, 0.95) steps per probe, and it says so.
     base = [json.loads(x) for x in (tmp_path / "s" / "bisect.jsonl").read_text().splitlines()
             if json.loads(x)["kind"] == "baseline"][0]
-    from harness import stats
+    from harness.stress import stats
 
     assert base["steps_per_probe"] == stats.runs_needed(base["nonfinite"] / base["steps"], 0.95)
     assert f"each probe runs up to {base['steps_per_probe']} steps (95% confidence)" in captured.err

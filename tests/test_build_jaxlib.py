@@ -1,8 +1,7 @@
-"""build/build_jaxlib.py, offline: pin parsing, the plan, and the stages end to end with a fake
+"""harness.upstream.jaxlib_build (entry: build/build_jaxlib.py), offline: pin parsing, the plan,
 jax repository (our own small files), a local XLA tarball and a fake bazelisk on PATH."""
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -14,13 +13,10 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.patchcheck import preimage_tree
+from harness.upstream.patchcheck import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("build_jaxlib", ROOT / "build" / "build_jaxlib.py")
-bj = importlib.util.module_from_spec(spec)
-sys.modules["build_jaxlib"] = bj
-spec.loader.exec_module(bj)
+from harness.upstream import jaxlib_build as bj  # noqa: E402
 
 P1 = ROOT / "patches/xla/0001-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

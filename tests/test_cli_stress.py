@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
 from harness.cli import main
+from harness.stress import store as results
 
 from .helpers import TINY_ARGS
 

@@ -8,7 +8,7 @@ import pytest
 from harness.cli import main
 from harness.gradcheck import check
 from harness.gradcheck.cases import REGISTRY, by_name
-from harness.patchcheck import preimage_tree
+from harness.upstream.patchcheck import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ def test_list(capsys):
 
 
 def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
-    from harness import jaxvenv
+    from harness.upstream import jaxvenv
 
     sdist = tmp_path / "jax-0.12.0.1"
     preimage_tree((ROOT / "patches/jax/0001-lax-zero-cotangent-masking.patch").read_text(), sdist)

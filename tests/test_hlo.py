@@ -204,8 +204,8 @@ def test_parse_real_jax_output(tmp_path):
 
 
 def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
-    from harness.models.tied_embedding import ModelConfig
-    from harness.stress import compile_train_step
+    from harness.programs.tied_embedding import ModelConfig
+    from harness.stress.runner import compile_train_step
 
     from .helpers import TINY
 

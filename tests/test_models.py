@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness.errors import HarnessError
-from harness.models.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
+from harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
 
 from .helpers import TINY
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import results
 from harness.cli import main
+from harness.stress import store as results
 
 from .helpers import TINY_ARGS
 

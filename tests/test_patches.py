@@ -11,8 +11,8 @@ from harness.cli import main
 from harness.errors import HarnessError
 from harness.hlo import alias
 from harness.hlo.parser import parse_module
-from harness.patchcheck import parse_patch, preimage_tree
-from harness.series import load_series
+from harness.upstream.patchcheck import parse_patch, preimage_tree
+from harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "patches"

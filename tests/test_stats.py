@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from harness import stats
 from harness.errors import HarnessError
+from harness.stress import stats
 
 
 def test_wilson_matches_textbook_values():

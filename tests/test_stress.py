@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from harness import report, stats
-from harness.models.tied_embedding import ModelConfig
-from harness.stress import (
+from harness.programs.tied_embedding import ModelConfig
+from harness.stress import report, stats
+from harness.stress.runner import (
     RunState,
     StressSpec,
     build_program,
@@ -35,7 +35,7 @@ def test_injection_detected_exactly_and_ci_contains_rate(tmp_path):
     lo, hi = stats.wilson(row.k, row.n)
     assert lo <= 0.1 <= hi
     # Every detected step is a planted one, found at the update of the tied matrix.
-    from harness import results
+    from harness.stress import store as results
     steps = [s for b in results.load(tmp_path / "stress.jsonl").blocks for s in b["steps"]]
     bad = [s["step"] for s in steps if not s["finite"]]
     assert bad == planted.tolist()
@@ -103,7 +103,7 @@ def test_sharded_on_eight_cpu_devices_matches_single_device(tmp_path):
     assert p["embed"].addressable_shards[0].data.shape == (TINY["vocab"] // 8, TINY["d_model"])
     run_matrix(sharded, tmp_path / "s8", progress=False)
     run_matrix(StressSpec(devices=1, **kw), tmp_path / "s1", progress=False)
-    from harness import results
+    from harness.stress import store as results
     l8 = [s["loss"] for b in results.load(tmp_path / "s8" / "stress.jsonl").blocks for s in b["steps"]]
     l1 = [s["loss"] for b in results.load(tmp_path / "s1" / "stress.jsonl").blocks for s in b["steps"]]
     assert len(l8) == 3 and np.allclose(l8, l1, rtol=1e-4)

@@ -50,8 +50,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harness import bisect
-    from harness.stress import StressSpec
+    from harness.repro import bisect
+    from harness.stress.runner import StressSpec
 
     spec = StressSpec(modes=(args.mode,), remats=(args.remat == "on",), seeds=(args.seed,), steps=1,
                       dtype=args.dtype, vocab=args.vocab, d_model=args.d_model, layers=args.layers,

@@ -34,8 +34,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harness import bundle
     from harness.errors import HarnessError
+    from harness.repro import bundle
 
     if args.check:
         same, lines = bundle.check_bundle(args.check)
@@ -45,7 +45,7 @@ def run(args) -> int:
         raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
-    from harness.models.tied_embedding import ModelConfig
+    from harness.programs.tied_embedding import ModelConfig
 
     cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
                       d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq, batch=args.batch)

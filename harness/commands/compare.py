@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harness import report, stats
+    from harness.stress import report, stats
 
     if not 0 < args.alpha < 1:
         raise HarnessError(f"--alpha must be in (0, 1), got {args.alpha}")

@@ -27,8 +27,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harness.patchcheck import check_upstream
-    from harness.series import load_series
+    from harness.upstream.patchcheck import check_upstream
+    from harness.upstream.series import load_series
 
     series = load_series(args.series_file)
     trees = {"xla": args.xla_src, "jax": args.jax_src, "tensorflow": args.tf_src}

@@ -22,8 +22,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from harness.pr import build_bundle
-    from harness.series import load_series
+    from harness.upstream.pr import build_bundle
+    from harness.upstream.series import load_series
 
     series = load_series(args.series_file)
     out = args.out or Path("out/pr") / args.target

@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
-    from harness import report
+    from harness.stress import report
 
     table = report.load_table(args.folders)
     print(report.dumps(table) if args.json else report.format_table(table))

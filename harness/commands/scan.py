@@ -79,8 +79,8 @@ def _model_text(args) -> tuple[str, str]:
     ensure_host_devices(args.devices)
     import jax
 
-    from harness.models.tied_embedding import ModelConfig
-    from harness.stress import compile_train_step
+    from harness.programs.tied_embedding import ModelConfig
+    from harness.stress.runner import compile_train_step
 
     cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
                       d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,

@@ -156,7 +156,7 @@ class StopFlag:
 
 
 def spec_from_args(args):
-    from harness.stress import StressSpec
+    from harness.stress.runner import StressSpec
 
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
@@ -225,8 +225,8 @@ def run(args) -> int:
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
     ensure_host_devices(args.devices // nproc)
-    from harness import report
-    from harness.stress import run_matrix
+    from harness.stress import report
+    from harness.stress.runner import run_matrix
 
     spec = spec_from_args(args)
     count = init_distributed(args)

@@ -32,7 +32,7 @@ from harness.errors import HarnessError
 
 SERIES_KINDS = ("default", "experimental")
 UPSTREAMS = ("xla", "jax", "tensorflow")
-PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
+PATCHES_DIR = Path(__file__).resolve().parents[2] / "patches"
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.repro_template import REPRO
+from harness.repro.repro_template import REPRO
 
 ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
 
 
 def bundle_env() -> dict:
-    from harness import results
+    from harness.stress import store as results
 
     env = results.environment()
     import jax
@@ -57,10 +57,10 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
                 python: str = sys.executable) -> Path:
     import numpy as np
 
-    from harness import report
     from harness.hlo.parser import parse_file
     from harness.hlo.scan import module_json, scan_module
-    from harness.stress import StressSpec, build_program, run_matrix
+    from harness.stress import report
+    from harness.stress.runner import StressSpec, build_program, run_matrix
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")

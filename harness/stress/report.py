@@ -10,8 +10,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import results, stats
 from harness.errors import HarnessError
+from harness.stress import stats
+from harness.stress import store as results
 
 
 @dataclass

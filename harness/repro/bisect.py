@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import stats
 from harness.errors import HarnessError
+from harness.stress import stats
 
 # Dump files are named <module>.<NNNN>.<pipeline>.after_<pass>.before_<pass>.txt
 _PASS = re.compile(r"\.(?:after|before)_([A-Za-z0-9_\-]+)")
@@ -94,7 +94,7 @@ def count_property(text: str, prop: str) -> int:
 
 
 class SubprocessOracle:
-    """Runs each probe in a fresh interpreter (``python -m harness.bisect_probe``): per-probe
+    """Runs each probe in a fresh interpreter (``python -m harness.repro.probe``): per-probe
     compiler options, and a compiler crash under some disabled set is an answer ("cannot
     build without these passes", treated as failure not removed), not the end of the run."""
 
@@ -107,10 +107,10 @@ class SubprocessOracle:
         import os
         import subprocess
 
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
-            res = subprocess.run([self.python, "-m", "harness.bisect_probe", json.dumps({**self.task, **extra})],
+            res = subprocess.run([self.python, "-m", "harness.repro.probe", json.dumps({**self.task, **extra})],
                                  capture_output=True, text=True, timeout=self.timeout, env=env)
         except subprocess.TimeoutExpired:
             return {"crashed": f"probe timed out after {self.timeout:g} s"}

@@ -40,7 +40,7 @@ def _dist_version(name: str) -> str | None:
 @lru_cache(maxsize=1)
 def repo_commit() -> str:
     """Git commit of this repository (with '+dirty' if it has local changes), or 'unknown'."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()

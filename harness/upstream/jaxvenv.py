@@ -1,7 +1,7 @@
 """Build ``.venv-jax-patched``: the stock jaxlib of the pinned version plus the jax sources of
 the PyPI sdist with the jax patch series applied.
 
-    python -m harness.jaxvenv --sdist DIR --venv .venv-jax-patched [--python PY]
+    python -m harness.upstream.jaxvenv --sdist DIR --venv .venv-jax-patched [--python PY]
 
 The venv is built beside its final place and renamed only when complete, so a patch that
 does not apply (one ``error:`` line naming patch, file and hunk; exit 2) or an interrupted
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.patchcheck import _describe_failure, parse_patch
-from harness.series import load_series
+from harness.upstream.patchcheck import _describe_failure, parse_patch
+from harness.upstream.series import load_series
 
 STAMP = ".xla-harness-jax-patched"
 
@@ -88,7 +88,7 @@ def build(sdist: Path, venv: Path, python: str, extra: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.jaxvenv", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m harness.upstream.jaxvenv", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sdist", type=Path, required=True, help="unpacked jax sdist directory")
     ap.add_argument("--venv", type=Path, default=Path(".venv-jax-patched"))

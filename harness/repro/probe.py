@@ -1,4 +1,4 @@
-"""One bisection probe in a fresh process: ``python -m harness.bisect_probe '<json task>'``.
+"""One bisection probe in a fresh process: ``python -m harness.repro.probe '<json task>'``.
 
 Task keys: action ("passes" | "probe"), program ("tied-embedding" | "small"), model sizes,
 oracle ("hlo" | "stress"), property, disabled (list), steps, seed, inject ([pass, rate]).
@@ -22,7 +22,7 @@ def _lowered(task: dict):
     if task.get("program") == "small":
         f = jax.jit(lambda w, x: jnp.tanh(w * 2.0 + 1.0).sum() + (x @ w).sum() + jnp.exp(w).max())
         return f.lower(jnp.ones((64, 32)), jnp.ones((4, 64))), None
-    from harness.stress import StressSpec, build_program
+    from harness.stress.runner import StressSpec, build_program
 
     spec = StressSpec(**task["spec"])
     prog = build_program(spec.configs()[0], spec)
@@ -31,7 +31,7 @@ def _lowered(task: dict):
 
 
 def main() -> int:
-    from harness.bisect import compile_options, count_property, passes_from_dump
+    from harness.repro.bisect import compile_options, count_property, passes_from_dump
 
     task = json.loads(sys.argv[1])
     disabled = frozenset(task.get("disabled", []))
@@ -50,7 +50,7 @@ def main() -> int:
     import jax
     import numpy as np
 
-    from harness.stress import StressSpec, build_program
+    from harness.stress.runner import StressSpec, build_program
 
     spec = StressSpec(**task["spec"])
     inject = task.get("inject")

@@ -28,9 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from harness import results
 from harness.errors import HarnessError
-from harness.models.tied_embedding import (
+from harness.programs.tied_embedding import (
     DTYPES,
     MODES,
     ModelConfig,
@@ -38,6 +37,7 @@ from harness.models.tied_embedding import (
     loss_fn,
     make_batches,
 )
+from harness.stress import store as results
 
 RESULTS_NAME = "stress.jsonl"
 # Relative tolerance of the float64 reference check, per parameter dtype (see reference_check).

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.series import Series, Upstream
+from harness.upstream.series import Series, Upstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Per-target prose that does not change between releases.
 CONTEXT = {
@@ -114,7 +114,7 @@ def _evidence(results_dir: Path) -> tuple[list[str], list[str]]:
             scans.append(f"`{f.relative_to(results_dir.parent)}`: module `{m.get('module')}`: {summary}")
     folders = sorted({p.parent for p in results_dir.rglob("stress*.jsonl")})
     if folders:
-        from harness import report
+        from harness.stress import report
 
         for folder in folders:
             table = report.load_table([folder])
