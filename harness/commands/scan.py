@@ -124,6 +124,9 @@ def run(args) -> int:
         except HarnessError as exc:
             sys.stderr.write(f"error: {exc}\n")
             errors += 1
+        except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not stop the scan
+            sys.stderr.write(f"error: {path}: could not be scanned ({type(exc).__name__}: {exc})\n")
+            errors += 1
     if args.model:
         text, label = _model_text(args)
         mod = parse_module(text, label)

@@ -350,8 +350,9 @@ def parse_instruction(line: str, lineno: int = 0) -> Instruction:
     else:
         if not inner.strip():
             operands = []
-        elif "%" in inner and "(" not in inner and '"' not in inner:
-            operands = _PCT_NAME.findall(inner)  # '%a' or 'f32[2]{0} %a', names after '%'
+        elif ("%" in inner and "(" not in inner and '"' not in inner
+              and inner.count("%") == inner.count(",") + 1):
+            operands = _PCT_NAME.findall(inner)  # every operand is '%a' or 'f32[2]{0} %a'
         elif "[" in inner or "(" in inner or "{" in inner or '"' in inner:
             operands = [_operand_name(p) for p in _split_top(inner)]
         else:  # untyped operands: 'a, b' or '%a, %b'
@@ -372,6 +373,9 @@ _COMP_RE = re.compile(r"\s*(ENTRY\s+)?%?([^\s({]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
 _COMMENT = re.compile(r"^\s*(//|#)")
 _INLINE_COMMENT = re.compile(r"/\*.*?\*/")
 # Newer XLA prints stack-frame tables between the module header and the computations.
+# A computation ends with '}', optionally followed by ', execution_thread="..."' (computations of
+# other threads) or a '// name' comment (GPU profiler annotations).
+_COMP_END = re.compile(r'^\}\s*(?:,\s*execution_thread\s*=\s*"[^"]*"\s*)?(?://.*)?$')
 _SECTION = re.compile(r"^(FileNames|FunctionNames|FileLocations|StackFrames)\s*$")
 
 
@@ -411,7 +415,7 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
             continue
         try:
             if cur is not None:
-                if stripped == "}":
+                if _COMP_END.match(stripped):
                     if not cur:
                         raise ValueError(f"computation {cur_name} has no instructions")
                     comps.append(Computation(cur_name, cur, cur_entry, cur_line))
@@ -453,6 +457,7 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
 def _finish(name: str, comps: list[Computation], io_alias: str, filename: str, lineno: int) -> HloModule:
     if not comps:
         raise HloParseError(f"{filename}:{lineno}: module {name} has no computations (truncated?)")
+    _check_unique(name, comps, filename)
     mod = HloModule(name, comps, io_alias, filename)
     for c in comps:
         for ins in c.instructions:
@@ -464,6 +469,31 @@ def _finish(name: str, comps: list[Computation], io_alias: str, filename: str, l
                     raise HloParseError(f"{filename}:{ins.line}: {ins.name} calls unknown computation "
                                         f"{callee!r}")
     return mod
+
+
+def _check_unique(name: str, comps: list[Computation], filename: str) -> None:
+    """Reject what XLA's parser rejects: a computation name defined twice, two ENTRY
+    computations, two ROOTs in one computation, an instruction name used twice in one."""
+    seen: dict[str, Computation] = {}
+    for c in comps:
+        if c.name in seen:
+            raise HloParseError(f"{filename}:{c.line}: computation {c.name!r} is defined twice "
+                                f"(first at line {seen[c.name].line})")
+        seen[c.name] = c
+        roots = [ins for ins in c.instructions if ins.is_root]
+        if len(roots) > 1:
+            raise HloParseError(f"{filename}:{roots[1].line}: computation {c.name} has a second "
+                                f"ROOT {roots[1].name!r} (the first is {roots[0].name!r})")
+        names: dict[str, int] = {}
+        for ins in c.instructions:
+            if ins.name in names:
+                raise HloParseError(f"{filename}:{ins.line}: instruction name {ins.name!r} is "
+                                    f"used twice (first at line {names[ins.name]})")
+            names[ins.name] = ins.line
+    entries = [c for c in comps if c.is_entry]
+    if len(entries) > 1:
+        raise HloParseError(f"{filename}:{entries[1].line}: module {name} has a second ENTRY "
+                            f"computation {entries[1].name!r}")
 
 
 def parse_file(path: Path | str) -> HloModule:
