@@ -3,7 +3,10 @@ stochastic oracle (faults injected while a given pass is enabled)."""
 
 import json
 
+import pytest
+
 from harness.cli import main
+from harness.errors import HarnessError
 from harness.repro import bisect
 
 from .helpers import TINY_ARGS
@@ -76,3 +79,33 @@ def test_config_that_does_not_fail(tmp_path, capsys):
 def test_bad_input(tmp_path, capsys):
     assert main(["bisect-passes", "--oracle", "hlo", "--property", "weird", "--out", str(tmp_path / "x")]) == 2
     assert "unknown property 'weird'" in capsys.readouterr().err
+
+
+def test_hlo_property_absent_from_the_stock_compile_is_refused(tmp_path, capsys):
+    out = tmp_path / "never"
+    rc = main(["bisect-passes", "--oracle", "hlo", "--property", "regex:NEVER_IN_ANY_HLO", "--program", "small",
+               "--out", str(out), "--quiet"])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert "minimal set" not in captured.out
+    assert captured.err.count("error:") == 1 and "does not fail with every pass enabled" in captured.err
+    probes = [json.loads(x) for x in (out / "bisect.jsonl").read_text().splitlines()]
+    assert [p["kind"] for p in probes] == ["task", "probe"] and probes[1]["disabled"] == []
+
+
+def test_resume_refuses_a_log_of_another_task(tmp_path, capsys):
+    out = tmp_path / "r"
+    task = {"program": "small", "oracle": "hlo", "property": "multi-op-fusion"}
+    bisect.ProbeLog(out / "bisect.jsonl", resume=False, task=task).record(
+        "probe", disabled=["algsimp"], failing=True, detail="x")
+    again = bisect.ProbeLog(out / "bisect.jsonl", resume=True, task=task)
+    assert again.known == {frozenset({"algsimp"}): bisect.Probe(frozenset({"algsimp"}), True, "x")}
+    before = (out / "bisect.jsonl").read_bytes()
+    rc = main(["bisect-passes", "--oracle", "hlo", "--property", "scatter-root-fusion", "--program", "small",
+               "--out", str(out), "--resume", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds a bisection of another task (differs in property" in err
+    assert (out / "bisect.jsonl").read_bytes() == before
+    (out / "bisect.jsonl").write_text('{"kind": "probe", "disabled": [], "failing": true}\n')
+    with pytest.raises(HarnessError, match="no task line"):
+        bisect.ProbeLog(out / "bisect.jsonl", resume=True, task=task)

@@ -24,7 +24,10 @@ Oracles:
 Each probe runs in a fresh process with the disabled set as a compile option (the result
 prints the equivalent XLA_FLAGS / LIBTPU_INIT_ARGS flag); a compiler crash under a set
 counts as "failure not removed". Probes are logged to OUT/bisect.jsonl; --resume reuses them.
-Exit 0 with the minimal set; 2 if the configuration does not fail or the input is bad.
+The log's first line names the task; --resume refuses a log of another task. Before any
+search a baseline probe with nothing disabled must show the failure (--oracle hlo; for
+--oracle stress the baseline run does). Exit 0 with the minimal set; 2 if the configuration
+does not fail or the input is bad.
 """
 
 
@@ -64,7 +67,7 @@ def run(args) -> int:
         if args.oracle != "stress":
             raise HarnessError("--inject-pass goes with --oracle stress")
         task["inject"] = [args.inject_pass, args.inject_rate]
-    log = bisect.ProbeLog(args.out / "bisect.jsonl", args.resume)
+    log = bisect.ProbeLog(args.out / "bisect.jsonl", args.resume, task=dict(task))
 
     def say(line: str) -> None:
         if not args.quiet:

@@ -13,7 +13,13 @@ variables only), config.json, the optimized HLO and buffer assignment of the tra
 results (--results DIR, else a run of --seeds x --steps here), bisect.jsonl (--bisect DIR),
 and a standalone repro.py (jax + numpy only) with the output it gave when bundled.
 
---check FILE re-runs repro.py and compares non-finite counts and losses: exit 0 same, 1 different.
+--check FILE never runs code from the archive. It proves: the files are those the manifest
+names (sha256 of each); repro.py is this harness's own copy (or says it is not); findings.json
+equals a fresh scan of the bundled HLO and stress/table.txt the table of the bundled rows;
+config.json is valid; and this harness's repro.py, run on that config here (killed with its
+process group after --timeout seconds), gives the bundled non-finite counts and losses.
+It does not prove env.json (where the bundle was made) beyond its sha256 in the manifest, which
+whoever made the bundle could rewrite. Exit 0: all same; 1: something differs; 2: unreadable.
 """
 
 
@@ -21,7 +27,9 @@ def add_arguments(p) -> None:
     from harness.commands.stress import _csv, add_model_arguments
 
     p.add_argument("--out", type=Path, help="bundle to write (FILE.tar.gz)")
-    p.add_argument("--check", type=Path, metavar="FILE", help="re-run a bundle and compare")
+    p.add_argument("--check", type=Path, metavar="FILE", help="verify a bundle and re-run the harness's repro.py on it")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="--check: seconds the re-run may take before it is killed (default 1800)")
     p.add_argument("--mode", default="full")
     p.add_argument("--remat", choices=["on", "off"], default="on")
     p.add_argument("--dtype", default="f32")
@@ -38,7 +46,9 @@ def run(args) -> int:
     from harness.repro import bundle
 
     if args.check:
-        same, lines = bundle.check_bundle(args.check)
+        if not args.timeout > 0:
+            raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        same, lines = bundle.check_bundle(args.check, timeout=args.timeout)
         print("\n".join(lines))
         return 0 if same else 1
     if not args.out:

@@ -140,24 +140,53 @@ class SubprocessOracle:
 
 
 class ProbeLog:
-    """JSONL of probes: append + fsync; earlier results are reused on resume."""
+    """JSONL of probes: append + fsync; earlier results are reused on resume.
 
-    def __init__(self, path: Path | None, resume: bool):
+    The first line names the task (oracle, property, program and its options); ``--resume``
+    refuses a log of any other task, so probes of one question never answer another.
+    """
+
+    def __init__(self, path: Path | None, resume: bool, task: dict | None = None):
         self.path = path
+        self.task = task or {}
         self.known: dict[frozenset[str], Probe] = {}
         if path is None:
             return
+        if path.exists() and not path.is_file():
+            raise HarnessError(f"{path} is not a regular file")
         if path.exists() and path.stat().st_size and not resume:
             raise HarnessError(f"{path} already holds a bisection; pass --resume or choose another --out")
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
+        if path.exists() and path.stat().st_size:
+            self._load(path)
+        else:
+            self.record("task", task=self.task)
+
+    def _load(self, path: Path) -> None:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise HarnessError(f"{path}: not a bisection log (not UTF-8)") from None
+        first = _json_or_none(lines[0]) if lines else None
+        if not isinstance(first, dict) or first.get("kind") != "task":
+            raise HarnessError(f"{path}:1: not a bisection log of this version (no task line); choose another --out")
+        if first.get("task") != json.loads(json.dumps(self.task)):
+            theirs = first.get("task") if isinstance(first.get("task"), dict) else {}
+            keys = sorted(k for k in self.task.keys() | theirs.keys() if theirs.get(k) != self.task.get(k))
+            raise HarnessError(f"{path} holds a bisection of another task (differs in {', '.join(keys)}); "
+                               "choose another --out")
+        for lineno, line in enumerate(lines[1:], start=2):
+            rec = _json_or_none(line)
+            if rec is None:
+                if lineno == len(lines):
                     continue  # a line cut short by a kill: that probe runs again
-                if rec.get("kind") == "probe":
-                    d = frozenset(rec["disabled"])
-                    self.known[d] = Probe(d, rec["failing"], rec.get("detail", ""))
+                raise HarnessError(f"{path}:{lineno}: not a JSON record")
+            if isinstance(rec, dict) and rec.get("kind") == "probe":
+                disabled, failing = rec.get("disabled"), rec.get("failing")
+                if not (isinstance(disabled, list) and all(isinstance(x, str) for x in disabled)
+                        and isinstance(failing, bool)):
+                    raise HarnessError(f"{path}:{lineno}: malformed probe record")
+                d = frozenset(disabled)
+                self.known[d] = Probe(d, failing, str(rec.get("detail", "")))
 
     def record(self, kind: str, **fields) -> None:
         if self.path is None:
@@ -169,6 +198,13 @@ class ProbeLog:
             fh.write(json.dumps({"kind": kind, **fields}, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def ddmin(items: list[str], removes_failure: Callable[[frozenset[str]], bool]) -> list[str]:
@@ -227,6 +263,13 @@ def bisect(candidates: list[str], oracle: Callable[[frozenset[str]], Probe], log
                  f"{'still failing' if probe.failing else 'failure gone'} ({probe.detail})")
         return not probe.failing
 
+    if steps_per_probe is None:  # a deterministic oracle: the failure must be there with nothing disabled
+        base = frozenset()
+        if removes(base):
+            raise HarnessError("the configuration does not fail with every pass enabled (baseline probe): "
+                               "nothing to bisect")
+        if log.known[base].detail.startswith(("compiler exited", "probe timed out")):
+            raise HarnessError(f"the baseline probe (nothing disabled) failed to run: {log.known[base].detail}")
     full = frozenset(candidates)
     if not removes(full) and not log.known[full].detail.startswith(("compiler exited", "probe timed out")):
         raise HarnessError("the failure remains with every listed pass disabled: it does not come "

@@ -4,25 +4,40 @@ Contents: ``env.json`` (versions, device kinds, topology, XLA_*/LIBTPU_*/JAX_*/T
 variables only), ``config.json``, ``hlo/`` (optimized HLO and buffer assignment of the
 training step, from a dump), ``findings.json`` (the scanner on that HLO), ``stress/``
 (the results and table), ``bisect.jsonl`` when given, ``repro.py`` (standalone, jax and
-numpy only) with ``expected.json`` (its output when the bundle was made), ``README.md``.
-``check`` re-runs repro.py and compares with expected.json.
+numpy only; the harness's module harness/repro/standalone.py, copied verbatim) with
+``expected.json`` (its output when the bundle was made), ``README.md``, and ``manifest.json``
+(sha256 of every other file).
+
+``check`` never executes code from the archive. It extracts with caps on members and bytes
+(regular files and folders under ``bundle/`` only), verifies the manifest, compares the bundled
+repro.py with the harness's own copy by sha256, recomputes the findings from the bundled HLO and
+the table from the bundled stress rows, validates config.json, and runs the harness's own
+repro.py on that config (in its own process group, killed whole on timeout), comparing with
+expected.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.repro.repro_template import REPRO
 
 ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
+STANDALONE = Path(__file__).with_name("standalone.py")  # copied verbatim as the bundle's repro.py
+MAX_MEMBERS = 10_000
+MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big models run to hundreds of MB)
+REPRO_TIMEOUT_S = 1800.0
 
 
 def bundle_env() -> dict:
@@ -96,8 +111,8 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
             if not src.is_file():
                 raise HarnessError(f"{bisect_dir}: missing bisect.jsonl")
             shutil.copy(src, root / "bisect.jsonl")
-        (root / "repro.py").write_text(REPRO)
-        (root / "expected.json").write_text(run_repro(root, python))
+        shutil.copy(STANDALONE, root / "repro.py")
+        (root / "expected.json").write_text(run_repro(root / "repro.py", root / "config.json", python))
         (root / "README.md").write_text(
             "# Repro bundle\n\n`python repro.py` (needs jax and numpy) trains the tied-embedding model of "
             "`config.json` and counts non-finite updates; `expected.json` is what it printed when the bundle "
@@ -105,6 +120,7 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
             "`findings.json` the scanner's view of it, `stress/` the harness's stress results, and "
             "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
             "and compares.\n")
+        (root / "manifest.json").write_text(json.dumps({"sha256": manifest(root)}, indent=2, sort_keys=True))
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         with tarfile.open(partial, "w:gz") as tf:
@@ -113,46 +129,178 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
     return out
 
 
-def run_repro(root: Path, python: str = sys.executable, timeout: float = 1800) -> str:
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest(root: Path) -> dict[str, str]:
+    """sha256 of every file under root but manifest.json, keyed by its path relative to root."""
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).as_posix() != "manifest.json"}
+
+
+def run_repro(script: Path, config: Path, python: str = sys.executable,
+              timeout: float = REPRO_TIMEOUT_S) -> str:
+    """Run repro.py on a config in its own process group; the whole group is killed on timeout."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    res = subprocess.run([python, str(root / "repro.py"), "--json"], capture_output=True, text=True,
-                         timeout=timeout, env=env, cwd=root)
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-    if res.returncode != 0 or not lines:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+    proc = subprocess.Popen([python, str(script), "--json", "--config", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=config.parent, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise HarnessError(f"repro.py did not finish in {timeout:g} s (its process group was killed)") from None
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise HarnessError(f"repro.py failed: {last}")
     return lines[-1] + "\n"
 
 
-def check_bundle(path: Path, python: str = sys.executable) -> tuple[bool, list[str]]:
-    """Re-run repro.py from the bundle; compare with expected.json. (same, lines)."""
-    if not path.is_file():
-        raise HarnessError(f"{path}: no such bundle")
-    with tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
-        try:
-            with tarfile.open(path) as tf:
-                tf.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise HarnessError(f"{path}: not a readable bundle ({exc})") from None
-        root = Path(tmp) / "bundle"
-        for need in ("repro.py", "config.json", "expected.json"):
-            if not (root / need).is_file():
-                raise HarnessError(f"{path}: bundle lacks {need}")
-        expected = json.loads((root / "expected.json").read_text())
-        got = json.loads(run_repro(root, python))
-    lines, same = [], True
+def safe_extract(path: Path, dest: Path, max_members: int = MAX_MEMBERS, max_bytes: int = MAX_BYTES) -> Path:
+    """Extract a bundle: only regular files and folders under bundle/, capped in count and bytes."""
+    total = 0
+    try:
+        with tarfile.open(path, "r:gz") as tf:
+            for count, member in enumerate(tf, start=1):
+                if count > max_members:
+                    raise HarnessError(f"{path}: more than {max_members} members; not a bundle of ours")
+                name = member.name
+                parts = Path(name).parts
+                if not parts or parts[0] != "bundle" or ".." in parts or Path(name).is_absolute():
+                    raise HarnessError(f"{path}: member {name!r} lies outside bundle/")
+                if not (member.isfile() or member.isdir()):
+                    raise HarnessError(f"{path}: member {name!r} is not a regular file or folder")
+                total += member.size
+                if total > max_bytes:
+                    raise HarnessError(f"{path}: more than {max_bytes} bytes when extracted; refusing")
+                tf.extract(member, dest, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise HarnessError(f"{path}: not a readable bundle ({exc})") from None
+    root = dest / "bundle"
+    if not root.is_dir():
+        raise HarnessError(f"{path}: no bundle/ folder")
+    return root
+
+
+@dataclass
+class CheckReport:
+    same: bool = True
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, ok: bool, line: str) -> None:
+        self.same &= ok
+        self.lines.append(line)
+
+
+def _read_json(root: Path, name: str, path: Path):
+    try:
+        return json.loads((root / name).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: {name} is not JSON ({exc})") from None
+
+
+def check_manifest(root: Path, path: Path, report: CheckReport) -> None:
+    listed = _read_json(root, "manifest.json", path).get("sha256")
+    if not isinstance(listed, dict):
+        raise HarnessError(f"{path}: manifest.json has no sha256 table")
+    have = manifest(root)
+    changed = sorted(n for n in listed.keys() & have.keys() if listed[n] != have[n])
+    missing, extra = sorted(listed.keys() - have.keys()), sorted(have.keys() - listed.keys())
+    for label, names in (("changed", changed), ("missing", missing), ("not in the manifest", extra)):
+        for n in names:
+            report.add(False, f"manifest: {n} {label}")
+    if not (changed or missing or extra):
+        report.add(True, f"manifest: {len(have)} files, sha256 all match")
+
+
+def validate_config(cfg, path: Path):
+    """config.json as the harness writes it; the model through ModelConfig's own checks."""
+    from harness.programs.tied_embedding import ModelConfig
+
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        raise HarnessError(f"{path}: config.json lacks a model table")
+    model = cfg["model"]
+    ints = ("vocab", "d_model", "layers", "heads", "seq", "batch")
+    if (not all(isinstance(model.get(k), int) and not isinstance(model.get(k), bool) for k in ints)
+            or not isinstance(model.get("remat"), bool)):
+        raise HarnessError(f"{path}: config.json model needs integer sizes and a boolean remat")
+    try:
+        ModelConfig(**model)
+    except (TypeError, ValueError, HarnessError) as exc:
+        raise HarnessError(f"{path}: config.json model is not valid ({exc})") from None
+    seeds, steps, lr = cfg.get("seeds"), cfg.get("steps"), cfg.get("learning_rate")
+    if (not isinstance(seeds, list) or not seeds or len(seeds) > 1000
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in seeds)):
+        raise HarnessError(f"{path}: config.json seeds must be 1..1000 integers in [0, 2**32)")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 < steps <= 1_000_000:
+        raise HarnessError(f"{path}: config.json steps must be an integer in 1..1000000")
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise HarnessError(f"{path}: config.json learning_rate must be a positive finite number")
+
+
+def check_derived(root: Path, path: Path, report: CheckReport) -> None:
+    """findings.json and stress/table.txt recomputed from the bundled HLO and stress rows."""
+    from harness.hlo.parser import parse_file
+    from harness.hlo.scan import module_json, scan_module
+    from harness.stress import report as stress_report
+
+    hlos = sorted((root / "hlo").glob("*after_optimizations.txt"))
+    if len(hlos) != 1:
+        raise HarnessError(f"{path}: expected one optimized HLO under hlo/, found {len(hlos)}")
+    mod = parse_file(hlos[0])
+    findings = {"modules": [module_json(mod, scan_module(mod))]}
+    ok = findings == _read_json(root, "findings.json", path)
+    report.add(ok, f"findings.json: {'same as' if ok else 'DIFFERENT from'} a scan of the bundled HLO")
+    table = stress_report.format_table(stress_report.load_table([root / "stress"])) + "\n"
+    ok = (root / "stress" / "table.txt").is_file() and table == (root / "stress" / "table.txt").read_text()
+    report.add(ok, f"stress/table.txt: {'same as' if ok else 'DIFFERENT from'} the table of the bundled rows")
+
+
+def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
     for seed, want in expected["seeds"].items():
         have = got["seeds"].get(seed)
         if have is None:
-            lines.append(f"seed {seed}: missing from the re-run")
-            same = False
+            report.add(False, f"seed {seed}: missing from the re-run")
             continue
         diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in zip(have["losses"], want["losses"], strict=True)
-                    if a is not None and b is not None), default=0.0)
+                    if math.isfinite(a) and math.isfinite(b)), default=0.0)
         ok = have["nonfinite"] == want["nonfinite"] and diff <= 1e-5
-        same &= ok
-        lines.append(f"seed {seed}: non-finite {have['nonfinite']} (bundle: {want['nonfinite']}), "
-                     f"max relative loss difference {diff:.2e} -> {'same' if ok else 'DIFFERENT'}")
-    lines.append(f"bundle made with jax {expected['jax']} on {expected['backend']}; re-run with jax "
-                 f"{got['jax']} on {got['backend']}")
-    return same, lines
+        report.add(ok, f"seed {seed}: non-finite {have['nonfinite']} (bundle: {want['nonfinite']}), "
+                       f"max relative loss difference {diff:.2e} -> {'same' if ok else 'DIFFERENT'}")
+    report.lines.append(f"bundle made with jax {expected.get('jax')} on {expected.get('backend')}; re-run with "
+                        f"jax {got['jax']} on {got['backend']}")
+
+
+def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPRO_TIMEOUT_S,
+                 max_bytes: int = MAX_BYTES) -> tuple[bool, list[str]]:
+    """Verify a bundle without running its code; re-run the harness's repro.py. (same, lines)."""
+    if not path.is_file():
+        raise HarnessError(f"{path}: no such bundle")
+    report = CheckReport()
+    with tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
+        root = safe_extract(path, Path(tmp), max_bytes=max_bytes)
+        for need in ("manifest.json", "repro.py", "config.json", "expected.json", "findings.json"):
+            if not (root / need).is_file():
+                raise HarnessError(f"{path}: bundle lacks {need}")
+        check_manifest(root, path, report)
+        ours = sha256_file(STANDALONE)
+        ok = sha256_file(root / "repro.py") == ours
+        report.add(ok, f"repro.py: {'same as' if ok else 'DIFFERENT from'} this harness's copy (sha256 {ours[:12]}); "
+                       "the harness's copy is the one run")
+        check_derived(root, path, report)
+        cfg = _read_json(root, "config.json", path)
+        validate_config(cfg, path)
+        expected = _read_json(root, "expected.json", path)
+        if not isinstance(expected, dict) or not isinstance(expected.get("seeds"), dict):
+            raise HarnessError(f"{path}: expected.json has no seeds table")
+        clean_config = Path(tmp) / "config.json"  # the validated config, outside the extracted tree
+        clean_config.write_text(json.dumps(cfg))
+        got = json.loads(run_repro(STANDALONE, clean_config, python, timeout))
+        compare_runs(expected, got, report)
+    return report.same, report.lines
