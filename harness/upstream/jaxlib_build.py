@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.upstream.apply import apply_patch
 from harness.upstream.series import load_series
 
 REPO = Path(__file__).resolve().parents[2]
@@ -311,15 +312,11 @@ def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> Non
         if res.returncode != 0:
             raise HarnessError(f"prepare: git {args[0]} failed in {partial}: {res.stderr.strip()}")
     for p in patches:
-        res = _git(["apply", "--check", str(p)], partial)
-        if res.returncode != 0:
-            from harness.upstream.patchcheck import _FAILED
-
-            m = _FAILED.search(res.stderr)
-            where = f" ({m.group(1)} at line {m.group(2)})" if m else ""
+        try:
+            apply_patch(p, partial)
+        except HarnessError as exc:
             shutil.rmtree(partial, ignore_errors=True)
-            raise HarnessError(f"prepare: {p.name} does not apply to {label}{where}")
-        _git(["apply", str(p)], partial)
+            raise HarnessError(f"prepare: {label}: {exc}") from None
     if patches:
         _git(["add", "-A"], partial)
         _git(["-c", "user.email=build@xla-harness.invalid", "-c", "user.name=xla-harness", "commit", "-qm",

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.upstream.patchcheck import _describe_failure, parse_patch
+from harness.upstream.apply import apply_patch
+from harness.upstream.patchcheck import parse_patch
 from harness.upstream.series import load_series
 
 STAMP = ".xla-harness-jax-patched"
@@ -47,11 +48,11 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
             sys.stderr.write(f"note: {p.file} not applied: it changes files the sdist does not ship "
                              f"({', '.join(sorted(files))})\n")
             continue
-        res = subprocess.run(["git", "apply", "--check", str(path)], cwd=dest, capture_output=True, text=True)
-        if res.returncode != 0:
+        try:
+            apply_patch(path, dest, p.file)
+        except HarnessError:
             shutil.rmtree(dest, ignore_errors=True)
-            raise HarnessError(_describe_failure(p, path, res.stderr))
-        subprocess.run(["git", "apply", str(path)], cwd=dest, check=True)
+            raise
         applied.append(p.file)
     return applied
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.upstream.series import Patch, Series, Upstream
+from harness.upstream.apply import apply_patch, git
+from harness.upstream.series import Series, Upstream
 
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
-_FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,12 @@ def touched_files(patches: list[Path]) -> list[str]:
 
 def preimage_tree(patch_text: str, root: Path) -> None:
     """Write, for each file of the patch, a file made of its hunks' pre-images in order:
-    the smallest tree the patch applies to (used by tests and the consistency check)."""
+    the smallest tree the patch applies to (used by tests and the consistency check). Files
+    the patch creates are left out."""
     by_file: dict[str, list[str]] = {}
     for h in parse_patch(patch_text):
+        if h.old_start == 0 and not h.preimage:
+            continue  # a file the patch creates: it must not exist before
         by_file.setdefault(h.file, []).append(h.preimage)
     for f, parts in by_file.items():
         path = root / f
@@ -100,22 +103,7 @@ def preimage_tree(patch_text: str, root: Path) -> None:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
-        raise HarnessError("git is not installed; it is needed to check patches") from None
-
-
-def _describe_failure(patch: Patch, patch_path: Path, stderr: str) -> str:
-    m = _FAILED.search(stderr)
-    if m:
-        file, line = m.group(1), int(m.group(2))
-        for h in parse_patch(patch_path.read_text(encoding="utf-8")):
-            if h.file == file and h.old_start == line:
-                return f"{patch.file}: hunk #{h.number} of {file} (at line {line}) does not apply"
-        return f"{patch.file}: {file} at line {line} does not apply"
-    first = next((ln for ln in stderr.splitlines() if ln.strip()), "git apply failed")
-    return f"{patch.file}: {first.removeprefix('error: ')}"
+    return git(args, cwd, timeout=120)
 
 
 @dataclass(frozen=True)
@@ -159,10 +147,7 @@ def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str =
                 results.append(CheckResult(up.name, "not checked", f"{p.file}: {missing[0]} is not in "
                                            f"the given tree (a PyPI sdist has no tests/)"))
                 continue
-            res = _git(["apply", "--check", str(path)], scratch)
-            if res.returncode != 0:
-                raise HarnessError(_describe_failure(p, path, res.stderr))
-            _git(["apply", str(path)], scratch)  # the next patch applies on top of this one
+            apply_patch(path, scratch, p.file)  # the next patch applies on top of this one
             results.append(CheckResult(up.name, "applies", f"{p.file} ({p.series})"))
     return results
 
