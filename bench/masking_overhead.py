@@ -1,12 +1,17 @@
-"""Cost of jax_zero_cotangent_masking on a training step: flag off vs on, same process.
+"""Cost of jax_zero_cotangent_masking on training steps: flag off vs on, same process.
 
-The tied-embedding transformer step of the stress harness (forward, backward, Adam) is
-compiled twice, with the flag off and on (the flag is part of the jit key), and timed in
-interleaved rounds; the figure is the ratio of median step times (target <= 1.03 on CPU,
-<= 1.01 on GPU), plus the number of extra HLO instructions in the optimized program.
-Needs the patched jax: run under .venv-jax-patched (re-executes itself there if found).
+Two jitted steps (forward, backward, Adam), each compiled with the flag off and on (the flag
+is part of the jit key): a small pre-LayerNorm transformer with untied embeddings (LayerNorm
+through sqrt and div, log-softmax cross-entropy) and the tied-embedding model of the stress
+harness (harness.programs.tied_embedding: RMSNorm through rsqrt, logsumexp, remat). Each
+round times STEPS steps with the flag off and STEPS with it on, the order alternating from
+round to round; the figure per model is the median of the per-round ratios on/off with a
+distribution-free 95% interval for that median (order statistics of the ratios, binomial
+with p = 1/2), plus the ratio of median step times and the HLO instruction counts.
+Targets: median ratio <= 1.03 on CPU. Needs the patched jax: run under .venv-jax-patched
+(re-executes itself there if found).
 
-    python bench/masking_overhead.py [--steps 50] [--rounds 7]
+    python bench/masking_overhead.py [--rounds 31] [--steps 10] [--models transformer,tied]
 """
 
 from __future__ import annotations
@@ -22,15 +27,153 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.stress.stats import binom_cdf  # noqa: E402
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Order-statistic interval for the median: [x_(k), x_(n+1-k)] with the largest k such that
+    P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2; coverage >= confidence."""
+    xs, n = sorted(values), len(values)
+    k = 0
+    while k + 1 <= n // 2 and binom_cdf(k, n, 0.5) <= (1 - confidence) / 2:
+        k += 1
+    if k == 0:
+        raise ValueError(f"{n} rounds are too few for a {confidence:.0%} interval of the median")
+    return xs[k - 1], xs[n - k]
+
+
+def transformer_program(vocab=512, d_model=128, layers=2, heads=4, seq=32, batch=8):
+    """A small untied pre-LayerNorm transformer step: (params, opt_state, tokens) -> new state, loss."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def layer_norm(x, g, b):
+        mu = jnp.mean(x, -1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+        return (x - mu) / jnp.sqrt(var + 1e-5) * g + b
+
+    def init(key):
+        ks = iter(jax.random.split(key, 4 + 4 * layers))
+        dense = lambda k, m, n: jax.random.normal(k, (m, n), jnp.float32) / jnp.sqrt(m)  # noqa: E731
+        p = {"embed": dense(next(ks), vocab, d_model), "unembed": dense(next(ks), d_model, vocab),
+             "pos": 0.02 * jax.random.normal(next(ks), (seq, d_model)), "lnf": (jnp.ones(d_model), jnp.zeros(d_model)),
+             "layers": []}
+        for _ in range(layers):
+            p["layers"].append({"ln1": (jnp.ones(d_model), jnp.zeros(d_model)),
+                                "ln2": (jnp.ones(d_model), jnp.zeros(d_model)),
+                                "qkv": dense(next(ks), d_model, 3 * d_model), "o": dense(next(ks), d_model, d_model),
+                                "w1": dense(next(ks), d_model, 4 * d_model),
+                                "w2": dense(next(ks), 4 * d_model, d_model)})
+        return p
+
+    def loss_fn(p, tokens):
+        x = p["embed"][tokens[:, :-1]] + p["pos"][: seq - 1]
+        s, hd = seq - 1, d_model // heads
+        for lp in p["layers"]:
+            h = layer_norm(x, *lp["ln1"])
+            q, k, v = (t.reshape(batch, s, heads, hd) for t in jnp.split(h @ lp["qkv"], 3, -1))
+            att = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.float32(hd))
+            att = jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((s, s), bool)), att, -1e30), -1)
+            x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(batch, s, d_model) @ lp["o"]
+            x = x + jax.nn.gelu(layer_norm(x, *lp["ln2"]) @ lp["w1"]) @ lp["w2"]
+        logp = jax.nn.log_softmax(layer_norm(x, *p["lnf"]) @ p["unembed"], -1)
+        return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
+
+    opt = optax.adam(1e-3)
+
+    def step(p, o, tokens):
+        loss, g = jax.value_and_grad(loss_fn)(p, tokens)
+        upd, o = opt.update(g, o, p)
+        return optax.apply_updates(p, upd), o, loss
+
+    jstep = jax.jit(step, donate_argnums=(0, 1))
+    tokens = jax.random.randint(jax.random.key(1), (batch, seq), 0, vocab, dtype=jnp.int32)
+
+    def fresh():
+        p = init(jax.random.key(0))
+        return p, opt.init(p)
+
+    def call(state, i):
+        p, o, loss = jstep(state[0], state[1], tokens)
+        return (p, o), loss
+
+    def n_ops():
+        p, o = fresh()
+        return jstep.lower(p, o, tokens).compile().as_text().count(" = ")
+
+    return f"transformer (untied, LayerNorm, V={vocab} D={d_model} L={layers})", fresh, call, n_ops
+
+
+def tied_program():
+    """The stress harness's tied-embedding step (full mode, remat), without the runner's checks."""
+    import numpy as np
+
+    from harness.stress.runner import StressSpec, build_program
+
+    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, d_model=128, vocab=1024,
+                      seq=32, layers=2, heads=4)
+    cfg = spec.configs()[0]
+    prog = build_program(cfg, spec, checked=False)
+
+    def fresh():
+        return prog.init(1)
+
+    def call(state, i):
+        p, o, loss = prog.step(state[0], state[1], np.uint32(1), np.int32(i))
+        return (p, o), loss
+
+    def n_ops():
+        p, o = prog.init(1)
+        return prog.step.lower(p, o, np.uint32(1), np.int32(0)).compile().as_text().count(" = ")
+
+    return f"tied embedding ({cfg.label()}, V={cfg.vocab} D={cfg.d_model} L={cfg.layers})", fresh, call, n_ops
+
+
+def measure(name, fresh, call, n_ops, rounds: int, steps: int) -> None:
+    import jax
+
+    def timed(flag: bool) -> float:
+        with jax.zero_cotangent_masking(flag):
+            state = fresh()
+            state, loss = call(state, 0)  # compiled already after the first round; a warm step
+            jax.block_until_ready(loss)
+            t0 = time.perf_counter()
+            for i in range(steps):
+                state, loss = call(state, i)
+            jax.block_until_ready((state, loss))
+            return (time.perf_counter() - t0) / steps
+
+    ops = {}
+    for flag in (False, True):
+        with jax.zero_cotangent_masking(flag):
+            ops[flag] = n_ops()
+        timed(flag)  # compile and warm up
+    off, on, ratios = [], [], []
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        t = {flag: timed(flag) for flag in order}
+        off.append(t[False])
+        on.append(t[True])
+        ratios.append(t[True] / t[False])
+    lo, hi = median_interval(ratios)
+    print(f"{name}: {rounds} rounds x {steps} steps, order alternating")
+    print(f"  flag off {statistics.median(off) * 1e3:8.3f} ms/step (median)   HLO instructions {ops[False]}")
+    print(f"  flag on  {statistics.median(on) * 1e3:8.3f} ms/step (median)   HLO instructions {ops[True]} "
+          f"({ops[True] - ops[False]:+d})")
+    print(f"  ratio on/off: median of per-round ratios {statistics.median(ratios):.3f} "
+          f"[95% interval {lo:.3f}, {hi:.3f}]; ratio of medians {statistics.median(on) / statistics.median(off):.3f}")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=31)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default="transformer,tied")
     args = ap.parse_args()
     import jax
 
-    if not hasattr(jax.lax, "masked_scale"):
+    if not hasattr(jax, "zero_cotangent_masking"):
         patched = ROOT / ".venv-jax-patched" / "bin" / "python"
         if patched.exists() and not os.environ.get("XLA_HARNESS_BENCH_REEXEC"):
             env = {**os.environ, "XLA_HARNESS_BENCH_REEXEC": "1", "PYTHONPATH": str(ROOT)}
@@ -38,47 +181,15 @@ def main() -> int:
         sys.stderr.write("error: this jax has no zero-cotangent masking; build .venv-jax-patched with "
                          "'make jax-patched-venv' first\n")
         return 2
-    import numpy as np
-
-    from harness.stress.runner import StressSpec, build_program
-
-    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=args.steps, d_model=128, vocab=1024,
-                      seq=32, layers=2, heads=4)
-    cfg = spec.configs()[0]
-
-    def program(flag: bool):
-        jax.config.update("jax_zero_cotangent_masking", flag)
-        prog = build_program(cfg, spec, checked=False)
-        p, o = prog.init(1)
-        n_ops = prog.step.lower(p, o, np.uint32(1), np.int32(0)).compile().as_text().count(" = ")
-        return prog, n_ops
-
-    progs = {flag: program(flag) for flag in (False, True)}
-
-    def run(flag: bool) -> float:
-        jax.config.update("jax_zero_cotangent_masking", flag)
-        prog = progs[flag][0]
-        p, o = prog.init(1)
-        p, o, loss = prog.step(p, o, np.uint32(1), np.int32(0))  # compiled already; warm
-        jax.block_until_ready(loss)
-        t0 = time.perf_counter()
-        for s in range(args.steps):
-            p, o, loss = prog.step(p, o, np.uint32(1), np.int32(s))
-        jax.block_until_ready((p, loss))
-        return (time.perf_counter() - t0) / args.steps
-
-    run(False), run(True)
-    off, on = [], []
-    for _ in range(args.rounds):
-        off.append(run(False))
-        on.append(run(True))
-    t_off, t_on = statistics.median(off), statistics.median(on)
-    print(f"jax {jax.__version__} ({jax.default_backend()}), model {cfg.label()} V={cfg.vocab} D={cfg.d_model}, "
-          f"{args.steps} steps x {args.rounds} rounds")
-    print(f"flag off: {t_off * 1e3:8.3f} ms/step   HLO instructions: {progs[False][1]}")
-    print(f"flag on:  {t_on * 1e3:8.3f} ms/step   HLO instructions: {progs[True][1]} "
-          f"(+{progs[True][1] - progs[False][1]})")
-    print(f"ratio on/off: {t_on / t_off:.3f}  (target <= 1.03 on CPU, <= 1.01 on GPU)")
+    builders = {"transformer": transformer_program, "tied": tied_program}
+    models = [m for m in args.models.split(",") if m]
+    if args.rounds < 6 or any(m not in builders for m in models):
+        sys.stderr.write(f"error: --rounds must be >= 6 and --models a subset of {','.join(builders)}\n")
+        return 2
+    print(f"jax {jax.__version__} ({jax.default_backend()}, {jax.devices()[0].device_kind}), "
+          f"{os.cpu_count()} CPUs visible")
+    for m in models:
+        measure(*builders[m](), rounds=args.rounds, steps=args.steps)
     return 0
 
 

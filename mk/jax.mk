@@ -21,3 +21,15 @@ bench: jax-patched-venv
 .PHONY: gradcheck
 gradcheck: setup $(if $(MASKING),jax-patched-venv)
 	$(if $(MASKING),PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python,$(PY)) -m harness.cli gradcheck $(if $(MASKING),--masking) $(ARGS)
+
+# JAX's own test files (a jax-ml/jax source tree in JAX_SRC, with 0002 applied) against the patched
+# venv, flag off and on, one file at a time; results in $(OUT)/jax-suite (table.md, summary.json).
+#   make jax-suite JAX_SRC=<jax checkout> [FILES=lax_autodiff_test.py,nn_test.py]
+.PHONY: jax-suite
+jax-suite: $(if $(JAX_SRC),jax-patched-venv,setup)
+	@if [ -z "$(JAX_SRC)" ]; then echo "not checked: no JAX_SRC (jax's own tests with the masking flag off/on)"; else \
+	  $(JAX_PATCHED_VENV)/bin/python -m pip install -q --disable-pip-version-check absl-py && \
+	  nice $(PY) -m harness.upstream.jaxsuite --jax-src "$(JAX_SRC)" --python $(JAX_PATCHED_VENV)/bin/python \
+	    --out $(OUT)/jax-suite $(if $(FILES),--files $(FILES)); fi
+
+test: jax-suite

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.errors import HarnessError
 from harness.gradcheck import check
 from harness.gradcheck.cases import REGISTRY, by_name
 from harness.upstream.patchcheck import preimage_tree
@@ -87,3 +88,25 @@ def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
     assert err.startswith("error: jax/0001-zero-cotangent-masking.patch: hunk #")
     assert "jax/_src/config.py" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-0.12.0.1"]  # no half-built venv
+
+
+def test_patched_source_applies_a_patch_that_creates_files(tmp_path, capsys):
+    from harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.12.0.1"
+    preimage_tree((ROOT / "patches/jax/0001-zero-cotangent-masking.patch").read_text(), sdist)
+    new_module = "jax/_src/lax/zero_cotangent_masking.py"
+    assert not (sdist / new_module).exists()  # the patch creates it: the sdist need not ship it
+    applied = jaxvenv.patched_source(sdist, tmp_path / "src")
+    assert applied == ["jax/0001-zero-cotangent-masking.patch"]
+    assert "masked_scale_p" in (tmp_path / "src" / new_module).read_text()
+    assert "0002-tests-zero-cotangent-masking.patch not applied" in capsys.readouterr().err
+
+
+def test_patched_source_refuses_a_tree_no_patch_applies_to(tmp_path):
+    from harness.upstream import jaxvenv
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(HarnessError, match="no patch of the jax series"):
+        jaxvenv.patched_source(tmp_path / "empty", tmp_path / "src")
+    assert not (tmp_path / "src").exists()

@@ -43,7 +43,7 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
     applied = []
     for p in series.upstream("jax").select("default"):
         path = p.path(series.root)
-        files = {h.file for h in parse_patch(path.read_text(encoding="utf-8"))}
+        files = {h.file for h in parse_patch(path.read_text(encoding="utf-8")) if not h.creates_file}
         if any(not (dest / f).is_file() for f in files):
             sys.stderr.write(f"note: {p.file} not applied: it changes files the sdist does not ship "
                              f"({', '.join(sorted(files))})\n")
@@ -54,6 +54,9 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
             shutil.rmtree(dest, ignore_errors=True)
             raise
         applied.append(p.file)
+    if not applied:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise HarnessError(f"no patch of the jax series changes files that {sdist} ships: not a jax sdist?")
     return applied
 
 

@@ -31,6 +31,11 @@ class Hunk:
     preimage: str  # context and removed lines: what the hunk expects to find
     postimage: str
 
+    @property
+    def creates_file(self) -> bool:
+        """A hunk against /dev/null (``@@ -0,0 +1,N @@``): its file need not exist beforehand."""
+        return self.old_start == 0 and not self.preimage
+
 
 def parse_patch(text: str) -> list[Hunk]:
     """Hunks of a unified diff (git format-patch or plain git diff)."""
@@ -93,9 +98,8 @@ def preimage_tree(patch_text: str, root: Path) -> None:
     the patch creates are left out."""
     by_file: dict[str, list[str]] = {}
     for h in parse_patch(patch_text):
-        if h.old_start == 0 and not h.preimage:
-            continue  # a file the patch creates: it must not exist before
-        by_file.setdefault(h.file, []).append(h.preimage)
+        if not h.creates_file:
+            by_file.setdefault(h.file, []).append(h.preimage)
     for f, parts in by_file.items():
         path = root / f
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +146,7 @@ def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str =
         _git(["init", "-q"], scratch)
         for p, path in zip(patches, paths, strict=True):
             missing = [h.file for h in parse_patch(path.read_text(encoding="utf-8"))
-                       if h.preimage and not (scratch / h.file).is_file()]
+                       if not h.creates_file and not (scratch / h.file).is_file()]
             if missing:
                 results.append(CheckResult(up.name, "not checked", f"{p.file}: {missing[0]} is not in "
                                            f"the given tree (a PyPI sdist has no tests/)"))

@@ -149,3 +149,191 @@ def test_complex_and_primitive_rules():
         jax.lax.masked_scale(tr, tr, op="add")
     hlo = jax.jit(lambda a, b: jax.lax.masked_scale(a, b)).lower(tr, tr).as_text()
     assert "select" in hlo and "compare" in hlo
+
+
+# --- higher orders, vmap and sharding: flag on against flag off (the stock rules) ----------------
+
+def _layernorm_loss(x):
+    mu = jnp.mean(x)
+    var = jnp.mean((x - mu) ** 2)
+    return jnp.sum(jnp.log1p(jnp.abs((x - mu) * jax.lax.rsqrt(var + 1e-5))))
+
+
+SCALAR_LOSSES = {
+    "sum_log": lambda x: jnp.sum(jnp.log(x)),
+    "sum_sqrt": lambda x: jnp.sum(jnp.sqrt(x)),
+    "sum_reciprocal": lambda x: jnp.sum(1.0 / x),
+    "sum_pow_neg": lambda x: jnp.sum(x**-2),
+    "logsumexp": jax.nn.logsumexp,
+    "norm": jnp.linalg.norm,
+    "layernorm": _layernorm_loss,
+}
+SECOND_ORDER = {
+    "hessian": jax.hessian,
+    "jacfwd_grad": lambda f: jax.jacfwd(jax.grad(f)),
+    "jacrev_jacrev": lambda f: jax.jacrev(jax.jacrev(f)),
+    "jacfwd_jacrev": lambda f: jax.jacfwd(jax.jacrev(f)),
+}
+
+
+def _off_and_on(fn, *args):
+    with jax.zero_cotangent_masking(False):
+        off = np.asarray(fn(*args))
+    with jax.zero_cotangent_masking(True):
+        on = np.asarray(fn(*args))
+    return off, on
+
+
+@patched_only
+@pytest.mark.parametrize("order", SECOND_ORDER, ids=str)
+@pytest.mark.parametrize("loss", SCALAR_LOSSES, ids=str)
+def test_second_order_at_ordinary_points_matches_flag_off(loss, order):
+    x = np.array([0.5, 1.25, 2.0, 3.5], np.float32)
+    off, on = _off_and_on(SECOND_ORDER[order](SCALAR_LOSSES[loss]), x)
+    assert on.shape == off.shape == (4, 4)
+    assert np.all(np.isfinite(off)), off
+    np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-6)
+
+
+def _mlp_loss(w, x):
+    h = jnp.sqrt(jnp.square(w @ x) + 1.0)  # size-(4,) hidden layer, masked sqrt rule
+    return jnp.log(jnp.sum(h)) + jnp.sum(1.0 / (h + x[:2].sum())) + _layernorm_loss(h)
+
+
+@patched_only
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_per_example_gradients_match_flag_off_and_a_loop(jit):
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(4, 3)).astype(np.float32)
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    per_example = jax.vmap(jax.grad(_mlp_loss), (None, 0))
+    per_example = jax.jit(per_example) if jit else per_example
+    off, on = _off_and_on(per_example, w, xs)
+    assert on.shape == (5, 4, 3)
+    np.testing.assert_allclose(on, off, rtol=1e-5, atol=1e-6)
+    with jax.zero_cotangent_masking(True):
+        loop = np.stack([np.asarray(jax.grad(_mlp_loss)(w, x)) for x in xs])
+    np.testing.assert_allclose(on, loop, rtol=1e-5, atol=1e-6)
+
+
+@patched_only
+@pytest.mark.parametrize("op", ["mul", "div"])
+@pytest.mark.parametrize("t_shape,d_shape", [((3, 1), (3, 4)), ((1, 4), (3, 1)), ((3, 4), (1, 4))])
+def test_masked_scale_broadcasts_size1_dims_like_numpy(op, t_shape, d_shape):
+    rng = np.random.default_rng(1)
+    t = rng.choice(np.array([0.0, 1.5, -2.0], np.float32), size=t_shape)
+    d = rng.choice(np.array([0.0, 2.0, np.inf, -0.5], np.float32), size=d_shape)
+    if op == "div":
+        d = np.where(d == 0, np.float32(4.0), d)
+    bt, bd = np.broadcast_arrays(t, d)
+    with np.errstate(invalid="ignore"):
+        want = np.where(bt == 0, 0, bt * bd) if op == "mul" else np.where(bt == 0, 0, bt / bd)
+        if op == "mul":
+            want = np.where(bd == 0, 0, want)
+    for fn in (jax.lax.masked_scale, jax.jit(jax.lax.masked_scale, static_argnames="op")):
+        got = np.asarray(fn(t, d, op=op))
+        assert got.shape == (3, 4)
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+    # The transpose sums the cotangent back over the broadcast dimensions of t.
+    ct = jax.grad(lambda t: jnp.sum(jax.lax.masked_scale(t, np.where(np.isinf(d), 1.0, d), op=op)))(t)
+    assert ct.shape == t_shape
+    dd = np.broadcast_to(np.where(np.isinf(d), 1.0, d), (3, 4))
+    np.testing.assert_allclose(ct, np.sum(dd if op == "mul" else 1.0 / dd, axis=tuple(
+        i for i, n in enumerate(t_shape) if n == 1), keepdims=True), rtol=1e-6)
+
+
+GUARDED_POINTS = {
+    # name: (f, point where the guarded branch is dead and its derivatives infinite or NaN)
+    "sqrt": (lambda x: jnp.where(x > 0, jnp.sqrt(x), 0.0), 0.0),
+    "rsqrt": (lambda x: jnp.where(x > 0, jax.lax.rsqrt(x), 0.0), 0.0),
+    "cbrt": (lambda x: jnp.where(x > 0, jnp.cbrt(x), 0.0), 0.0),
+    "log": (lambda x: jnp.where(x > 0, jnp.log(x), 0.0), 0.0),
+    "div": (lambda x: jnp.where(x > 0, 1.0 / x, 0.0), 0.0),
+    "reciprocal": (lambda x: jnp.where(x > 0, jnp.reciprocal(x), 0.0), 0.0),
+    "integer_pow_neg": (lambda x: jnp.where(x > 0, x**-1, 0.0), 0.0),
+    "pow_half": (lambda x: jnp.where(x > 0, x**0.5, 0.0), 0.0),
+    "atanh": (lambda x: jnp.where(x < 1, jnp.arctanh(x), 0.0), 1.0),
+    "acosh": (lambda x: jnp.where(x > 1, jnp.arccosh(x), 0.0), 1.0),
+    "log1p": (lambda x: jnp.where(x > -1, jnp.log1p(x), 0.0), -1.0),
+    "asin": (lambda x: jnp.where(x < 1, jnp.arcsin(x), 0.0), 1.0),
+}
+
+
+@patched_only
+@pytest.mark.parametrize("name", GUARDED_POINTS, ids=str)
+def test_grad_grad_at_guarded_points_is_zero_in_both_modes(name):
+    f, x0 = GUARDED_POINTS[name]
+    x0 = np.float32(x0)
+    d2 = {"grad_grad": jax.grad(jax.grad(f)), "jacfwd_grad": jax.jacfwd(jax.grad(f)),
+          "jacrev_grad": jax.jacrev(jax.grad(f)), "jit_grad_grad": jax.jit(jax.grad(jax.grad(f)))}
+    with jax.zero_cotangent_masking(True):
+        assert float(jax.grad(f)(x0)) == 0.0
+        for mode, fn in d2.items():
+            assert float(fn(x0)) == 0.0, (name, mode, fn(x0))
+    with jax.zero_cotangent_masking(False):
+        assert np.isnan(float(jax.grad(f)(x0))), f"{name}: stock first derivative at {x0} is expected to be NaN"
+
+
+@patched_only
+def test_third_order_at_the_guarded_point():
+    f, _ = GUARDED_POINTS["sqrt"]
+    d3 = jax.grad(jax.grad(jax.grad(f)))
+    with jax.zero_cotangent_masking(True):
+        assert float(d3(0.0)) == 0.0
+        np.testing.assert_allclose(float(d3(4.0)), 3.0 / 8.0 * 4.0**-2.5, rtol=1e-6)
+    with jax.zero_cotangent_masking(False):
+        assert np.isnan(float(d3(0.0)))
+
+
+UNREDUCED_SCRIPT = r"""
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType, PartitionSpec as P
+
+assert jax.device_count() == 8, jax.devices()
+mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+
+def f(x, y):  # x is reduced over "x": its cotangent is unreduced and meets the masked rules
+    h = jax.lax.select(x > 0, jnp.sqrt(x), jnp.zeros_like(x)) + jnp.log(x * x + 1.0)
+    return (h @ jnp.sqrt(y + 1.0)).sum()
+
+x = np.array([[-1.0, 0.0], [1.0, 4.0], [0.0, 2.0], [9.0, -3.0]], np.float32)
+y = np.arange(16.0, dtype=np.float32).reshape(2, 8)
+out = {}
+for flag in (False, True):
+    with jax.zero_cotangent_masking(flag):
+        single = jax.grad(f, argnums=(0, 1))(x, y)
+        with jax.set_mesh(mesh):
+            gx, gy = jax.jit(jax.grad(f, argnums=(0, 1)))(
+                jax.device_put(x, P(reduced={"x"})), jax.device_put(y, P(None, "x")))
+            out[str(flag)] = {
+                "gx_spec": str(gx.sharding.spec), "gx": np.asarray(jax.reshard(gx, P())).tolist(),
+                "gy": np.asarray(gy).tolist(),
+                "single_gx": np.asarray(single[0]).tolist(), "single_gy": np.asarray(single[1]).tolist()}
+json.dump(out, sys.stdout)
+"""
+
+
+@patched_only
+@pytest.mark.slow
+def test_unreduced_cotangents_on_eight_cpu_devices():
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    res = subprocess.run([sys.executable, "-c", UNREDUCED_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    for flag in ("False", "True"):
+        r = out[flag]
+        assert "unreduced={'x'}" in r["gx_spec"], r["gx_spec"]
+        # the sharded gradient (unreduced partial sums, then summed) equals the single-device one
+        np.testing.assert_allclose(r["gx"], r["single_gx"], rtol=1e-5)
+        np.testing.assert_allclose(r["gy"], r["single_gy"], rtol=1e-5)
+    dead = np.array([[True, True], [False, False], [True, False], [False, True]])
+    off, on = np.array(out["False"]["gx"]), np.array(out["True"]["gx"])
+    assert np.all(np.isnan(off[dead])) and np.all(np.isfinite(off[~dead]))
+    assert np.all(np.isfinite(on))
+    np.testing.assert_allclose(on[~dead], off[~dead], rtol=1e-5)
