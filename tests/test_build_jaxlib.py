@@ -120,6 +120,11 @@ print("bazel 7.7.0")
 '''
 
 
+def _created_files(patch_text: str) -> list[str]:
+    lines = patch_text.splitlines()
+    return [b.removeprefix("+++ b/") for a, b in zip(lines, lines[1:], strict=False) if a == "--- /dev/null"]
+
+
 def _git(cwd, *args):
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
                    capture_output=True)
@@ -142,6 +147,8 @@ def world(tmp_path, monkeypatch):
     jax = tmp_path / "jax-repo"
     for patch in sorted((ROOT / "patches/jax").glob("*.patch")):  # sources the jax series applies to
         preimage_tree(patch.read_text(), jax)
+        for new_file in _created_files(patch.read_text()):  # files the series creates must not exist yet
+            (jax / new_file).unlink()
     (jax / "third_party/xla").mkdir(parents=True)
     (jax / "build").mkdir()
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
