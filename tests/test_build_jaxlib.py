@@ -61,9 +61,9 @@ def test_plan_argv_cpu_and_cuda(tmp_path):
                    "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
     cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
     assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=12"
-    assert bj.bazel_test_argv("b", ["//t:x"], Path("/w"), "3.12") == [
-        "b", "test", "--disk_cache=/w/bazel-disk-cache", "--repository_cache=/w/bazel-repo-cache",
-        "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--test_output=errors", "//t:x"]
+    assert bj.bazel_test_argv("b", [], ["//t:x"], "3.12") == [
+        "b", "test", "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--verbose_failures=true", "--test_output=errors",
+        "@xla//t:x"]
     with pytest.raises(HarnessError):
         bj.jax_tag("latest")
 
@@ -86,9 +86,9 @@ def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
     assert "git clone --depth 1 --branch jax-v0.12.0.1 https://github.com/jax-ml/jax.git" in out
     assert "build/build.py build --wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in out
     assert "--local_xla_path=" in out and "--cuda_major_version=12" in out
-    assert "configure.py --backend=CPU" in out and out.index("preflight:") < out.index("resolve:")
+    assert "configure.py" not in out and out.index("preflight:") < out.index("resolve:")
     assert "git apply patches/xla/0001-alias-info" in out
-    assert "test --disk_cache=" in out and "//xla/hlo/analysis:alias_info_test" in out
+    assert " test --repo_env=HERMETIC_PYTHON_VERSION=" in out and "@xla//xla/hlo/analysis:alias_info_test" in out
     assert not work.exists()
 
 
@@ -100,7 +100,8 @@ args = sys.argv[1:]
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"tool": "build.py", "argv": args, "cwd": os.getcwd()}) + "\n")
 get = lambda k: next(a.split("=", 1)[1] for a in args if a.startswith(k + "="))
-subprocess.run([get("--bazel_path"), "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
+startup = [a.split("=", 1)[1] for a in args if a.startswith("--bazel_startup_options=")]
+subprocess.run([get("--bazel_path"), *startup, "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
 # What jax's build.py leaves in its tree: the bazelrc it writes and Bazel's symlinks.
 pathlib.Path(".jax_configure.bazelrc").write_text("build --repo_env=X=1\n")
 if not os.path.lexists("bazel-bin"):
@@ -112,11 +113,29 @@ sys.exit(1 if os.environ.get("FAKE_BUILD_FAIL") else 0)
 '''
 
 FAKE_BAZELISK = r'''#!{python}
-import json, os, sys
+# Behaves as bazelisk does where the pipeline depends on it: the version comes from USE_BAZEL_VERSION,
+# else from the first line of the workspace's .bazelversion that is neither empty nor a comment;
+# an invalid version string is refused; startup options come before the command.
+import json, os, pathlib, re, sys
+version = os.environ.get("USE_BAZEL_VERSION")
+if version is None:
+    d = pathlib.Path.cwd()
+    while d != d.parent and not (d / ".bazelversion").is_file():
+        d = d.parent
+    f = d / ".bazelversion"
+    lines = [ln.strip() for ln in f.read_text().splitlines()] if f.is_file() else []
+    version = next((ln for ln in lines if ln and not ln.startswith("#")), "7.0.0")
+if not re.fullmatch(r"\d+\.\d+\.\d+(rc\d+)?", version):
+    sys.exit(f"could not resolve the version: invalid version {{version!r}}")
+args = sys.argv[1:]
+n = next((i for i, a in enumerate(args) if not a.startswith("--")), len(args))
+startup, rest = args[:n], args[n:]
 with open(os.environ["FAKE_RECORD"], "a") as f:
-    f.write(json.dumps({{"tool": "bazelisk", "argv": sys.argv[1:], "cwd": os.getcwd(),
-                        "USE_BAZEL_VERSION": os.environ.get("USE_BAZEL_VERSION")}}) + "\n")
-print("bazel 7.7.0")
+    f.write(json.dumps({{"tool": "bazelisk", "argv": rest, "startup": startup, "cwd": os.getcwd(),
+                        "USE_BAZEL_VERSION": os.environ.get("USE_BAZEL_VERSION"), "version": version}}) + "\n")
+print(f"bazel {{version}}")
+if rest[:1] == ["test"] and os.environ.get("FAKE_BAZEL_TEST_FAIL"):
+    sys.exit(int(os.environ["FAKE_BAZEL_TEST_FAIL"]))
 '''
 
 
@@ -137,8 +156,6 @@ def world(tmp_path, monkeypatch):
     preimage_tree(P1.read_text(), xla_dir)
     (xla_dir / "README.md").write_text("fake xla\n")
     (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
-    (xla_dir / "configure.py").write_text(
-        "import pathlib, sys\npathlib.Path('xla_configure.bazelrc').write_text(' '.join(sys.argv[1:]))\n")
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -210,22 +227,69 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     assert len(list((work / "trees").glob("xla-*"))) == 2  # one clean tree per series fingerprint
 
 
-def test_test_stage_runs_bazel_test_and_harness(world, capsys, tmp_path):
+FAKE_VENV_PYTHON = r'''#!{python}
+# The python of a stand-in .venv-patched: records what it is asked to run; `harness.cli stress`
+# writes an empty results file.
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"tool": "venv-python", "argv": args, "exe": sys.argv[0]}}) + "\n")
+if "stress" in args:
+    out = pathlib.Path(args[args.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stress.jsonl").write_text("")
+'''
+
+
+def _fake_venv(world) -> Path:
+    venv = world["tmp"] / "fake-venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text(FAKE_VENV_PYTHON.format(python=sys.executable))
+    py.chmod(0o755)
+    return venv
+
+
+def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert bj.main([*world["args"], "--to", "build"]) == 0
-    # The install stage needs real wheels; stand in for it with this project's own venv.
     stamp = world["work"] / "stamps" / "install.json"
-    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(Path(sys.executable).parent.parent)}}))
+    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(_fake_venv(world))}}))
     res = tmp_path / "results"
-    rc = bj.main([*world["args"], "--from", "test", "--harness-tests", "tests/test_stats.py",
-                  "--stress-steps", "1", "--results", str(res)])
+    rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
     assert rc == 0, capsys.readouterr().err
-    test_calls = [r["argv"] for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"]]
-    assert test_calls and test_calls[0][-1] == "//xla/hlo/analysis:alias_info_test"
-    test_rec = next(r for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"])
-    xla_tree = Path(test_rec["cwd"])
-    assert xla_tree.name.startswith("xla-") and test_rec["USE_BAZEL_VERSION"] == "7.4.1"  # XLA's, not jax's
-    assert (xla_tree / "xla_configure.bazelrc").read_text() == "--backend=CPU"
+    recs = _records(world)
+    build = next(r for r in recs if r["tool"] == "bazelisk" and "build" in r["argv"])
+    test = next(r for r in recs if r["tool"] == "bazelisk" and "test" in r["argv"])
+    # One workspace, one Bazel: the jax tree (whose .jax_configure.bazelrc points @xla at the patched
+    # tree and holds the caches and toolchain flags), jax's Bazel version, the build's startup options
+    # (so the same output base) and the build's hermetic Python.
+    assert test["cwd"] == build["cwd"] and Path(test["cwd"]).name.startswith("jax-")
+    assert test["USE_BAZEL_VERSION"] == build["USE_BAZEL_VERSION"] == "7.7.0"
+    assert test["startup"] == build["startup"]
+    assert test["argv"][-1] == "@xla//xla/hlo/analysis:alias_info_test"
+    pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"--repo_env=HERMETIC_PYTHON_VERSION={pyver}" in test["argv"]
+    assert not list((world["work"] / "trees").glob("xla-*/xla_configure.bazelrc"))  # no configure.py step
     assert list(res.glob("default-cpu-*/stress.jsonl"))
+    out = capsys.readouterr().out
+    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: passed" in out
+
+
+def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tmp_path, monkeypatch):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    stamp = world["work"] / "stamps" / "install.json"
+    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(_fake_venv(world))}}))
+    monkeypatch.setenv("FAKE_BAZEL_TEST_FAIL", "3")
+    res = tmp_path / "results"
+    rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
+    cap = capsys.readouterr()
+    assert rc == 1, cap.err  # tests found a problem: exit 1, not a crash
+    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: FAILED (exit 3)" in cap.out
+    assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
+    ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
+    assert ran == [["-m", "pytest", "-q"], ["-m", "harness.cli", "stress"]]  # both ran after the failure
+    assert list(res.glob("default-cpu-*/stress.jsonl"))
+    assert not (world["work"] / "stamps" / "test.json").exists()
 
 
 def test_sha_mismatch_is_refused(world, capsys):

@@ -17,9 +17,11 @@ records its inputs under WORK/ (default ~/.cache/xla-harness, or $XLA_HARNESS_WO
            --local_xla_path=<patched xla> --python_version=X.Y [--cuda_major_version=N]
            with a Bazel disk cache and repository cache under WORK (via --bazel_options)
   install  .venv-patched: the built wheels + the patched jax and its requirements + this package
-  test     in the patched XLA tree, configure.py --backend=CPU and bazel test of the targets
-           the series touches (series.toml), then this project's tests and a short stress
-           matrix against .venv-patched (results/patched/)
+  test     in the jax tree, `bazel test @xla//<target>` of the targets the series touches
+           (series.toml) with the build's Bazel, output base, hermetic Python and toolchain;
+           then, whatever that gave, this project's tests and a short stress matrix against
+           .venv-patched (results/patched/); each part's result is printed, and any failure
+           makes the exit status 1
 
 Before any stage starts: Python >= 3.12, bazelisk (when a Bazel stage is selected) and free
 disk (--min-free-gb, doubled with --cuda) are checked.
@@ -118,6 +120,7 @@ def build_argv(python: str, xla_tree: Path, python_version: str, bazel: str, wor
     argv = [python, "build/build.py", "build", f"--wheels={','.join(wheels_for(cuda))}",
             f"--local_xla_path={xla_tree}", f"--python_version={python_version}",
             f"--bazel_path={bazel}",
+            *(f"--bazel_startup_options={o}" for o in bazel_startup(work)),
             f"--bazel_options=--disk_cache={work / 'bazel-disk-cache'}",
             f"--bazel_options=--repository_cache={work / 'bazel-repo-cache'}",
             f"--output_path={out}"]
@@ -126,11 +129,31 @@ def build_argv(python: str, xla_tree: Path, python_version: str, bazel: str, wor
     return argv
 
 
-def bazel_test_argv(bazel: str, targets: list[str], work: Path, python_version: str) -> list[str]:
-    """bazel test in the XLA tree, sharing the build's caches and hermetic Python version."""
-    return [bazel, "test", f"--disk_cache={work / 'bazel-disk-cache'}",
-            f"--repository_cache={work / 'bazel-repo-cache'}",
-            f"--repo_env=HERMETIC_PYTHON_VERSION={python_version}", "--test_output=errors", *targets]
+def bazel_test_argv(bazel: str, startup: list[str], targets: list[str], python_version: str) -> list[str]:
+    """bazel test of XLA targets from inside the jax tree: the same workspace, startup options (so the
+    same output base), hermetic Python and toolchain as the wheel build. The caches, the hermetic clang
+    config and --override_repository=xla=<patched tree> come from the .jax_configure.bazelrc that jax's
+    build.py wrote as `build` lines, which `test` inherits."""
+    return [bazel, *startup, "test", *hermetic_python_flags(python_version), "--verbose_failures=true",
+            "--test_output=errors", *(xla_label(t) for t in targets)]
+
+
+def xla_label(target: str) -> str:
+    """An XLA target as seen from the jax workspace: //xla/x:y -> @xla//xla/x:y."""
+    return target if target.startswith("@") else "@xla" + target
+
+
+def hermetic_python_flags(python_version: str) -> list[str]:
+    """What jax's build.py puts on its Bazel command line for --python_version (not in its bazelrc)."""
+    flags = [f"--repo_env=HERMETIC_PYTHON_VERSION={python_version}"]
+    if python_version.endswith("-ft"):
+        flags.append('--@rules_python//python/config_settings:py_freethreaded="yes"')
+    return flags
+
+
+def bazel_startup(work: Path) -> list[str]:
+    """Bazel startup options of every Bazel call of the pipeline (the build and the tests)."""
+    return []
 
 
 def sha256_file(path: Path) -> str:
@@ -187,14 +210,15 @@ class Runner:
         self.ctx = ctx
 
     def __call__(self, argv: list[str], cwd: Path | None, stage: str, env: dict | None = None,
-                 what: str = "") -> None:
+                 what: str = "", check: bool = True) -> int:
+        """Run ``argv``; returns its exit status (0 in a dry run). With ``check`` a failure raises."""
         shown = " ".join(_quote(a) for a in argv)
         env = env or {}
         if env:
             shown = "env " + " ".join(f"{k}={_quote(v)}" if v else f"-u {k}" for k, v in env.items()) + " " + shown
         if self.ctx.dry_run:
             print(f"  [{stage}] (cd {cwd or '.'} && {shown})")
-            return
+            return 0
         log = self.ctx.log(stage)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as fh:
@@ -207,8 +231,9 @@ class Runner:
                 res = subprocess.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=full)
             except FileNotFoundError:
                 raise HarnessError(f"{stage}: {argv[0]} not found") from None
-        if res.returncode != 0:
+        if res.returncode != 0 and check:
             raise HarnessError(f"{stage}: {what or argv[0]} failed (exit {res.returncode}); see {log}")
+        return res.returncode
 
 
 def _quote(a: str) -> str:
@@ -521,27 +546,46 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
     return {"venv": str(venv)}
 
 
-def stage_test(ctx: Ctx, run: Runner) -> dict:
+class TestsFailed(Exception):
+    """The test stage ran everything and at least one part failed (exit 1: a problem was found)."""
+
+
+def series_bazel_targets(series_name: str) -> list[str]:
     series = load_series()
-    targets = sorted({t for p in series.upstream("xla").select(ctx.series) for t in p.bazel_targets}
-                     if "xla" in series.upstreams else set())
-    xla_tree = Path(ctx.out("xla_tree", "<xla tree>"))
+    if "xla" not in series.upstreams:
+        return []
+    return sorted({t for p in series.upstream("xla").select(series_name) for t in p.bazel_targets})
+
+
+def stage_test(ctx: Ctx, run: Runner) -> dict:
+    """XLA's unit tests (bazel test in the jax tree), this project's tests and a short stress matrix
+    against .venv-patched. Each part runs whatever the others gave; all results are reported."""
+    targets = series_bazel_targets(ctx.series)
+    jax_tree = Path(ctx.out("jax_tree", "<jax tree>"))
+    results: list[tuple[str, int]] = []
     if targets:
         pyver = _python_version(ctx.python)
-        # XLA's own configure step (CPU: the touched targets are compiler analyses), then its
-        # tests with the Bazel version XLA pins and the shared caches.
-        run([ctx.python, "configure.py", "--backend=CPU"], xla_tree, "test", what="XLA configure.py")
-        version = bazel_version_of(xla_tree) if not ctx.dry_run else f"<{xla_tree}/.bazelversion>"
-        run(bazel_test_argv(ctx.out("bazel", "<bazelisk>"), targets, ctx.work, pyver), xla_tree, "test",
-            env={"USE_BAZEL_VERSION": version}, what="bazel test " + " ".join(targets))
+        argv = bazel_test_argv(ctx.out("bazel", "<bazelisk>"), bazel_startup(ctx.work), targets, pyver)
+        what = "bazel test " + " ".join(xla_label(t) for t in targets)
+        rc = run(argv, jax_tree, "test", env={"USE_BAZEL_VERSION": ctx.out("bazel_version", "")}, what=what,
+                 check=False)
+        results.append((what, rc))
     py = str(Path(ctx.out("venv", str(ctx.venv))) / "bin" / "python")
-    run([py, "-m", "pytest", "-q", *ctx.harness_tests], REPO, "test", what="harness tests against .venv-patched")
+    rc = run([py, "-m", "pytest", "-q", *ctx.harness_tests], REPO, "test", what="harness tests", check=False)
+    results.append(("harness tests", rc))
     out = ctx.results / f"{ctx.series}-{'cuda' if ctx.cuda else 'cpu'}-{ctx.out('xla_fingerprint', 'fp')}"
     if not ctx.dry_run:
         shutil.rmtree(out, ignore_errors=True)
-    run([py, "-m", "harness.cli", "stress", "--steps", str(ctx.stress_steps), "--seeds", "1,2", "--quiet",
-         "--out", str(out)],
-        REPO, "test", what="short stress matrix against .venv-patched")
+    rc = run([py, "-m", "harness.cli", "stress", "--steps", str(ctx.stress_steps), "--seeds", "1,2", "--quiet",
+              "--out", str(out)], REPO, "test", what="stress matrix", check=False)
+    results.append(("stress matrix", rc))
+    if ctx.dry_run:
+        return {}
+    for what, rc in results:
+        print(f"test: {what}: {'passed' if rc == 0 else f'FAILED (exit {rc})'}")
+    if any(rc != 0 for _, rc in results):
+        raise TestsFailed(f"test: {sum(rc != 0 for _, rc in results)} of {len(results)} parts failed; "
+                          f"see {ctx.log('test')} and {out}")
     return {"results": str(out), "bazel_targets": targets}
 
 
@@ -673,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
             if ctx.dry_run:
                 print(f"  {line}")
         report = run_pipeline(ctx, args.first, args.last)
+    except TestsFailed as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
     except HarnessError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
