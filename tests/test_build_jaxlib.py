@@ -388,3 +388,87 @@ def test_stage_killed_midway_is_redone(world, capsys, monkeypatch):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     lines = dict(ln.split(": ") for ln in capsys.readouterr().out.splitlines())
     assert lines["build"] == "done" and lines["prepare"] == "skipped"
+
+
+# ----------------------------------------------------------------------------- venvs at their final path
+
+FAKE_INTERPRETER = r'''#!{python}
+# An interpreter whose `-m venv DIR` makes a stand-in venv: DIR/bin/python records what it runs and,
+# like pip, writes console scripts whose #! line is the interpreter path it was invoked by. Anything
+# else runs on the real interpreter.
+import os, pathlib, sys
+if sys.argv[1:3] == ["-m", "venv"]:
+    bindir = pathlib.Path(sys.argv[3]) / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").write_text({venv_python!r})
+    (bindir / "python").chmod(0o755)
+    sys.exit(0)
+os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+'''
+
+VENV_PYTHON = r'''#!{python}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"tool": "venv-python", "argv": args, "exe": sys.argv[0]}}) + "\n")
+if args[:1] == ["-c"]:
+    print("numpy>=1.26")
+elif "install" in args:
+    if os.environ.get("FAKE_PIP_FAIL") and os.environ["FAKE_PIP_FAIL"] in args:
+        sys.exit(1)
+    script = pathlib.Path(sys.argv[0]).parent / "console-script"
+    script.write_text(f"#!{{sys.argv[0]}}\nprint('hello')\n")
+    script.chmod(0o755)
+'''
+
+
+def _fake_interpreter(tmp_path: Path) -> str:
+    venv_python = VENV_PYTHON.format(python=sys.executable)
+    exe = tmp_path / "fake-python"
+    exe.write_text(FAKE_INTERPRETER.format(python=sys.executable, venv_python=venv_python))
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def _script_runs(venv: Path) -> bool:
+    """Would the kernel find the interpreter of the venv's console script (the original failure was
+    'cannot execute: required file not found', the #! line naming the .partial path)?"""
+    shebang = (venv / "bin" / "console-script").read_text().splitlines()[0][2:]
+    return os.access(shebang, os.X_OK) and Path(shebang).parent == venv / "bin"
+
+
+def test_patched_venv_is_built_at_its_final_path_and_stamped_last(world, capsys, monkeypatch):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    venv = world["tmp"] / ".venv-patched"
+    args = [*world["args"], "--python", _fake_interpreter(world["tmp"]), "--venv", str(venv)]
+    monkeypatch.setenv("FAKE_PIP_FAIL", "-r")  # jax's requirements fail to install, midway
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 2
+    assert "install: pip install of jax's requirements failed" in capsys.readouterr().err
+    assert not (venv / bj.VENV_COMPLETE).exists() and not (world["work"] / "stamps" / "install.json").exists()
+    monkeypatch.delenv("FAKE_PIP_FAIL")
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
+    assert _script_runs(venv) and (venv / bj.VENV_COMPLETE).exists()
+    assert not [r for r in _records(world) if ".partial" in json.dumps(r)]
+    # A venv without its stamp (killed after the stage's stamp was read) is not trusted: redone.
+    (venv / bj.VENV_COMPLETE).unlink()
+    capsys.readouterr()
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
+    assert capsys.readouterr().out.strip() == "install: done" and (venv / bj.VENV_COMPLETE).exists()
+
+
+def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, capsys):
+    from harness.upstream import jaxvenv
+
+    monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "record.jsonl"))
+    sdist = tmp_path / "jax-0.12.0.1"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.12.0.1\n")
+    venv = tmp_path / ".venv-jax-patched"
+    py = _fake_interpreter(tmp_path)
+    monkeypatch.setenv("FAKE_PIP_FAIL", "--no-deps")
+    assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv), "--python", py]) == 2
+    assert not (venv / jaxvenv.STAMP).exists()
+    monkeypatch.delenv("FAKE_PIP_FAIL")
+    assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv), "--python", py]) == 0
+    assert _script_runs(venv) and (venv / jaxvenv.STAMP).exists()
+    assert ".partial" not in (tmp_path / "record.jsonl").read_text()

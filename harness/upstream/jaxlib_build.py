@@ -512,17 +512,24 @@ _JAX_DEPS = ("import importlib.metadata as m; print('\\n'.join(r for r in m.requ
              "if 'extra ==' not in r and not r.startswith('jaxlib')))")
 
 
+# Written into .venv-patched as the install stage's last step: a venv without it is incomplete.
+VENV_COMPLETE = ".xla-harness-complete"
+
+
 def stage_install(ctx: Ctx, run: Runner) -> dict:
+    """.venv-patched, created at its final path (a venv's scripts name the interpreter by absolute
+    path, so a venv renamed after the fact is broken); its stamp is written last."""
     venv = ctx.venv
     dist = Path(ctx.out("dist", "<dist>"))
     wheels = sorted(str(w) for w in dist.glob("*.whl")) if not ctx.dry_run else [f"{dist}/*.whl"]
     if not ctx.dry_run and not wheels:
         raise HarnessError(f"install: no wheels in {dist}; the build stage produced nothing")
-    partial = venv.with_name(venv.name + ".partial")
-    if not ctx.dry_run:
-        shutil.rmtree(partial, ignore_errors=True)
-    py = str(partial / "bin" / "python")
-    run([ctx.python, "-m", "venv", str(partial)], REPO, "install")
+    if ctx.dry_run:
+        print(f"  [install] rm -rf {venv}")
+    else:
+        shutil.rmtree(venv, ignore_errors=True)
+    py = str(venv / "bin" / "python")
+    run([ctx.python, "-m", "venv", str(venv)], REPO, "install")
     pip = [py, "-m", "pip", "install", "-q"]
     run([*pip, *wheels], REPO, "install", what="pip install of the built wheels")
     # --no-deps: the self-built jaxlib is a dev version that the pin's `jaxlib<=X` does not admit.
@@ -539,10 +546,9 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
     run([*pip, "-r", str(reqs)], REPO, "install", what="pip install of jax's requirements")
     run([*pip, "-e", f"{REPO}[dev]"], REPO, "install", what="pip install of xla-harness")
     if ctx.dry_run:
-        print(f"  [install] mv {partial} {venv}")
+        print(f"  [install] write {venv / VENV_COMPLETE}")
     else:
-        shutil.rmtree(venv, ignore_errors=True)
-        partial.rename(venv)
+        (venv / VENV_COMPLETE).write_text(ctx.out("xla_fingerprint", "") + "\n")
     return {"venv": str(venv)}
 
 
@@ -618,6 +624,9 @@ PATH_OUTPUTS = ("jax_src", "xla_src", "xla_tree", "jax_tree", "bazel", "dist", "
 
 
 def outputs_present(outputs: dict) -> bool:
+    """Every path a stage produced still exists (a venv also carries its completion stamp)."""
+    if "venv" in outputs and not (Path(outputs["venv"]) / VENV_COMPLETE).is_file():
+        return False
     return all(Path(outputs[k]).exists() for k in PATH_OUTPUTS if k in outputs)
 
 

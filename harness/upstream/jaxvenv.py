@@ -3,10 +3,11 @@ the PyPI sdist with the jax patch series applied.
 
     python -m harness.upstream.jaxvenv --sdist DIR --venv .venv-jax-patched [--python PY]
 
-The venv is built beside its final place and renamed only when complete, so a patch that
-does not apply (one ``error:`` line naming patch, file and hunk; exit 2) or an interrupted
-install never leaves a half-patched venv. A stamp keyed by the patch files and the sdist
-makes reruns instant.
+The venv is built at its final path (a venv's scripts name its interpreter by absolute path,
+so one renamed after the fact is broken); a stamp keyed by the patch files and the sdist is
+written last, so a patch that does not apply (one ``error:`` line naming patch, file and
+hunk; exit 2), a failed install (the venv is removed) or an interrupted one (no stamp: the
+next run rebuilds) never passes for a complete venv, and reruns of a complete one are instant.
 """
 
 from __future__ import annotations
@@ -64,25 +65,24 @@ def build(sdist: Path, venv: Path, python: str, extra: list[str]) -> str:
     key = hashlib.sha256((version + series.fingerprint("jax", "default") + " ".join(extra)).encode()).hexdigest()
     if (venv / STAMP).is_file() and (venv / STAMP).read_text().strip() == key:
         return f"{venv} is up to date (jax {version}, series {key[:12]})"
-    work = venv.with_name(venv.name + ".partial")
+    # Built at its final path: a venv's scripts name its interpreter by absolute path, so a venv
+    # renamed after the fact is broken. The stamp is written last; a venv without it is rebuilt.
     src = venv.with_name(venv.name + ".src")
-    shutil.rmtree(work, ignore_errors=True)
     applied = patched_source(sdist, src)
+    shutil.rmtree(venv, ignore_errors=True)
     try:
-        for argv in ([python, "-m", "venv", str(work)],
-                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        for argv in ([python, "-m", "venv", str(venv)],
+                     [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                       f"jaxlib=={version}", *extra],
-                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                     [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                       "--no-deps", str(src)]):
             res = subprocess.run(argv, capture_output=True, text=True)
             if res.returncode != 0:
                 last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+                shutil.rmtree(venv, ignore_errors=True)
                 raise HarnessError(f"building {venv}: {' '.join(argv[1:4])} failed: {last}")
-        (work / STAMP).write_text(key + "\n")
-        shutil.rmtree(venv, ignore_errors=True)
-        work.rename(venv)
+        (venv / STAMP).write_text(key + "\n")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(src, ignore_errors=True)
     return f"built {venv}: stock jaxlib {version} + jax {version} with {', '.join(applied) or 'no patches'}"
 
