@@ -57,6 +57,7 @@ def test_plan_argv_cpu_and_cuda(tmp_path):
     cpu = bj.build_argv("py", Path("/x"), "3.12", "/w/bin/bazelisk", Path("/w"), False, "13", Path("/w/dist/a"))
     assert cpu == ["py", "build/build.py", "build", "--wheels=jaxlib", "--local_xla_path=/x",
                    "--python_version=3.12", "--bazel_path=/w/bin/bazelisk",
+                   "--bazel_startup_options=--output_user_root=/w/bazel-root",
                    "--bazel_options=--disk_cache=/w/bazel-disk-cache",
                    "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
     cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
@@ -139,6 +140,20 @@ if rest[:1] == ["test"] and os.environ.get("FAKE_BAZEL_TEST_FAIL"):
 '''
 
 
+XLA_BUILD = """load("//xla:xla.default.bzl", "xla_cc_test")
+
+cc_library(
+    name = "alias_info",
+    srcs = ["alias_info.cc"],
+)
+
+xla_cc_test(
+    name = "alias_info_test",
+    srcs = ["alias_info_test.cc"],
+)
+"""
+
+
 def _created_files(patch_text: str) -> list[str]:
     lines = patch_text.splitlines()
     return [b.removeprefix("+++ b/") for a, b in zip(lines, lines[1:], strict=False) if a == "--- /dev/null"]
@@ -156,6 +171,7 @@ def world(tmp_path, monkeypatch):
     preimage_tree(P1.read_text(), xla_dir)
     (xla_dir / "README.md").write_text("fake xla\n")
     (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
+    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD)
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -169,7 +185,7 @@ def world(tmp_path, monkeypatch):
     (jax / "third_party/xla").mkdir(parents=True)
     (jax / "build").mkdir()
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
-    (jax / ".bazelversion").write_text("7.7.0\n")
+    (jax / ".bazelversion").write_text("7.7.0\n# NOTE: a comment line, as XLA's .bazelversion has\n")
     (jax / "build/build.py").write_text(FAKE_BUILD)
     for v in ("3_12", "3_13", "3_14"):  # the Pythons jax's hermetic build has locks for
         (jax / f"build/requirements_lock_{v}.txt").write_text("")
@@ -472,3 +488,108 @@ def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, caps
     assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv), "--python", py]) == 0
     assert _script_runs(venv) and (venv / jaxvenv.STAMP).exists()
     assert ".partial" not in (tmp_path / "record.jsonl").read_text()
+
+
+# ----------------------------------------------------------------------------- fail fast before the build
+
+
+def test_bazel_version_is_the_first_line_that_is_not_a_comment(tmp_path):
+    (tmp_path / ".bazelversion").write_text("# pinned for CI\n\n  7.7.0  \n# NOTE: keep in sync\n8.0.0\n")
+    assert bj.bazel_version_of(tmp_path) == "7.7.0"
+    (tmp_path / ".bazelversion").write_text("# only a comment\n")
+    assert bj.bazel_version_of(tmp_path) == ""
+
+
+def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(world, capsys):
+    assert bj.main([*world["args"], "--to", "build"]) == 0, capsys.readouterr().err
+    bazel_calls = [r for r in _records(world) if r["tool"] == "bazelisk"]
+    assert {r["version"] for r in bazel_calls} == {"7.7.0"}
+    root = f"--output_user_root={world['work'] / 'bazel-root'}"
+    assert all(r["startup"] == [root] for r in bazel_calls if r["argv"][:1] == ["build"])
+    build = next(r for r in _records(world) if r["tool"] == "build.py")
+    assert f"--bazel_startup_options={root}" in build["argv"]
+
+
+def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, capsys):
+    xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
+    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD.replace('"alias_info_test"', '"other_test"'))
+    with tarfile.open(world["tarball"], "w:gz") as tf:
+        tf.add(xla_dir, arcname=f"xla-{COMMIT}")
+    sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
+    (world["jax"] / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
+    _git(world["jax"], "commit", "-qam", "new pin")
+    _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
+    assert bj.main(world["args"]) == 2
+    assert "prepare: //xla/hlo/analysis:alias_info_test (series.toml) is not defined in " in _one_error(capsys)
+    assert not (world["work"] / "stamps" / "prepare.json").exists()
+    assert not [r for r in _records(world) if r["tool"] == "build.py"]
+
+
+def test_target_check_reads_build_and_build_bazel(tmp_path):
+    (tmp_path / "a/b").mkdir(parents=True)
+    (tmp_path / "a/b/BUILD.bazel").write_text('cc_test(\n    name = "t",\n)\n# name = "commented"\n')
+    assert bj.undefined_targets(tmp_path, ["//a/b:t", "//a/b:commented", "//a/c:t", "//a/b"]) == [
+        "//a/b:commented", "//a/c:t", "//a/b"]
+
+
+def test_an_edited_tree_is_never_built(world, capsys):
+    """The dirty-tree check runs before every build, not only when prepare runs."""
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    n = len([r for r in _records(world) if r["tool"] == "build.py"])
+    tree = next((world["work"] / "trees").glob("xla-*"))
+    (tree / "xla/hlo/analysis/alias_info.cc").write_text("// edited after prepare\n")
+    capsys.readouterr()
+    assert bj.main([*world["args"], "--from", "build", "--to", "build"]) == 2
+    err = _one_error(capsys)
+    assert "build: " in err and "has local changes" in err and "alias_info.cc" in err
+    assert len([r for r in _records(world) if r["tool"] == "build.py"]) == n  # build.py never started
+
+
+def test_jax_sdist_sha256_is_verified_against_series_toml(tmp_path, capsys):
+    from harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.12.0.1"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.12.0.1\n")
+    archive = tmp_path / "jax-0.12.0.1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(sdist, arcname="jax-0.12.0.1")
+    venv = tmp_path / "venv"
+    assert jaxvenv.main(["--sdist", str(sdist), "--archive", str(archive), "--venv", str(venv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "sha256" in err and "f543fb1151c3" in err and "\n" not in err
+    assert not venv.exists()
+
+
+FAKE_XLA_MK = """.PHONY: xla-test
+xla-test:
+\t@echo "quick test ran on $(XLA_SRC)"; exit 3
+"""
+
+
+def _make_build_and_test(tmp_path, *args, xla_mk: bool):
+    """`make build-and-test` of this checkout; an extra makefile (MAKEFILES) stands in for the
+    `xla-test` target, and -o keeps `setup` from rebuilding .venv."""
+    import re as _re
+
+    pin = _re.search(r"^JAX_PIN\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), _re.M).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    if xla_mk:
+        (tmp_path / "xla.mk").write_text(FAKE_XLA_MK)
+        env["MAKEFILES"] = str(tmp_path / "xla.mk")
+    return subprocess.run(["make", "--no-print-directory", "-o", f".venv/.setup-{pin}", "build-and-test",
+                           f"WORK_DIR={tmp_path / 'work'}", f"PY={sys.executable}", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="not checked: no make on PATH")
+def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
+    res = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", xla_mk=True)
+    assert res.returncode != 0 and "quick test ran on /src/xla" in res.stdout
+    assert not (tmp_path / "work").exists()  # the pipeline never started
+    dry = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", "DRY_RUN=1", xla_mk=True)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.index("quick XLA test first: make xla-test XLA_SRC=/src/xla") < dry.stdout.index("plan:")
+    assert "quick test ran" not in dry.stdout  # a dry run only shows it
+    plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=True)
+    assert "not checked first: the quick XLA test (no XLA_SRC=dir given)" in plain.stdout

@@ -152,8 +152,33 @@ def hermetic_python_flags(python_version: str) -> list[str]:
 
 
 def bazel_startup(work: Path) -> list[str]:
-    """Bazel startup options of every Bazel call of the pipeline (the build and the tests)."""
-    return []
+    """Bazel startup options of every Bazel call of the pipeline (the build and the tests): the
+    output root (output bases, external repositories, the hermetic toolchains) lives in the work
+    dir, on the filesystem the free-disk check measures, and both calls share it."""
+    return [f"--output_user_root={work / 'bazel-root'}"]
+
+
+_LABEL = re.compile(r"^//(?P<pkg>[\w./+-]*)(?::(?P<name>[\w./+-]+))?$")
+
+
+def undefined_targets(tree: Path, targets: list[str]) -> list[str]:
+    """The labels among ``targets`` that no rule in ``tree``'s BUILD / BUILD.bazel files defines
+    (a `name = "..."` attribute in the package's BUILD file, comments ignored)."""
+    missing = []
+    for label in targets:
+        m = _LABEL.match(label)
+        pkg = m.group("pkg") if m else ""
+        name = (m.group("name") or pkg.rsplit("/", 1)[-1]) if m else ""
+        text = ""
+        for build in ("BUILD", "BUILD.bazel"):
+            f = tree / pkg / build
+            if m and f.is_file():
+                text = f.read_text(encoding="utf-8", errors="replace")
+                break
+        code = "\n".join(ln.split("#", 1)[0] for ln in text.splitlines())
+        if not name or not re.search(rf'\bname\s*=\s*"{re.escape(name)}"', code):
+            missing.append(label)
+    return missing
 
 
 def sha256_file(path: Path) -> str:
@@ -317,14 +342,22 @@ BUILD_OUTPUTS = (".xla-harness-prepared", "/bazel-*", "/.jax_configure.bazelrc",
                  "/build/lib/", "/build/bdist.*/", "*.egg-info/", "__pycache__/")
 
 
+def check_clean(tree: Path, stage: str) -> None:
+    """A prepared tree holds the series and nothing else: refuse one edited since prepare."""
+    res = _git(["status", "--porcelain"], tree)
+    if res.returncode != 0:
+        raise HarnessError(f"{stage}: {tree} is not a prepared tree (git status failed); delete it to start clean")
+    dirty = res.stdout.strip()
+    if dirty:
+        raise HarnessError(f"{stage}: {tree} has local changes ({dirty.splitlines()[0].strip()}); "
+                           "put them into a patch of the series, or delete the tree to start clean")
+
+
 def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> None:
     """A clean copy of ``base`` at ``tree`` with ``patches`` applied in order (git apply).
     An existing tree is reused only if it is clean (no changes since the series was applied)."""
     if (tree / ".xla-harness-prepared").exists():
-        dirty = _git(["status", "--porcelain"], tree).stdout.strip()
-        if dirty:
-            raise HarnessError(f"prepare: {tree} has local changes ({dirty.splitlines()[0].strip()}); "
-                               "commit or remove them, or delete the tree to start clean")
+        check_clean(tree, "prepare")
         return
     partial = tree.with_name(tree.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -374,6 +407,14 @@ def stage_prepare(ctx: Ctx, run: Runner) -> dict:
             prepare_tree(Path(ctx.state[src_key]), tree, patches, f"{name} {ident}")
         out[key] = str(tree)
         out[f"{name}_fingerprint"] = fp
+    targets = series_bazel_targets(ctx.series)
+    if ctx.dry_run:
+        print(f"  [prepare] check that {out['xla_tree']} defines {', '.join(targets) or 'no targets'}")
+    elif targets:
+        missing = undefined_targets(Path(out["xla_tree"]), targets)
+        if missing:
+            raise HarnessError(f"prepare: {', '.join(missing)} (series.toml) is not defined in "
+                               f"{out['xla_tree']}; the XLA commit pinned by {ctx.tag} predates the target")
     return out
 
 
@@ -395,7 +436,11 @@ NO_BAZELISK = ("bazelisk not found on PATH and npx is missing; install it with "
 def bazel_version_of(tree: Path) -> str:
     """The Bazel version a source tree pins in .bazelversion ('' when it pins none)."""
     f = tree / ".bazelversion"
-    return f.read_text(encoding="utf-8").strip() if f.is_file() else ""
+    if not f.is_file():
+        return ""
+    # As bazelisk reads it: the first line that is neither empty nor a comment.
+    lines = (ln.strip() for ln in f.read_text(encoding="utf-8", errors="replace").splitlines())
+    return next((ln for ln in lines if ln and not ln.startswith("#")), "")
 
 
 def stage_bazel(ctx: Ctx, run: Runner) -> dict:
@@ -415,7 +460,23 @@ def stage_bazel(ctx: Ctx, run: Runner) -> dict:
         wrapper.chmod(0o755)
     run([str(wrapper), "--version"], jax_tree, "bazel", env={"USE_BAZEL_VERSION": version},
         what=f"bazelisk --version (Bazel {version or 'default'})")
+    if not ctx.dry_run and version:
+        got = _bazel_reports(str(wrapper), version)
+        if got != version:
+            raise HarnessError(f"bazel: {' '.join(cmd)} runs Bazel {got or '(unknown version)'}, but "
+                               f"{jax_tree}/.bazelversion asks for {version}; use bazelisk")
     return {"bazel": str(wrapper), "bazel_version": version}
+
+
+def _bazel_reports(bazel: str, version: str) -> str:
+    """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable)."""
+    try:
+        res = subprocess.run([bazel, "--version"], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "USE_BAZEL_VERSION": version})
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"^bazel (\S+)", res.stdout, re.M)
+    return m.group(1) if m and res.returncode == 0 else ""
 
 
 MIN_PYTHON = (3, 12)  # jax and jaxlib 0.12.0.1: Requires-Python >= 3.12
@@ -497,7 +558,9 @@ def stage_build(ctx: Ctx, run: Runner) -> dict:
     argv = build_argv(ctx.python, Path(ctx.out("xla_tree", "<xla tree>")), pyver,
                       ctx.out("bazel", "<bazelisk>"), ctx.work, ctx.cuda, ctx.cuda_major, out)
     version = ctx.out("bazel_version", "")
-    if not ctx.dry_run:
+    if ctx.dry_run:
+        print(f"  [build] check that {ctx.out('xla_tree', '<xla tree>')} and {jax_tree} have no local changes")
+    else:
         check_lock_file(jax_tree, pyver)
         check_free_disk(ctx.work, ctx.min_free_gb * (2 if ctx.cuda else 1))
         shutil.rmtree(out, ignore_errors=True)
@@ -630,6 +693,14 @@ def outputs_present(outputs: dict) -> bool:
     return all(Path(outputs[k]).exists() for k in PATH_OUTPUTS if k in outputs)
 
 
+def check_trees_clean(ctx: Ctx, stage: str) -> None:
+    """Before every build or bazel test, run or skipped: the trees hold the series and nothing else,
+    so neither new wheels nor a stamp's claim about old ones can stand for edited sources."""
+    for key in ("xla_tree", "jax_tree"):
+        if key in ctx.state:
+            check_clean(Path(ctx.state[key]), stage)
+
+
 def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[tuple[str, str]]:
     """Run stages first..last; returns (stage, 'done'|'skipped'|'planned') per stage."""
     i, j = STAGES.index(first), STAGES.index(last)
@@ -646,6 +717,8 @@ def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[t
             raise HarnessError(f"--from {first}: stage {stage} has not run yet (no stamp in {st.parent})")
     redo = False
     for stage in STAGES[i:j + 1]:
+        if stage in ("build", "test") and not ctx.dry_run:
+            check_trees_clean(ctx, stage)
         inputs = fingerprint(stage_inputs(ctx, stage))
         st = ctx.stamp(stage)
         if not redo and st.exists():
