@@ -5,7 +5,8 @@ JAXPATCH_OUT := $(OUT)/jaxpatch
 
 .PHONY: patches-jax-check jax-patched-venv
 jax-patched-venv: setup jax-sdist
-	$(PY) -m harness.upstream.jaxvenv --sdist $(JAX_SDIST) --venv $(JAX_PATCHED_VENV) --python $(PY)
+	$(PY) -m harness.upstream.jaxvenv --sdist $(JAX_SDIST) --archive $(SDIST_DIR)/jax-$(JAX_PIN).tar.gz \
+	  --venv $(JAX_PATCHED_VENV) --python $(PY)
 
 patches-jax-check: jax-patched-venv
 	@mkdir -p $(JAXPATCH_OUT)

@@ -57,13 +57,14 @@ def test_plan_argv_cpu_and_cuda(tmp_path):
     cpu = bj.build_argv("py", Path("/x"), "3.12", "/w/bin/bazelisk", Path("/w"), False, "13", Path("/w/dist/a"))
     assert cpu == ["py", "build/build.py", "build", "--wheels=jaxlib", "--local_xla_path=/x",
                    "--python_version=3.12", "--bazel_path=/w/bin/bazelisk",
+                   "--bazel_startup_options=--output_user_root=/w/bazel-root",
                    "--bazel_options=--disk_cache=/w/bazel-disk-cache",
                    "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
     cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
     assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=12"
-    assert bj.bazel_test_argv("b", ["//t:x"], Path("/w"), "3.12") == [
-        "b", "test", "--disk_cache=/w/bazel-disk-cache", "--repository_cache=/w/bazel-repo-cache",
-        "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--test_output=errors", "//t:x"]
+    assert bj.bazel_test_argv("b", [], ["//t:x"], "3.12") == [
+        "b", "test", "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--verbose_failures=true", "--test_output=errors",
+        "@xla//t:x"]
     with pytest.raises(HarnessError):
         bj.jax_tag("latest")
 
@@ -86,9 +87,9 @@ def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
     assert "git clone --depth 1 --branch jax-v0.12.0.1 https://github.com/jax-ml/jax.git" in out
     assert "build/build.py build --wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in out
     assert "--local_xla_path=" in out and "--cuda_major_version=12" in out
-    assert "configure.py --backend=CPU" in out and out.index("preflight:") < out.index("resolve:")
+    assert "configure.py" not in out and out.index("preflight:") < out.index("resolve:")
     assert "git apply patches/xla/0001-alias-info" in out
-    assert "test --disk_cache=" in out and "//xla/hlo/analysis:alias_info_test" in out
+    assert " test --repo_env=HERMETIC_PYTHON_VERSION=" in out and "@xla//xla/hlo/analysis:alias_info_test" in out
     assert not work.exists()
 
 
@@ -100,7 +101,8 @@ args = sys.argv[1:]
 with open(os.environ["FAKE_RECORD"], "a") as f:
     f.write(json.dumps({"tool": "build.py", "argv": args, "cwd": os.getcwd()}) + "\n")
 get = lambda k: next(a.split("=", 1)[1] for a in args if a.startswith(k + "="))
-subprocess.run([get("--bazel_path"), "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
+startup = [a.split("=", 1)[1] for a in args if a.startswith("--bazel_startup_options=")]
+subprocess.run([get("--bazel_path"), *startup, "build", "//jaxlib/tools:jaxlib_wheel"], check=True)
 # What jax's build.py leaves in its tree: the bazelrc it writes and Bazel's symlinks.
 pathlib.Path(".jax_configure.bazelrc").write_text("build --repo_env=X=1\n")
 if not os.path.lexists("bazel-bin"):
@@ -112,12 +114,49 @@ sys.exit(1 if os.environ.get("FAKE_BUILD_FAIL") else 0)
 '''
 
 FAKE_BAZELISK = r'''#!{python}
-import json, os, sys
+# Behaves as bazelisk does where the pipeline depends on it: the version comes from USE_BAZEL_VERSION,
+# else from the first line of the workspace's .bazelversion that is neither empty nor a comment;
+# an invalid version string is refused; startup options come before the command.
+import json, os, pathlib, re, sys
+version = os.environ.get("USE_BAZEL_VERSION")
+if version is None:
+    d = pathlib.Path.cwd()
+    while d != d.parent and not (d / ".bazelversion").is_file():
+        d = d.parent
+    f = d / ".bazelversion"
+    lines = [ln.strip() for ln in f.read_text().splitlines()] if f.is_file() else []
+    version = next((ln for ln in lines if ln and not ln.startswith("#")), "7.0.0")
+if not re.fullmatch(r"\d+\.\d+\.\d+(rc\d+)?", version):
+    sys.exit(f"could not resolve the version: invalid version {{version!r}}")
+args = sys.argv[1:]
+n = next((i for i, a in enumerate(args) if not a.startswith("--")), len(args))
+startup, rest = args[:n], args[n:]
 with open(os.environ["FAKE_RECORD"], "a") as f:
-    f.write(json.dumps({{"tool": "bazelisk", "argv": sys.argv[1:], "cwd": os.getcwd(),
-                        "USE_BAZEL_VERSION": os.environ.get("USE_BAZEL_VERSION")}}) + "\n")
-print("bazel 7.7.0")
+    f.write(json.dumps({{"tool": "bazelisk", "argv": rest, "startup": startup, "cwd": os.getcwd(),
+                        "USE_BAZEL_VERSION": os.environ.get("USE_BAZEL_VERSION"), "version": version}}) + "\n")
+print(f"bazel {{version}}")
+if rest[:1] == ["test"] and os.environ.get("FAKE_BAZEL_TEST_FAIL"):
+    sys.exit(int(os.environ["FAKE_BAZEL_TEST_FAIL"]))
 '''
+
+
+XLA_BUILD = """load("//xla:xla.default.bzl", "xla_cc_test")
+
+cc_library(
+    name = "alias_info",
+    srcs = ["alias_info.cc"],
+)
+
+xla_cc_test(
+    name = "alias_info_test",
+    srcs = ["alias_info_test.cc"],
+)
+"""
+
+
+def _created_files(patch_text: str) -> list[str]:
+    lines = patch_text.splitlines()
+    return [b.removeprefix("+++ b/") for a, b in zip(lines, lines[1:], strict=False) if a == "--- /dev/null"]
 
 
 def _git(cwd, *args):
@@ -132,8 +171,7 @@ def world(tmp_path, monkeypatch):
     preimage_tree(P1.read_text(), xla_dir)
     (xla_dir / "README.md").write_text("fake xla\n")
     (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
-    (xla_dir / "configure.py").write_text(
-        "import pathlib, sys\npathlib.Path('xla_configure.bazelrc').write_text(' '.join(sys.argv[1:]))\n")
+    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD)
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -142,10 +180,12 @@ def world(tmp_path, monkeypatch):
     jax = tmp_path / "jax-repo"
     for patch in sorted((ROOT / "patches/jax").glob("*.patch")):  # sources the jax series applies to
         preimage_tree(patch.read_text(), jax)
+        for new_file in _created_files(patch.read_text()):  # files the series creates must not exist yet
+            (jax / new_file).unlink()
     (jax / "third_party/xla").mkdir(parents=True)
     (jax / "build").mkdir()
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
-    (jax / ".bazelversion").write_text("7.7.0\n")
+    (jax / ".bazelversion").write_text("7.7.0\n# NOTE: a comment line, as XLA's .bazelversion has\n")
     (jax / "build/build.py").write_text(FAKE_BUILD)
     for v in ("3_12", "3_13", "3_14"):  # the Pythons jax's hermetic build has locks for
         (jax / f"build/requirements_lock_{v}.txt").write_text("")
@@ -203,22 +243,69 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     assert len(list((work / "trees").glob("xla-*"))) == 2  # one clean tree per series fingerprint
 
 
-def test_test_stage_runs_bazel_test_and_harness(world, capsys, tmp_path):
+FAKE_VENV_PYTHON = r'''#!{python}
+# The python of a stand-in .venv-patched: records what it is asked to run; `harness.cli stress`
+# writes an empty results file.
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"tool": "venv-python", "argv": args, "exe": sys.argv[0]}}) + "\n")
+if "stress" in args:
+    out = pathlib.Path(args[args.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stress.jsonl").write_text("")
+'''
+
+
+def _fake_venv(world) -> Path:
+    venv = world["tmp"] / "fake-venv"
+    (venv / "bin").mkdir(parents=True)
+    py = venv / "bin" / "python"
+    py.write_text(FAKE_VENV_PYTHON.format(python=sys.executable))
+    py.chmod(0o755)
+    return venv
+
+
+def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert bj.main([*world["args"], "--to", "build"]) == 0
-    # The install stage needs real wheels; stand in for it with this project's own venv.
     stamp = world["work"] / "stamps" / "install.json"
-    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(Path(sys.executable).parent.parent)}}))
+    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(_fake_venv(world))}}))
     res = tmp_path / "results"
-    rc = bj.main([*world["args"], "--from", "test", "--harness-tests", "tests/test_stats.py",
-                  "--stress-steps", "1", "--results", str(res)])
+    rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
     assert rc == 0, capsys.readouterr().err
-    test_calls = [r["argv"] for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"]]
-    assert test_calls and test_calls[0][-1] == "//xla/hlo/analysis:alias_info_test"
-    test_rec = next(r for r in _records(world) if r["tool"] == "bazelisk" and r["argv"][:1] == ["test"])
-    xla_tree = Path(test_rec["cwd"])
-    assert xla_tree.name.startswith("xla-") and test_rec["USE_BAZEL_VERSION"] == "7.4.1"  # XLA's, not jax's
-    assert (xla_tree / "xla_configure.bazelrc").read_text() == "--backend=CPU"
+    recs = _records(world)
+    build = next(r for r in recs if r["tool"] == "bazelisk" and "build" in r["argv"])
+    test = next(r for r in recs if r["tool"] == "bazelisk" and "test" in r["argv"])
+    # One workspace, one Bazel: the jax tree (whose .jax_configure.bazelrc points @xla at the patched
+    # tree and holds the caches and toolchain flags), jax's Bazel version, the build's startup options
+    # (so the same output base) and the build's hermetic Python.
+    assert test["cwd"] == build["cwd"] and Path(test["cwd"]).name.startswith("jax-")
+    assert test["USE_BAZEL_VERSION"] == build["USE_BAZEL_VERSION"] == "7.7.0"
+    assert test["startup"] == build["startup"]
+    assert test["argv"][-1] == "@xla//xla/hlo/analysis:alias_info_test"
+    pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"--repo_env=HERMETIC_PYTHON_VERSION={pyver}" in test["argv"]
+    assert not list((world["work"] / "trees").glob("xla-*/xla_configure.bazelrc"))  # no configure.py step
     assert list(res.glob("default-cpu-*/stress.jsonl"))
+    out = capsys.readouterr().out
+    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: passed" in out
+
+
+def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tmp_path, monkeypatch):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    stamp = world["work"] / "stamps" / "install.json"
+    stamp.write_text(json.dumps({"inputs": "x", "outputs": {"venv": str(_fake_venv(world))}}))
+    monkeypatch.setenv("FAKE_BAZEL_TEST_FAIL", "3")
+    res = tmp_path / "results"
+    rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
+    cap = capsys.readouterr()
+    assert rc == 1, cap.err  # tests found a problem: exit 1, not a crash
+    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: FAILED (exit 3)" in cap.out
+    assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
+    ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
+    assert ran == [["-m", "pytest", "-q"], ["-m", "harness.cli", "stress"]]  # both ran after the failure
+    assert list(res.glob("default-cpu-*/stress.jsonl"))
+    assert not (world["work"] / "stamps" / "test.json").exists()
 
 
 def test_sha_mismatch_is_refused(world, capsys):
@@ -317,3 +404,192 @@ def test_stage_killed_midway_is_redone(world, capsys, monkeypatch):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     lines = dict(ln.split(": ") for ln in capsys.readouterr().out.splitlines())
     assert lines["build"] == "done" and lines["prepare"] == "skipped"
+
+
+# ----------------------------------------------------------------------------- venvs at their final path
+
+FAKE_INTERPRETER = r'''#!{python}
+# An interpreter whose `-m venv DIR` makes a stand-in venv: DIR/bin/python records what it runs and,
+# like pip, writes console scripts whose #! line is the interpreter path it was invoked by. Anything
+# else runs on the real interpreter.
+import os, pathlib, sys
+if sys.argv[1:3] == ["-m", "venv"]:
+    bindir = pathlib.Path(sys.argv[3]) / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python").write_text({venv_python!r})
+    (bindir / "python").chmod(0o755)
+    sys.exit(0)
+os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+'''
+
+VENV_PYTHON = r'''#!{python}
+import json, os, pathlib, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_RECORD"], "a") as f:
+    f.write(json.dumps({{"tool": "venv-python", "argv": args, "exe": sys.argv[0]}}) + "\n")
+if args[:1] == ["-c"]:
+    print("numpy>=1.26")
+elif "install" in args:
+    if os.environ.get("FAKE_PIP_FAIL") and os.environ["FAKE_PIP_FAIL"] in args:
+        sys.exit(1)
+    script = pathlib.Path(sys.argv[0]).parent / "console-script"
+    script.write_text(f"#!{{sys.argv[0]}}\nprint('hello')\n")
+    script.chmod(0o755)
+'''
+
+
+def _fake_interpreter(tmp_path: Path) -> str:
+    venv_python = VENV_PYTHON.format(python=sys.executable)
+    exe = tmp_path / "fake-python"
+    exe.write_text(FAKE_INTERPRETER.format(python=sys.executable, venv_python=venv_python))
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def _script_runs(venv: Path) -> bool:
+    """Would the kernel find the interpreter of the venv's console script (the original failure was
+    'cannot execute: required file not found', the #! line naming the .partial path)?"""
+    shebang = (venv / "bin" / "console-script").read_text().splitlines()[0][2:]
+    return os.access(shebang, os.X_OK) and Path(shebang).parent == venv / "bin"
+
+
+def test_patched_venv_is_built_at_its_final_path_and_stamped_last(world, capsys, monkeypatch):
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    venv = world["tmp"] / ".venv-patched"
+    args = [*world["args"], "--python", _fake_interpreter(world["tmp"]), "--venv", str(venv)]
+    monkeypatch.setenv("FAKE_PIP_FAIL", "-r")  # jax's requirements fail to install, midway
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 2
+    assert "install: pip install of jax's requirements failed" in capsys.readouterr().err
+    assert not (venv / bj.VENV_COMPLETE).exists() and not (world["work"] / "stamps" / "install.json").exists()
+    monkeypatch.delenv("FAKE_PIP_FAIL")
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
+    assert _script_runs(venv) and (venv / bj.VENV_COMPLETE).exists()
+    assert not [r for r in _records(world) if ".partial" in json.dumps(r)]
+    # A venv without its stamp (killed after the stage's stamp was read) is not trusted: redone.
+    (venv / bj.VENV_COMPLETE).unlink()
+    capsys.readouterr()
+    assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
+    assert capsys.readouterr().out.strip() == "install: done" and (venv / bj.VENV_COMPLETE).exists()
+
+
+def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, capsys):
+    from harness.upstream import jaxvenv
+
+    monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "record.jsonl"))
+    sdist = tmp_path / "jax-0.12.0.1"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.12.0.1\n")
+    venv = tmp_path / ".venv-jax-patched"
+    py = _fake_interpreter(tmp_path)
+    monkeypatch.setenv("FAKE_PIP_FAIL", "--no-deps")
+    assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv), "--python", py]) == 2
+    assert not (venv / jaxvenv.STAMP).exists()
+    monkeypatch.delenv("FAKE_PIP_FAIL")
+    assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv), "--python", py]) == 0
+    assert _script_runs(venv) and (venv / jaxvenv.STAMP).exists()
+    assert ".partial" not in (tmp_path / "record.jsonl").read_text()
+
+
+# ----------------------------------------------------------------------------- fail fast before the build
+
+
+def test_bazel_version_is_the_first_line_that_is_not_a_comment(tmp_path):
+    (tmp_path / ".bazelversion").write_text("# pinned for CI\n\n  7.7.0  \n# NOTE: keep in sync\n8.0.0\n")
+    assert bj.bazel_version_of(tmp_path) == "7.7.0"
+    (tmp_path / ".bazelversion").write_text("# only a comment\n")
+    assert bj.bazel_version_of(tmp_path) == ""
+
+
+def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(world, capsys):
+    assert bj.main([*world["args"], "--to", "build"]) == 0, capsys.readouterr().err
+    bazel_calls = [r for r in _records(world) if r["tool"] == "bazelisk"]
+    assert {r["version"] for r in bazel_calls} == {"7.7.0"}
+    root = f"--output_user_root={world['work'] / 'bazel-root'}"
+    assert all(r["startup"] == [root] for r in bazel_calls if r["argv"][:1] == ["build"])
+    build = next(r for r in _records(world) if r["tool"] == "build.py")
+    assert f"--bazel_startup_options={root}" in build["argv"]
+
+
+def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, capsys):
+    xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
+    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD.replace('"alias_info_test"', '"other_test"'))
+    with tarfile.open(world["tarball"], "w:gz") as tf:
+        tf.add(xla_dir, arcname=f"xla-{COMMIT}")
+    sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
+    (world["jax"] / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
+    _git(world["jax"], "commit", "-qam", "new pin")
+    _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
+    assert bj.main(world["args"]) == 2
+    assert "prepare: //xla/hlo/analysis:alias_info_test (series.toml) is not defined in " in _one_error(capsys)
+    assert not (world["work"] / "stamps" / "prepare.json").exists()
+    assert not [r for r in _records(world) if r["tool"] == "build.py"]
+
+
+def test_target_check_reads_build_and_build_bazel(tmp_path):
+    (tmp_path / "a/b").mkdir(parents=True)
+    (tmp_path / "a/b/BUILD.bazel").write_text('cc_test(\n    name = "t",\n)\n# name = "commented"\n')
+    assert bj.undefined_targets(tmp_path, ["//a/b:t", "//a/b:commented", "//a/c:t", "//a/b"]) == [
+        "//a/b:commented", "//a/c:t", "//a/b"]
+
+
+def test_an_edited_tree_is_never_built(world, capsys):
+    """The dirty-tree check runs before every build, not only when prepare runs."""
+    assert bj.main([*world["args"], "--to", "build"]) == 0
+    n = len([r for r in _records(world) if r["tool"] == "build.py"])
+    tree = next((world["work"] / "trees").glob("xla-*"))
+    (tree / "xla/hlo/analysis/alias_info.cc").write_text("// edited after prepare\n")
+    capsys.readouterr()
+    assert bj.main([*world["args"], "--from", "build", "--to", "build"]) == 2
+    err = _one_error(capsys)
+    assert "build: " in err and "has local changes" in err and "alias_info.cc" in err
+    assert len([r for r in _records(world) if r["tool"] == "build.py"]) == n  # build.py never started
+
+
+def test_jax_sdist_sha256_is_verified_against_series_toml(tmp_path, capsys):
+    from harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.12.0.1"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.12.0.1\n")
+    archive = tmp_path / "jax-0.12.0.1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(sdist, arcname="jax-0.12.0.1")
+    venv = tmp_path / "venv"
+    assert jaxvenv.main(["--sdist", str(sdist), "--archive", str(archive), "--venv", str(venv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "sha256" in err and "f543fb1151c3" in err and "\n" not in err
+    assert not venv.exists()
+
+
+FAKE_XLA_MK = """.PHONY: xla-test
+xla-test:
+\t@echo "quick test ran on $(XLA_SRC)"; exit 3
+"""
+
+
+def _make_build_and_test(tmp_path, *args, xla_mk: bool):
+    """`make build-and-test` of this checkout; an extra makefile (MAKEFILES) stands in for the
+    `xla-test` target, and -o keeps `setup` from rebuilding .venv."""
+    import re as _re
+
+    pin = _re.search(r"^JAX_PIN\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), _re.M).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    if xla_mk:
+        (tmp_path / "xla.mk").write_text(FAKE_XLA_MK)
+        env["MAKEFILES"] = str(tmp_path / "xla.mk")
+    return subprocess.run(["make", "--no-print-directory", "-o", f".venv/.setup-{pin}", "build-and-test",
+                           f"WORK_DIR={tmp_path / 'work'}", f"PY={sys.executable}", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="not checked: no make on PATH")
+def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
+    res = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", xla_mk=True)
+    assert res.returncode != 0 and "quick test ran on /src/xla" in res.stdout
+    assert not (tmp_path / "work").exists()  # the pipeline never started
+    dry = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", "DRY_RUN=1", xla_mk=True)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.index("quick XLA test first: make xla-test XLA_SRC=/src/xla") < dry.stdout.index("plan:")
+    assert "quick test ran" not in dry.stdout  # a dry run only shows it
+    plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=True)
+    assert "not checked first: the quick XLA test (no XLA_SRC=dir given)" in plain.stdout

@@ -17,9 +17,11 @@ records its inputs under WORK/ (default ~/.cache/xla-harness, or $XLA_HARNESS_WO
            --local_xla_path=<patched xla> --python_version=X.Y [--cuda_major_version=N]
            with a Bazel disk cache and repository cache under WORK (via --bazel_options)
   install  .venv-patched: the built wheels + the patched jax and its requirements + this package
-  test     in the patched XLA tree, configure.py --backend=CPU and bazel test of the targets
-           the series touches (series.toml), then this project's tests and a short stress
-           matrix against .venv-patched (results/patched/)
+  test     in the jax tree, `bazel test @xla//<target>` of the targets the series touches
+           (series.toml) with the build's Bazel, output base, hermetic Python and toolchain;
+           then, whatever that gave, this project's tests and a short stress matrix against
+           .venv-patched (results/patched/); each part's result is printed, and any failure
+           makes the exit status 1
 
 Before any stage starts: Python >= 3.12, bazelisk (when a Bazel stage is selected) and free
 disk (--min-free-gb, doubled with --cuda) are checked.
@@ -119,6 +121,7 @@ def build_argv(python: str, xla_tree: Path, python_version: str, bazel: str, wor
     argv = [python, "build/build.py", "build", f"--wheels={','.join(wheels_for(cuda))}",
             f"--local_xla_path={xla_tree}", f"--python_version={python_version}",
             f"--bazel_path={bazel}",
+            *(f"--bazel_startup_options={o}" for o in bazel_startup(work)),
             f"--bazel_options=--disk_cache={work / 'bazel-disk-cache'}",
             f"--bazel_options=--repository_cache={work / 'bazel-repo-cache'}",
             f"--output_path={out}"]
@@ -127,11 +130,56 @@ def build_argv(python: str, xla_tree: Path, python_version: str, bazel: str, wor
     return argv
 
 
-def bazel_test_argv(bazel: str, targets: list[str], work: Path, python_version: str) -> list[str]:
-    """bazel test in the XLA tree, sharing the build's caches and hermetic Python version."""
-    return [bazel, "test", f"--disk_cache={work / 'bazel-disk-cache'}",
-            f"--repository_cache={work / 'bazel-repo-cache'}",
-            f"--repo_env=HERMETIC_PYTHON_VERSION={python_version}", "--test_output=errors", *targets]
+def bazel_test_argv(bazel: str, startup: list[str], targets: list[str], python_version: str) -> list[str]:
+    """bazel test of XLA targets from inside the jax tree: the same workspace, startup options (so the
+    same output base), hermetic Python and toolchain as the wheel build. The caches, the hermetic clang
+    config and --override_repository=xla=<patched tree> come from the .jax_configure.bazelrc that jax's
+    build.py wrote as `build` lines, which `test` inherits."""
+    return [bazel, *startup, "test", *hermetic_python_flags(python_version), "--verbose_failures=true",
+            "--test_output=errors", *(xla_label(t) for t in targets)]
+
+
+def xla_label(target: str) -> str:
+    """An XLA target as seen from the jax workspace: //xla/x:y -> @xla//xla/x:y."""
+    return target if target.startswith("@") else "@xla" + target
+
+
+def hermetic_python_flags(python_version: str) -> list[str]:
+    """What jax's build.py puts on its Bazel command line for --python_version (not in its bazelrc)."""
+    flags = [f"--repo_env=HERMETIC_PYTHON_VERSION={python_version}"]
+    if python_version.endswith("-ft"):
+        flags.append('--@rules_python//python/config_settings:py_freethreaded="yes"')
+    return flags
+
+
+def bazel_startup(work: Path) -> list[str]:
+    """Bazel startup options of every Bazel call of the pipeline (the build and the tests): the
+    output root (output bases, external repositories, the hermetic toolchains) lives in the work
+    dir, on the filesystem the free-disk check measures, and both calls share it."""
+    return [f"--output_user_root={work / 'bazel-root'}"]
+
+
+_LABEL = re.compile(r"^//(?P<pkg>[\w./+-]*)(?::(?P<name>[\w./+-]+))?$")
+
+
+def undefined_targets(tree: Path, targets: list[str]) -> list[str]:
+    """The labels among ``targets`` that no rule in ``tree``'s BUILD / BUILD.bazel files defines
+    (a `name = "..."` attribute in the package's BUILD file, comments ignored)."""
+    missing = []
+    for label in targets:
+        m = _LABEL.match(label)
+        pkg = m.group("pkg") if m else ""
+        name = (m.group("name") or pkg.rsplit("/", 1)[-1]) if m else ""
+        text = ""
+        for build in ("BUILD", "BUILD.bazel"):
+            f = tree / pkg / build
+            if m and f.is_file():
+                text = f.read_text(encoding="utf-8", errors="replace")
+                break
+        code = "\n".join(ln.split("#", 1)[0] for ln in text.splitlines())
+        if not name or not re.search(rf'\bname\s*=\s*"{re.escape(name)}"', code):
+            missing.append(label)
+    return missing
 
 
 def sha256_file(path: Path) -> str:
@@ -188,14 +236,15 @@ class Runner:
         self.ctx = ctx
 
     def __call__(self, argv: list[str], cwd: Path | None, stage: str, env: dict | None = None,
-                 what: str = "") -> None:
+                 what: str = "", check: bool = True) -> int:
+        """Run ``argv``; returns its exit status (0 in a dry run). With ``check`` a failure raises."""
         shown = " ".join(_quote(a) for a in argv)
         env = env or {}
         if env:
             shown = "env " + " ".join(f"{k}={_quote(v)}" if v else f"-u {k}" for k, v in env.items()) + " " + shown
         if self.ctx.dry_run:
             print(f"  [{stage}] (cd {cwd or '.'} && {shown})")
-            return
+            return 0
         log = self.ctx.log(stage)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as fh:
@@ -208,8 +257,9 @@ class Runner:
                 res = subprocess.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=full)
             except FileNotFoundError:
                 raise HarnessError(f"{stage}: {argv[0]} not found") from None
-        if res.returncode != 0:
+        if res.returncode != 0 and check:
             raise HarnessError(f"{stage}: {what or argv[0]} failed (exit {res.returncode}); see {log}")
+        return res.returncode
 
 
 def _quote(a: str) -> str:
@@ -293,14 +343,22 @@ BUILD_OUTPUTS = (".xla-harness-prepared", "/bazel-*", "/.jax_configure.bazelrc",
                  "/build/lib/", "/build/bdist.*/", "*.egg-info/", "__pycache__/")
 
 
+def check_clean(tree: Path, stage: str) -> None:
+    """A prepared tree holds the series and nothing else: refuse one edited since prepare."""
+    res = _git(["status", "--porcelain"], tree)
+    if res.returncode != 0:
+        raise HarnessError(f"{stage}: {tree} is not a prepared tree (git status failed); delete it to start clean")
+    dirty = res.stdout.strip()
+    if dirty:
+        raise HarnessError(f"{stage}: {tree} has local changes ({dirty.splitlines()[0].strip()}); "
+                           "put them into a patch of the series, or delete the tree to start clean")
+
+
 def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> None:
     """A clean copy of ``base`` at ``tree`` with ``patches`` applied in order (git apply).
     An existing tree is reused only if it is clean (no changes since the series was applied)."""
     if (tree / ".xla-harness-prepared").exists():
-        dirty = _git(["status", "--porcelain"], tree).stdout.strip()
-        if dirty:
-            raise HarnessError(f"prepare: {tree} has local changes ({dirty.splitlines()[0].strip()}); "
-                               "commit or remove them, or delete the tree to start clean")
+        check_clean(tree, "prepare")
         return
     partial = tree.with_name(tree.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -346,6 +404,14 @@ def stage_prepare(ctx: Ctx, run: Runner) -> dict:
             prepare_tree(Path(ctx.state[src_key]), tree, patches, f"{name} {ident}")
         out[key] = str(tree)
         out[f"{name}_fingerprint"] = fp
+    targets = series_bazel_targets(ctx.series)
+    if ctx.dry_run:
+        print(f"  [prepare] check that {out['xla_tree']} defines {', '.join(targets) or 'no targets'}")
+    elif targets:
+        missing = undefined_targets(Path(out["xla_tree"]), targets)
+        if missing:
+            raise HarnessError(f"prepare: {', '.join(missing)} (series.toml) is not defined in "
+                               f"{out['xla_tree']}; the XLA commit pinned by {ctx.tag} predates the target")
     return out
 
 
@@ -367,7 +433,11 @@ NO_BAZELISK = ("bazelisk not found on PATH and npx is missing; install it with "
 def bazel_version_of(tree: Path) -> str:
     """The Bazel version a source tree pins in .bazelversion ('' when it pins none)."""
     f = tree / ".bazelversion"
-    return f.read_text(encoding="utf-8").strip() if f.is_file() else ""
+    if not f.is_file():
+        return ""
+    # As bazelisk reads it: the first line that is neither empty nor a comment.
+    lines = (ln.strip() for ln in f.read_text(encoding="utf-8", errors="replace").splitlines())
+    return next((ln for ln in lines if ln and not ln.startswith("#")), "")
 
 
 def stage_bazel(ctx: Ctx, run: Runner) -> dict:
@@ -387,7 +457,23 @@ def stage_bazel(ctx: Ctx, run: Runner) -> dict:
         wrapper.chmod(0o755)
     run([str(wrapper), "--version"], jax_tree, "bazel", env={"USE_BAZEL_VERSION": version},
         what=f"bazelisk --version (Bazel {version or 'default'})")
+    if not ctx.dry_run and version:
+        got = _bazel_reports(str(wrapper), version)
+        if got != version:
+            raise HarnessError(f"bazel: {' '.join(cmd)} runs Bazel {got or '(unknown version)'}, but "
+                               f"{jax_tree}/.bazelversion asks for {version}; use bazelisk")
     return {"bazel": str(wrapper), "bazel_version": version}
+
+
+def _bazel_reports(bazel: str, version: str) -> str:
+    """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable)."""
+    try:
+        res = subprocess.run([bazel, "--version"], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "USE_BAZEL_VERSION": version})
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    m = re.search(r"^bazel (\S+)", res.stdout, re.M)
+    return m.group(1) if m and res.returncode == 0 else ""
 
 
 MIN_PYTHON = (3, 12)  # jax and jaxlib 0.12.0.1: Requires-Python >= 3.12
@@ -469,7 +555,9 @@ def stage_build(ctx: Ctx, run: Runner) -> dict:
     argv = build_argv(ctx.python, Path(ctx.out("xla_tree", "<xla tree>")), pyver,
                       ctx.out("bazel", "<bazelisk>"), ctx.work, ctx.cuda, ctx.cuda_major, out)
     version = ctx.out("bazel_version", "")
-    if not ctx.dry_run:
+    if ctx.dry_run:
+        print(f"  [build] check that {ctx.out('xla_tree', '<xla tree>')} and {jax_tree} have no local changes")
+    else:
         check_lock_file(jax_tree, pyver)
         check_free_disk(ctx.work, ctx.min_free_gb * (2 if ctx.cuda else 1))
         shutil.rmtree(out, ignore_errors=True)
@@ -484,17 +572,24 @@ _JAX_DEPS = ("import importlib.metadata as m; print('\\n'.join(r for r in m.requ
              "if 'extra ==' not in r and not r.startswith('jaxlib')))")
 
 
+# Written into .venv-patched as the install stage's last step: a venv without it is incomplete.
+VENV_COMPLETE = ".xla-harness-complete"
+
+
 def stage_install(ctx: Ctx, run: Runner) -> dict:
+    """.venv-patched, created at its final path (a venv's scripts name the interpreter by absolute
+    path, so a venv renamed after the fact is broken); its stamp is written last."""
     venv = ctx.venv
     dist = Path(ctx.out("dist", "<dist>"))
     wheels = sorted(str(w) for w in dist.glob("*.whl")) if not ctx.dry_run else [f"{dist}/*.whl"]
     if not ctx.dry_run and not wheels:
         raise HarnessError(f"install: no wheels in {dist}; the build stage produced nothing")
-    partial = venv.with_name(venv.name + ".partial")
-    if not ctx.dry_run:
-        shutil.rmtree(partial, ignore_errors=True)
-    py = str(partial / "bin" / "python")
-    run([ctx.python, "-m", "venv", str(partial)], REPO, "install")
+    if ctx.dry_run:
+        print(f"  [install] rm -rf {venv}")
+    else:
+        shutil.rmtree(venv, ignore_errors=True)
+    py = str(venv / "bin" / "python")
+    run([ctx.python, "-m", "venv", str(venv)], REPO, "install")
     pip = [py, "-m", "pip", "install", "-q"]
     run([*pip, *wheels], REPO, "install", what="pip install of the built wheels")
     # --no-deps: the self-built jaxlib is a dev version that the pin's `jaxlib<=X` does not admit.
@@ -511,34 +606,52 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
     run([*pip, "-r", str(reqs)], REPO, "install", what="pip install of jax's requirements")
     run([*pip, "-e", f"{REPO}[dev]"], REPO, "install", what="pip install of xla-harness")
     if ctx.dry_run:
-        print(f"  [install] mv {partial} {venv}")
+        print(f"  [install] write {venv / VENV_COMPLETE}")
     else:
-        shutil.rmtree(venv, ignore_errors=True)
-        partial.rename(venv)
+        (venv / VENV_COMPLETE).write_text(ctx.out("xla_fingerprint", "") + "\n")
     return {"venv": str(venv)}
 
 
-def stage_test(ctx: Ctx, run: Runner) -> dict:
+class TestsFailed(Exception):
+    """The test stage ran everything and at least one part failed (exit 1: a problem was found)."""
+
+
+def series_bazel_targets(series_name: str) -> list[str]:
     series = load_series()
-    targets = sorted({t for p in series.upstream("xla").select(ctx.series) for t in p.bazel_targets}
-                     if "xla" in series.upstreams else set())
-    xla_tree = Path(ctx.out("xla_tree", "<xla tree>"))
+    if "xla" not in series.upstreams:
+        return []
+    return sorted({t for p in series.upstream("xla").select(series_name) for t in p.bazel_targets})
+
+
+def stage_test(ctx: Ctx, run: Runner) -> dict:
+    """XLA's unit tests (bazel test in the jax tree), this project's tests and a short stress matrix
+    against .venv-patched. Each part runs whatever the others gave; all results are reported."""
+    targets = series_bazel_targets(ctx.series)
+    jax_tree = Path(ctx.out("jax_tree", "<jax tree>"))
+    results: list[tuple[str, int]] = []
     if targets:
         pyver = _python_version(ctx.python)
-        # XLA's own configure step (CPU: the touched targets are compiler analyses), then its
-        # tests with the Bazel version XLA pins and the shared caches.
-        run([ctx.python, "configure.py", "--backend=CPU"], xla_tree, "test", what="XLA configure.py")
-        version = bazel_version_of(xla_tree) if not ctx.dry_run else f"<{xla_tree}/.bazelversion>"
-        run(bazel_test_argv(ctx.out("bazel", "<bazelisk>"), targets, ctx.work, pyver), xla_tree, "test",
-            env={"USE_BAZEL_VERSION": version}, what="bazel test " + " ".join(targets))
+        argv = bazel_test_argv(ctx.out("bazel", "<bazelisk>"), bazel_startup(ctx.work), targets, pyver)
+        what = "bazel test " + " ".join(xla_label(t) for t in targets)
+        rc = run(argv, jax_tree, "test", env={"USE_BAZEL_VERSION": ctx.out("bazel_version", "")}, what=what,
+                 check=False)
+        results.append((what, rc))
     py = str(Path(ctx.out("venv", str(ctx.venv))) / "bin" / "python")
-    run([py, "-m", "pytest", "-q", *ctx.harness_tests], REPO, "test", what="harness tests against .venv-patched")
+    rc = run([py, "-m", "pytest", "-q", *ctx.harness_tests], REPO, "test", what="harness tests", check=False)
+    results.append(("harness tests", rc))
     out = ctx.results / f"{ctx.series}-{'cuda' if ctx.cuda else 'cpu'}-{ctx.out('xla_fingerprint', 'fp')}"
     if not ctx.dry_run:
         shutil.rmtree(out, ignore_errors=True)
-    run([py, "-m", "harness.cli", "stress", "--steps", str(ctx.stress_steps), "--seeds", "1,2", "--quiet",
-         "--out", str(out)],
-        REPO, "test", what="short stress matrix against .venv-patched")
+    rc = run([py, "-m", "harness.cli", "stress", "--steps", str(ctx.stress_steps), "--seeds", "1,2", "--quiet",
+              "--out", str(out)], REPO, "test", what="stress matrix", check=False)
+    results.append(("stress matrix", rc))
+    if ctx.dry_run:
+        return {}
+    for what, rc in results:
+        print(f"test: {what}: {'passed' if rc == 0 else f'FAILED (exit {rc})'}")
+    if any(rc != 0 for _, rc in results):
+        raise TestsFailed(f"test: {sum(rc != 0 for _, rc in results)} of {len(results)} parts failed; "
+                          f"see {ctx.log('test')} and {out}")
     return {"results": str(out), "bazel_targets": targets}
 
 
@@ -571,7 +684,18 @@ PATH_OUTPUTS = ("jax_src", "xla_src", "xla_tree", "jax_tree", "bazel", "dist", "
 
 
 def outputs_present(outputs: dict) -> bool:
+    """Every path a stage produced still exists (a venv also carries its completion stamp)."""
+    if "venv" in outputs and not (Path(outputs["venv"]) / VENV_COMPLETE).is_file():
+        return False
     return all(Path(outputs[k]).exists() for k in PATH_OUTPUTS if k in outputs)
+
+
+def check_trees_clean(ctx: Ctx, stage: str) -> None:
+    """Before every build or bazel test, run or skipped: the trees hold the series and nothing else,
+    so neither new wheels nor a stamp's claim about old ones can stand for edited sources."""
+    for key in ("xla_tree", "jax_tree"):
+        if key in ctx.state:
+            check_clean(Path(ctx.state[key]), stage)
 
 
 def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[tuple[str, str]]:
@@ -590,6 +714,8 @@ def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[t
             raise HarnessError(f"--from {first}: stage {stage} has not run yet (no stamp in {st.parent})")
     redo = False
     for stage in STAGES[i:j + 1]:
+        if stage in ("build", "test") and not ctx.dry_run:
+            check_trees_clean(ctx, stage)
         inputs = fingerprint(stage_inputs(ctx, stage))
         st = ctx.stamp(stage)
         if not redo and st.exists():
@@ -670,6 +796,9 @@ def main(argv: list[str] | None = None) -> int:
             if ctx.dry_run:
                 print(f"  {line}")
         report = run_pipeline(ctx, args.first, args.last)
+    except TestsFailed as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
     except HarnessError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -1,12 +1,13 @@
 """Build ``.venv-jax-patched``: the stock jaxlib of the pinned version plus the jax sources of
 the PyPI sdist with the jax patch series applied.
 
-    python -m harness.upstream.jaxvenv --sdist DIR --venv .venv-jax-patched [--python PY]
+    python -m harness.upstream.jaxvenv --sdist DIR [--archive DIR.tar.gz] --venv .venv-jax-patched [--python PY]
 
-The venv is built beside its final place and renamed only when complete, so a patch that
-does not apply (one ``error:`` line naming patch, file and hunk; exit 2) or an interrupted
-install never leaves a half-patched venv. A stamp keyed by the patch files and the sdist
-makes reruns instant.
+The venv is built at its final path (a venv's scripts name its interpreter by absolute path,
+so one renamed after the fact is broken); a stamp keyed by the patch files and the sdist is
+written last, so a patch that does not apply (one ``error:`` line naming patch, file and
+hunk; exit 2), a failed install (the venv is removed) or an interrupted one (no stamp: the
+next run rebuilds) never passes for a complete venv, and reruns of a complete one are instant.
 """
 
 from __future__ import annotations
@@ -60,33 +61,53 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
     return applied
 
 
-def build(sdist: Path, venv: Path, python: str, extra: list[str]) -> str:
+def verify_sdist(archive: Path, version: str) -> None:
+    """The sdist archive is the one series.toml names as the jax series' base (version and sha256)."""
+    jax = load_series().upstream("jax")
+    if not jax.base_sha256:
+        raise HarnessError("series.toml records no base_sha256 for jax; cannot verify the sdist")
+    if jax.base_ref != f"jax-v{version}":
+        raise HarnessError(f"the sdist is jax {version}, but series.toml's jax base is {jax.base_ref}")
+    try:
+        h = hashlib.sha256()
+        with open(archive, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as exc:
+        raise HarnessError(f"cannot read {archive}: {exc.strerror or exc}") from None
+    if h.hexdigest() != jax.base_sha256:
+        raise HarnessError(f"{archive}: sha256 {h.hexdigest()} differs from series.toml's base_sha256 "
+                           f"{jax.base_sha256} for {jax.base_ref}")
+
+
+def build(sdist: Path, venv: Path, python: str, extra: list[str], archive: Path | None = None) -> str:
     if not (sdist / "PKG-INFO").is_file():
         raise HarnessError(f"{sdist} is not an unpacked sdist (no PKG-INFO)")
     version = _sdist_version(sdist)
+    if archive is not None:
+        verify_sdist(archive, version)
     series = load_series()
     key = hashlib.sha256((version + series.fingerprint("jax", "default") + " ".join(extra)).encode()).hexdigest()
     if (venv / STAMP).is_file() and (venv / STAMP).read_text().strip() == key:
         return f"{venv} is up to date (jax {version}, series {key[:12]})"
-    work = venv.with_name(venv.name + ".partial")
+    # Built at its final path: a venv's scripts name its interpreter by absolute path, so a venv
+    # renamed after the fact is broken. The stamp is written last; a venv without it is rebuilt.
     src = venv.with_name(venv.name + ".src")
-    shutil.rmtree(work, ignore_errors=True)
     applied = patched_source(sdist, src)
+    shutil.rmtree(venv, ignore_errors=True)
     try:
-        for argv in ([python, "-m", "venv", str(work)],
-                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        for argv in ([python, "-m", "venv", str(venv)],
+                     [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                       f"jaxlib=={version}", *extra],
-                     [str(work / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                     [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                       "--no-deps", str(src)]):
             res = subprocess.run(argv, capture_output=True, text=True)
             if res.returncode != 0:
                 last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+                shutil.rmtree(venv, ignore_errors=True)
                 raise HarnessError(f"building {venv}: {' '.join(argv[1:4])} failed: {last}")
-        (work / STAMP).write_text(key + "\n")
-        shutil.rmtree(venv, ignore_errors=True)
-        work.rename(venv)
+        (venv / STAMP).write_text(key + "\n")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(src, ignore_errors=True)
     return f"built {venv}: stock jaxlib {version} + jax {version} with {', '.join(applied) or 'no patches'}"
 
@@ -95,13 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.upstream.jaxvenv", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sdist", type=Path, required=True, help="unpacked jax sdist directory")
+    ap.add_argument("--archive", type=Path,
+                    help="the sdist archive SDIST was unpacked from: its sha256 must equal series.toml's base_sha256")
     ap.add_argument("--venv", type=Path, default=Path(".venv-jax-patched"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--with", dest="extra", default="numpy,optax,pytest",
                     help="comma-separated extra packages for the venv (default numpy,optax,pytest)")
     args = ap.parse_args(argv)
     try:
-        print(build(args.sdist, args.venv, args.python, [e for e in args.extra.split(",") if e]))
+        print(build(args.sdist, args.venv, args.python, [e for e in args.extra.split(",") if e], args.archive))
     except HarnessError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
