@@ -154,11 +154,6 @@ xla_cc_test(
 """
 
 
-def _created_files(patch_text: str) -> list[str]:
-    lines = patch_text.splitlines()
-    return [b.removeprefix("+++ b/") for a, b in zip(lines, lines[1:], strict=False) if a == "--- /dev/null"]
-
-
 def _git(cwd, *args):
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
                    capture_output=True)
@@ -180,8 +175,6 @@ def world(tmp_path, monkeypatch):
     jax = tmp_path / "jax-repo"
     for patch in sorted((ROOT / "patches/jax").glob("*.patch")):  # sources the jax series applies to
         preimage_tree(patch.read_text(), jax)
-        for new_file in _created_files(patch.read_text()):  # files the series creates must not exist yet
-            (jax / new_file).unlink()
     (jax / "third_party/xla").mkdir(parents=True)
     (jax / "build").mkdir()
     (jax / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{sha}"\n')
@@ -479,6 +472,8 @@ def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, caps
     sdist = tmp_path / "jax-0.12.0.1"
     sdist.mkdir()
     (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.12.0.1\n")
+    for patch in sorted((ROOT / "patches/jax").glob("0001-*.patch")):  # the files the series changes
+        preimage_tree(patch.read_text(), sdist)
     venv = tmp_path / ".venv-jax-patched"
     py = _fake_interpreter(tmp_path)
     monkeypatch.setenv("FAKE_PIP_FAIL", "--no-deps")

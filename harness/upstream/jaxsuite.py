@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.upstream.patchcheck import _describe_failure, parse_patch
+from harness.upstream.apply import apply_patch
+from harness.upstream.patchcheck import parse_patch
 from harness.upstream.series import load_series
 
 FLAGS = {"off": "0", "on": "1"}
@@ -146,10 +147,7 @@ def prepare_tests(jax_src: Path, dest: Path) -> list[str]:
         path = p.path(series.root)
         if not all(h.file.startswith("tests/") for h in parse_patch(path.read_text(encoding="utf-8"))):
             continue
-        res = subprocess.run(["git", "apply", "--check", str(path)], cwd=dest, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise HarnessError(_describe_failure(p, path, res.stderr))
-        subprocess.run(["git", "apply", str(path)], cwd=dest, check=True)
+        apply_patch(path, dest, p.file)
         applied.append(p.file)
     for entry in SUITE:
         test = dest / "tests" / entry.file
