@@ -3,7 +3,8 @@
 The tied-embedding pattern of jax-ml/jax#35409 in a compiled training step is
 
 * a **gather** reading W (the token lookup),
-* **dots** reading W or transpose(W) (the output logits and their gradient), and
+* **dots** reading W or transpose(W) or producing a W-shaped value (the output logits, the
+  logits' gradient with respect to W), and
 * a **scatter** producing a W-shaped value (the lookup's gradient, a scatter-add). When XLA merges
   the two gradient paths, that scatter updates the dense (dot) gradient in place; on TPU the
   reported fusion's in-place operand is ``transpose(parameter)``.
@@ -120,7 +121,7 @@ def _scatter_site(module: HloModule, comp: Computation, scatter: Instruction, w_
 
 
 def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
-    """Gathers from W, dots reading W (either orientation) and W-shaped scatters of ``module``."""
+    """Gathers from W, dots reading or producing W's shape (either orientation) and W-shaped scatters."""
     callers = _callers(module)
     gathers = dots = 0
     scatters: list[ScatterSite] = []
@@ -128,7 +129,8 @@ def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
         for ins in comp.instructions:
             if ins.opcode == "gather" and _is_w(comp.operand(ins.operands[0])[0], w_dims):
                 gathers += 1
-            elif ins.opcode == "dot" and any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands):
+            elif ins.opcode == "dot" and (_is_w(ins, w_dims)
+                                          or any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)):
                 dots += 1
             elif ins.opcode == "scatter" and _is_w(ins, w_dims):
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
