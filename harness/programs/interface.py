@@ -71,6 +71,7 @@ def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
 
 BUILTINS: dict[str, str] = {
     # name -> "module:factory"; each factory takes keyword options and returns a TrainProgram
+    "issue-35409": "harness.programs.issue_35409:make",
 }
 
 

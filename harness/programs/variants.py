@@ -1,0 +1,186 @@
+"""Workaround variants for the tied-embedding hazard (jax-ml/jax#35409), as small swaps.
+
+A model that ties W[V, D] uses it twice: a token lookup (``W[tokens]``, a gather whose gradient is
+a scatter-add into W's gradient) and the output logits (``h @ W.T``, whose gradient is a dense
+dot). A variant changes how those two uses are written and nothing else; every variant computes
+the same function and the same gradient, so its loss trajectory matches the baseline.
+
+**API** (the preset :mod:`harness.programs.issue_35409` and the built-in tied-embedding model use it
+the same way): a model gets a :class:`TiedOps` from :func:`tied_ops` and writes ::
+
+    w_lookup, w_out = ops.split(W)              # the fan-out of W into its two uses
+    x = ops.lookup(w_lookup, tokens)            # [B, T] int -> [B, T, D]
+    logits = ops.unembed(h, w_out)              # [B, T, D] -> [B, T, V]
+
+A mode's ``stop_gradient`` goes on ``w_lookup``/``w_out`` after ``split``. The defaults
+(``baseline``) are ``(W, W)``, ``jnp.take(W, tokens, axis=0)`` and ``h @ W.T``.
+
+Variants (what each changes in the compiled HLO is measured by ``tests/test_variants.py`` with
+:func:`harness.hlo.tied.tied_summary`; numbers for CPU, jax 0.12.0.1, scaled preset):
+
+``baseline``  the model as written.
+``barrier``   ``jax.lax.optimization_barrier`` on W before the lookup. Its transpose puts a barrier
+              on the lookup's cotangent, so the scatter-add into W's gradient is computed into a
+              buffer of its own and added to the dense gradient afterwards: no scatter can be
+              fused onto (or update in place) a buffer derived from the dense path or transpose(W).
+``onehot``    the lookup as ``one_hot(tokens, V) @ W``: no gather and no scatter at all; W's
+              gradient is two dots (costs a [B*T, V] one-hot matrix; fine for small batches).
+``sumgrad``   a ``jax.custom_vjp`` fan-out ``W -> (W, W)`` whose backward pass sums the two
+              cotangents explicitly (after an optimization barrier on each), so XLA cannot merge the
+              scatter-add into the dense gradient's buffer.
+
+Compiler-flag sets (:data:`FLAG_SETS`) are variants of the compile, not of the program; each names
+the environment variable it belongs to (``XLA_FLAGS`` for CPU/GPU, ``LIBTPU_INIT_ARGS`` for TPU) and
+is applied per compile through jit's ``compiler_options`` so several sets compile in one process.
+The flag names come from XLA's ``xla/debug_options_flags.cc``; pass names from the pass's ``name()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.errors import HarnessError
+
+
+def take_lookup(w, tokens):
+    """Baseline lookup: a gather (its gradient is a scatter-add)."""
+    import jax.numpy as jnp
+
+    return jnp.take(w, tokens, axis=0)
+
+
+def dot_unembed(h, w):
+    """Baseline output projection ``h @ W.T`` (its gradient is a dense dot)."""
+    import jax.numpy as jnp
+
+    return jnp.einsum("...d,vd->...v", h, w)
+
+
+def identity_split(w):
+    return w, w
+
+
+def barrier_split(w):
+    """An optimization barrier on W before the lookup: the lookup's cotangent passes a barrier."""
+    import jax
+
+    return jax.lax.optimization_barrier(w), w
+
+
+def onehot_lookup(w, tokens):
+    """The lookup as a matmul with a one-hot matrix: no gather, no scatter."""
+    import jax
+    import jax.numpy as jnp
+
+    onehot = jax.nn.one_hot(tokens, w.shape[0], dtype=w.dtype)
+    return jnp.einsum("...v,vd->...d", onehot, w)
+
+
+def _make_sumgrad_split():
+    import jax
+
+    @jax.custom_vjp
+    def split(w):
+        return w, w
+
+    def fwd(w):
+        return (w, w), None
+
+    def bwd(_, cotangents):
+        g_lookup, g_out = jax.lax.optimization_barrier(cotangents)
+        return (g_lookup + g_out,)
+
+    split.defvjp(fwd, bwd)
+    return split
+
+
+_SUMGRAD_SPLIT: list = []
+
+
+def sumgrad_split(w):
+    """Fan-out ``W -> (W, W)`` with a custom VJP that sums both cotangents explicitly."""
+    if not _SUMGRAD_SPLIT:
+        _SUMGRAD_SPLIT.append(_make_sumgrad_split())
+    return _SUMGRAD_SPLIT[0](w)
+
+
+@dataclass(frozen=True)
+class TiedOps:
+    """The two uses of a tied matrix and the fan-out between them (see the module docstring)."""
+
+    name: str
+    split: Callable = identity_split
+    lookup: Callable = take_lookup
+    unembed: Callable = dot_unembed
+    doc: str = ""
+
+
+VARIANTS: dict[str, TiedOps] = {
+    "baseline": TiedOps("baseline", doc="the model as written"),
+    "barrier": TiedOps("barrier", split=barrier_split,
+                       doc="optimization_barrier on W before the lookup"),
+    "onehot": TiedOps("onehot", lookup=onehot_lookup, doc="one-hot matmul lookup: no gather, no scatter"),
+    "sumgrad": TiedOps("sumgrad", split=sumgrad_split,
+                       doc="custom_vjp fan-out summing the two gradient paths explicitly"),
+}
+
+
+def tied_ops(name: str = "baseline") -> TiedOps:
+    """The program variant called ``name`` (one of :data:`VARIANTS`)."""
+    if name not in VARIANTS:
+        raise HarnessError(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}"
+                           + (" (flag sets apply to the compile: use flag_set())" if name in FLAG_SETS else ""))
+    return VARIANTS[name]
+
+
+# ----------------------------------------------------------------------------- flag sets
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Named compiler flags: for the environment variable ``env`` and as jit ``compiler_options``."""
+
+    name: str
+    env: str  # "XLA_FLAGS" or "LIBTPU_INIT_ARGS"
+    flags: dict[str, str] = field(default_factory=dict)
+    backends: tuple[str, ...] = ("cpu", "gpu")
+    doc: str = ""
+
+    def env_text(self) -> str:
+        """The flags as they go into ``env`` (``--name=value`` separated by spaces)."""
+        return " ".join(f"--{k}={v}" for k, v in self.flags.items())
+
+    def compiler_options(self) -> dict[str, str]:
+        return dict(self.flags)
+
+
+FLAG_SETS: dict[str, FlagSet] = {
+    # InstructionFusion::name() is "fusion" (xla/service/instruction_fusion.h); the CPU fusion pass
+    # inherits it. Disabling it removes every producer/consumer fusion, the offending one included.
+    "xla-no-fusion": FlagSet(
+        "xla-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "fusion"}, ("cpu", "gpu"),
+        doc="disable the instruction-fusion pass (CPU: measured; GPU's fusion passes have other names)"),
+    # The same DebugOptions flag through libtpu. Which TPU pass creates the scatter(transpose) fusion
+    # is not public; "fusion" is the generic pass name. Not run on TPU here: unverified.
+    "tpu-no-fusion": FlagSet(
+        "tpu-no-fusion", "LIBTPU_INIT_ARGS", {"xla_disable_hlo_passes": "fusion"}, ("tpu",),
+        doc="the same flag for libtpu (unverified: no TPU here)"),
+}
+
+
+def flag_set(name: str) -> FlagSet:
+    if name not in FLAG_SETS:
+        raise HarnessError(f"unknown flag set {name!r}; expected one of {', '.join(FLAG_SETS)}")
+    return FLAG_SETS[name]
+
+
+def with_flag_set(program, name: str):
+    """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``)."""
+    from dataclasses import replace
+
+    fs = flag_set(name)
+    options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options()}
+    return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
+                                                                         "compiler_options": options},
+                   options={**program.options, "flag_set": name, fs.env: fs.env_text()})

@@ -1,0 +1,156 @@
+"""The #35409 preset: the reporter's sizes, a step that runs, the tied pattern in its compiled HLO."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness.errors import HarnessError
+from harness.hlo.parser import parse_module
+from harness.hlo.tied import tied_summary
+from harness.programs import issue_35409
+from harness.programs.interface import TrainProgram, load_program
+
+# Small enough to compile in seconds on a CI core: D 32, V 1568, sequences 4 and 128.
+SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(2, 4))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compiled(program: TrainProgram, seed: int = 0):
+    key = jax.random.key(seed)
+    params, opt_state = program.init(key)
+    batch = program.batch(key, 0)
+    return program.jit().lower(params, opt_state, batch).compile(), (params, opt_state, batch)
+
+
+def w_dims(program: TrainProgram) -> tuple[int, int]:
+    return program.options["vocab"], program.options["d_model"]
+
+
+def test_full_scale_matches_the_report_without_allocating():
+    program = issue_35409.make()
+    cfg = issue_35409.scaled_config(1.0)
+    params = jax.eval_shape(lambda k: issue_35409.init_params(cfg, k), jax.random.key(0))
+    assert params["embed"].shape == (100352, 2048)
+    assert len(params["layers"]) == 16 and cfg.used_layers == 6
+    layer = params["layers"][0]
+    assert layer["wq"].shape == (16, 128, 2048) and layer["wo"].shape == (2048, 16, 128)
+    assert layer["wg"].shape == layer["wu"].shape == (8192, 2048) and layer["wd"].shape == (2048, 8192)
+    batches = jax.eval_shape(lambda k: program.batch(k, 0), jax.random.key(0))
+    assert [b.shape for b in batches] == [(512, 32), (16, 1024)]
+    assert program.options["lr"] == 1e-6 and program.name == "issue-35409"
+
+
+def test_scale_shrinks_width_vocab_and_batch_only():
+    cfg = issue_35409.scaled_config(1 / 32)
+    assert (cfg.d_model, cfg.ffn, cfg.vocab) == (64, 256, 3136)
+    assert cfg.batches == ((16, 32), (1, 1024))
+    assert (cfg.used_layers, cfg.total_layers, cfg.heads) == (6, 16, 16)
+    # On a (2, 4) mesh every sharded size is divisible by both axes and batches by "data".
+    cfg = issue_35409.scaled_config(1 / 64, mesh_shape=(2, 4))
+    assert cfg.vocab % 8 == 0 and cfg.d_model % 16 == 0 and all(b % 4 == 0 for b, _ in cfg.batches)
+
+
+@pytest.mark.parametrize("bad", [dict(scale=0), dict(scale=2), dict(mode="tied"), dict(dtype="f16"),
+                                 dict(layers=(5, 4)), dict(devices=3, mesh_shape=(2, 2))])
+def test_bad_options_raise_one_sentence(bad):
+    with pytest.raises(HarnessError):
+        issue_35409.make(**bad)
+
+
+def test_builtin_name_resolves_to_the_preset():
+    program = load_program("issue-35409", **SMALL)
+    assert isinstance(program, TrainProgram) and program.options["vocab"] == 1568
+
+
+@pytest.fixture(scope="module")
+def full_small():
+    program = issue_35409.make(**SMALL)
+    return program, *compiled(program)
+
+
+def test_step_runs_and_trains(full_small):
+    program, exe, (params, opt_state, batch) = full_small
+    w0 = np.asarray(params["embed"]).copy()
+    new_params, new_opt, aux = exe(params, opt_state, batch)
+    assert np.isfinite(float(aux["loss"])) and float(aux["loss"]) > 0
+    assert not np.array_equal(np.asarray(new_params["embed"]), w0)
+    # Used layers get gradients; unused ones are parameters with zero gradients (Adam moments stay 0).
+    mu = new_opt[0].mu["layers"]
+    assert np.any(np.asarray(mu[1]["wg"]) != 0) and not np.any(np.asarray(mu[3]["wg"]))
+    assert int(new_opt[0].count) == 1
+
+
+def test_compiled_step_has_the_tied_pattern(full_small):
+    program, exe, _ = full_small
+    summary = tied_summary(parse_module(exe.as_text()), w_dims(program))
+    assert summary.gathers >= 1  # the lookup reads W
+    assert summary.dots >= 2  # the logits read W, W's dense gradient is a dot
+    assert summary.scatters  # the lookup's gradient is a scatter into W's shape ...
+    assert summary.scatter_onto_dense >= 1  # ... updating the dense gradient in place
+
+
+@pytest.mark.parametrize("mode, scatter_sources", [("sparse_only", {"broadcast"}), ("dense_only", set())])
+def test_modes_cut_one_gradient_path(mode, scatter_sources):
+    program = issue_35409.make(**{**SMALL, "layers": (1, 2)}, mode=mode)
+    exe, _ = compiled(program)
+    summary = tied_summary(parse_module(exe.as_text()), w_dims(program))
+    assert {s.in_place_source for s in summary.scatters} == scatter_sources
+    assert summary.scatter_onto_dense == 0
+
+
+@pytest.mark.slow
+def test_two_d_mesh_with_eight_host_devices(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys
+        import jax
+        from harness.programs import issue_35409
+        from harness.hlo.parser import parse_module
+        from harness.hlo.tied import tied_summary
+        program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(2, 4), devices=8)
+        key = jax.random.key(0)
+        params, opt_state = program.init(key)
+        exe = program.jit().lower(params, opt_state, program.batch(key, 0)).compile()
+        losses = []
+        for i in range(2):
+            params, opt_state, aux = exe(params, opt_state, program.batch(key, i))
+            losses.append(float(aux["loss"]))
+        v, d = program.options["vocab"], program.options["d_model"]
+        s = tied_summary(parse_module(exe.as_text()), (v // 2, d // 4))
+        json.dump({"mesh": dict(params["embed"].sharding.mesh.shape),
+                   "specs": {k: list(params["layers"][0][k].sharding.spec) for k in ("wq", "wo", "wg", "wd")},
+                   "embed": list(params["embed"].sharding.spec),
+                   "mu": list(opt_state[0].mu["embed"].sharding.spec),
+                   "losses": losses, "summary": s.to_json()}, sys.stdout)
+    """)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["mesh"] == {"model": 2, "data": 4}
+    assert out["embed"] == out["mu"] == ["model", "data"]
+    assert out["specs"]["wg"] == ["model", "data"] and out["specs"]["wd"] == ["data", "model"]
+    assert out["specs"]["wq"] == ["model", None, "data"] and out["specs"]["wo"] == ["data", "model", None]
+    assert all(np.isfinite(out["losses"]))
+    # Each device holds a [V/2, D/4] shard of W; the per-shard program keeps the pattern.
+    assert out["summary"]["gathers"] >= 1 and out["summary"]["scatter_onto_dense"] >= 1
+
+
+def test_batches_are_uniform_over_the_vocabulary():
+    program = issue_35409.make(scale=1 / 64)
+    a, b = program.batch(jax.random.key(1), 0)
+    assert a.dtype == b.dtype == jnp.int32
+    vocab = program.options["vocab"]
+    both = np.concatenate([np.asarray(a).ravel(), np.asarray(b).ravel()])
+    assert both.min() >= 0 and both.max() < vocab
+    # uniform: the top half of the vocabulary is drawn about as often as the bottom half
+    assert abs(np.mean(both >= vocab // 2) - 0.5) < 0.05
+    assert not np.array_equal(np.asarray(program.batch(jax.random.key(1), 1)[0]), np.asarray(a))
