@@ -24,8 +24,8 @@ def _cli(*args):
 
 
 def _steps(out):
-    return [(b["label"], b["seed"], s["step"], s["finite"], s["loss"])
-            for b in results.load(Path(out) / "stress.jsonl").blocks for s in b["steps"]]
+    return [(b.label, b.seed, s.step, s.finite, s.loss)
+            for b in results.read_results(Path(out) / "stress.jsonl").blocks for s in b.steps]
 
 
 @pytest.mark.parametrize("args,needle", [

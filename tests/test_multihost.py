@@ -44,10 +44,10 @@ def test_two_processes_write_their_own_results_and_merge(tmp_path, capsys):
     files = sorted(p.name for p in out.glob("stress*.jsonl"))
     assert files == ["stress.p0.jsonl", "stress.p1.jsonl"]
     for i, name in enumerate(files):
-        loaded = results.load(out / name)
-        env = loaded.header["env"]
+        loaded = results.read_results(out / name)
+        env = loaded.header.env
         assert (env["process_index"], env["process_count"], env["device_count"]) == (i, 2, 4)
-        assert sum(len(b["steps"]) for b in loaded.blocks) == 4
+        assert sum(len(b.steps) for b in loaded.blocks) == 4
     assert "full/remat=on/f32" in outs[0][0] and "0/4" in outs[0][0]  # process 0 prints the table
     assert "process 0 prints the merged table" in outs[1][0]
     # One SPMD run: the same global steps from two processes count once.

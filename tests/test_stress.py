@@ -36,12 +36,12 @@ def test_injection_detected_exactly_and_ci_contains_rate(tmp_path):
     assert lo <= 0.1 <= hi
     # Every detected step is a planted one, found at the update of the tied matrix.
     from harness.stress import store as results
-    steps = [s for b in results.load(tmp_path / "stress.jsonl").blocks for s in b["steps"]]
-    bad = [s["step"] for s in steps if not s["finite"]]
+    steps = [s for b in results.read_results(tmp_path / "stress.jsonl").blocks for s in b.steps]
+    bad = [s.step for s in steps if not s.finite]
     assert bad == planted.tolist()
-    assert {s["first_bad"] for s in steps if not s["finite"]} == {"update:['embed']"}
+    assert {s.first_bad for s in steps if not s.finite} == {"update:['embed']"}
     # A rejected update is not applied: the run stays finite afterwards.
-    assert all(s["loss"] is not None for s in steps)
+    assert all(s.loss is not None for s in steps)
 
 
 def test_no_injection_reports_nothing(tmp_path):
@@ -104,8 +104,8 @@ def test_sharded_on_eight_cpu_devices_matches_single_device(tmp_path):
     run_matrix(sharded, tmp_path / "s8", progress=False)
     run_matrix(StressSpec(devices=1, **kw), tmp_path / "s1", progress=False)
     from harness.stress import store as results
-    l8 = [s["loss"] for b in results.load(tmp_path / "s8" / "stress.jsonl").blocks for s in b["steps"]]
-    l1 = [s["loss"] for b in results.load(tmp_path / "s1" / "stress.jsonl").blocks for s in b["steps"]]
+    l8 = [s.loss for b in results.read_results(tmp_path / "s8" / "stress.jsonl").blocks for s in b.steps]
+    l1 = [s.loss for b in results.read_results(tmp_path / "s1" / "stress.jsonl").blocks for s in b.steps]
     assert len(l8) == 3 and np.allclose(l8, l1, rtol=1e-4)
     assert _table(tmp_path / "s8").total_nonfinite == 0
 

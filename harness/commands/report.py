@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 NAME = "report"
@@ -9,7 +10,10 @@ HELP = "print the non-finite table of stress results folders"
 DESCRIPTION = """\
 Read OUT/stress*.jsonl from each folder and print the per-configuration table
 (per-seed k/n, total, rate, Wilson 95% interval). Several folders are combined;
-configurations or seeds with missing steps are listed as gaps.
+configurations or seeds with missing steps are listed as gaps. A step counts once per
+(spec fingerprint, label, seed, step); one label recorded by runs with different options
+is refused unless --allow-mixed-specs; a step recorded twice with different outcomes is
+reported as a warning.
 """
 
 
@@ -17,13 +21,18 @@ def add_arguments(p) -> None:
     p.add_argument("folders", nargs="+", type=Path, metavar="DIR", help="results folder(s)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the text table")
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
+    p.add_argument("--allow-mixed-specs", action="store_true",
+                   help="pool steps of one configuration label recorded by runs with different options "
+                        "(refused by default: their steps are different trials)")
 
 
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
     from harness.stress import report
 
-    table = report.load_table(args.folders)
+    table = report.load_table(args.folders, allow_mixed_specs=args.allow_mixed_specs)
+    for w in table.warnings:
+        sys.stderr.write(f"warning: {w}\n")
     print(report.dumps(table) if args.json else report.format_table(table))
     if args.plot:
         report.plot(table, args.plot)

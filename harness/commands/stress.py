@@ -36,9 +36,13 @@ def _csv(kind: str, conv):
         if not items:
             raise argparse.ArgumentTypeError(f"empty {kind} list")
         try:
-            return tuple(conv(t) for t in items)
+            values = tuple(conv(t) for t in items)
         except (ValueError, KeyError):
             raise argparse.ArgumentTypeError(f"invalid {kind} list {text!r}") from None
+        for i, v in enumerate(values):
+            if v in values[:i]:
+                raise argparse.ArgumentTypeError(f"{kind} {items[i]!r} is listed twice in {text!r}")
+        return values
     return parse
 
 

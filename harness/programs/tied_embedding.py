@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from harness.errors import HarnessError
+from harness.stress import records
 
 MODES = ("full", "sparse_only", "dense_only")
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
@@ -57,7 +58,7 @@ class ModelConfig:
         return DTYPES[self.dtype]
 
     def label(self) -> str:
-        return f"{self.mode}/remat={'on' if self.remat else 'off'}/{self.dtype}"
+        return records.label(self.to_dict())
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.stress import stats
+from harness.stress import records, stats
 from harness.stress import store as results
 
 
@@ -41,89 +41,116 @@ class Table:
     seeds: list[int]
     env: dict | None = None
     gaps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def total_nonfinite(self) -> int:
         return sum(r.k for r in self.rows)
 
 
-def summarize(blocks: list[dict], env: dict | None = None, order: list[str] | None = None) -> Table:
-    """Aggregate block lines into per-configuration rows (duplicate steps counted once)."""
+# A step's identity across files: (spec fingerprint, label, seed, step).
+StepKey = tuple[str, str, int, int]
+
+
+def summarize(files: list[results.Results], order: list[str] | None = None) -> Table:
+    """Aggregate validated results files into per-configuration rows.
+
+    A step is keyed by (spec fingerprint, label, seed, step) and counted once; the same key
+    recorded twice with different outcomes is kept as first read and reported as a warning.
+    """
     rows: dict[str, Row] = {}
-    seen: set[tuple[str, int, int]] = set()
+    seen: dict[StepKey, tuple[bool, str | None, str]] = {}
+    conflicts: list[str] = []
     seeds: set[int] = set()
-    for b in blocks:
-        row = rows.setdefault(b["label"], Row(b["label"]))
-        seeds.add(b["seed"])
-        for s in b["steps"]:
-            key = (b["label"], b["seed"], s["step"])
-            if key in seen:
-                continue
-            seen.add(key)
-            k, n = row.per_seed.get(b["seed"], (0, 0))
-            row.per_seed[b["seed"]] = (k + (not s["finite"]), n + 1)
-            if s["first_bad"]:
-                row.first_bad[s["first_bad"]] = row.first_bad.get(s["first_bad"], 0) + 1
-            ref = s.get("reference")
-            if ref is not None and not ref.get("skipped"):
-                row.referenced += 1
-                row.silent += not ref["ok"]
+    for f in files:
+        fp = f.header.fingerprint
+        for b in f.blocks:
+            row = rows.setdefault(b.label, Row(b.label))
+            seeds.add(b.seed)
+            for s in b.steps:
+                key = (fp, b.label, b.seed, s.step)
+                if key in seen:
+                    if seen[key][:2] != (s.finite, s.first_bad):
+                        conflicts.append(f"{b.label} seed {b.seed} step {s.step}: {seen[key][2]} and {f.path.name} "
+                                         "disagree; the first is counted")
+                    continue
+                seen[key] = (s.finite, s.first_bad, f.path.name)
+                _count(row, b.seed, s)
     labels = list(rows)
     if order:
         labels = [lab for lab in order if lab in rows] + [lab for lab in labels if lab not in order]
-    return Table([rows[lab] for lab in labels], sorted(seeds), env)
+    table = Table([rows[lab] for lab in labels], sorted(seeds), files[0].header.env if files else None)
+    if conflicts:
+        table.warnings.append(f"{len(conflicts)} step(s) recorded twice with different outcomes "
+                              f"(first: {conflicts[0]})")
+    return table
 
 
-def _labels(spec: dict) -> list[str]:
-    return [f"{m}/remat={'on' if r else 'off'}/{spec.get('dtype')}"
-            for m in spec.get("modes", []) for r in spec.get("remats", [])]
+def _count(row: Row, seed: int, s: records.Step) -> None:
+    k, n = row.per_seed.get(seed, (0, 0))
+    row.per_seed[seed] = (k + (not s.finite), n + 1)
+    if s.first_bad:
+        row.first_bad[s.first_bad] = row.first_bad.get(s.first_bad, 0) + 1
+    ref = s.reference
+    if ref is not None and not ref.get("skipped"):
+        row.referenced += 1
+        row.silent += not ref["ok"]
 
 
-def find_gaps(path: Path, loaded) -> list[str]:
+def first_missing(have: set[int], steps: int) -> tuple[int, int]:
+    """(steps recorded in [0, steps), first step missing) without materialising range(steps)."""
+    got = sorted(s for s in have if s < steps)
+    first = next((i for i, s in enumerate(got) if s != i), len(got))
+    return len(got), first
+
+
+def find_gaps(res: results.Results) -> list[str]:
     """Configurations and seeds the file's own spec asked for but whose steps it lacks
     (a process that died, or a run that is still going)."""
-    if loaded.header is None:
-        return [f"{path.name}: no header line"]
-    spec = loaded.header.get("spec", {})
+    spec = res.header.spec
     have: dict[tuple[str, int], set[int]] = {}
-    for b in loaded.blocks:
-        have.setdefault((b["label"], b["seed"]), set()).update(s["step"] for s in b["steps"])
+    for b in res.blocks:
+        have.setdefault((b.label, b.seed), set()).update(s.step for s in b.steps)
     gaps = []
-    steps = int(spec.get("steps", 0))
-    for label in _labels(spec):
-        for seed in spec.get("seeds", []):
-            got = have.get((label, seed), set())
-            if len(got) < steps:
-                missing = sorted(set(range(steps)) - got)
-                gaps.append(f"{path.name}: {label} seed {seed}: {len(got)}/{steps} steps "
-                            f"(missing from step {missing[0]})")
+    steps = spec["steps"]
+    for label in records.spec_labels(spec):
+        for seed in spec["seeds"]:
+            n, first = first_missing(have.get((label, seed), set()), steps)
+            if n < steps:
+                gaps.append(f"{res.path.name}: {label} seed {seed}: {n}/{steps} steps (missing from step {first})")
     return gaps
 
 
-def load_table(folders: list[Path]) -> Table:
-    """Read every results file in the given folders into one table (with gaps)."""
-    blocks: list[dict] = []
-    env = None
-    order: list[str] = []
-    gaps: list[str] = []
+def check_specs(files: list[results.Results]) -> None:
+    """Refuse one label recorded under two specs (different options, same row name)."""
+    first: dict[str, results.Results] = {}
+    for f in files:
+        for lab in {b.label for b in f.blocks} | set(records.spec_labels(f.header.spec)):
+            other = first.setdefault(lab, f)
+            if other.header.fingerprint != f.header.fingerprint:
+                diff = results.spec_difference(other.header.spec, f.header.spec) or "fingerprint"
+                raise HarnessError(f"{other.path} and {f.path} hold {lab} from different runs ({diff}); "
+                                   "report them apart, or pass --allow-mixed-specs to pool them")
+
+
+def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
+    """Read and validate every results file in the given folders into one table (with gaps)."""
+    files: list[results.Results] = []
     for folder in folders:
         folder = Path(folder)
         if not folder.is_dir():
             raise HarnessError(f"{folder} is not a results folder")
-        files = results.results_files(folder)
-        if not files:
+        paths = results.results_files(folder)
+        if not paths:
             raise HarnessError(f"{folder} holds no stress*.jsonl results")
-        for f in files:
-            loaded = results.load(f)
-            if loaded.header is not None:
-                env = env or loaded.header.get("env")
-                for lab in _labels(loaded.header.get("spec", {})):
-                    if lab not in order:
-                        order.append(lab)
-            gaps.extend(find_gaps(f, loaded))
-            blocks.extend(loaded.blocks)
-    table = summarize(blocks, env, order)
-    table.gaps = gaps
+        files.extend(results.read_results(p) for p in paths)
+    if not allow_mixed_specs:
+        check_specs(files)
+    order: list[str] = []
+    for f in files:
+        order += [lab for lab in records.spec_labels(f.header.spec) if lab not in order]
+    table = summarize(files, order)
+    table.gaps = [g for f in files for g in find_gaps(f)]
     return table
 
 

@@ -37,6 +37,7 @@ from harness.programs.tied_embedding import (
     loss_fn,
     make_batches,
 )
+from harness.stress import records
 from harness.stress import store as results
 
 RESULTS_NAME = "stress.jsonl"
@@ -468,7 +469,7 @@ def block_line(b: BlockResult, env: dict) -> dict:
     return {
         "kind": "block",
         "config": b.cfg.to_dict(),
-        "label": b.cfg.label(),
+        "label": records.label(b.cfg.to_dict()),
         "seed": b.seed,
         "start": b.start,
         "end": b.end,
@@ -483,11 +484,11 @@ def block_line(b: BlockResult, env: dict) -> dict:
 # ----------------------------------------------------------------------------- matrix
 
 
-def completed_steps(blocks: list[dict]) -> dict[tuple[str, int], int]:
+def completed_steps(blocks) -> dict[tuple[str, int], int]:
     """Per (label, seed): the number of consecutive steps from 0 already recorded."""
     ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for b in blocks:
-        ranges.setdefault((b["label"], b["seed"]), []).append((b["start"], b["end"]))
+        ranges.setdefault((b.label, b.seed), []).append((b.start, b.end))
     done = {}
     for key, rs in ranges.items():
         n = 0
@@ -496,17 +497,6 @@ def completed_steps(blocks: list[dict]) -> dict[tuple[str, int], int]:
                 n = max(n, e)
         done[key] = n
     return done
-
-
-def check_resume_compatible(header: dict | None, spec: StressSpec, path: Path) -> None:
-    if header is None:
-        raise HarnessError(f"{path} has no header line; it is not a stress results file")
-    old = header.get("spec", {})
-    new = spec.to_dict()
-    for k in sorted(set(old) | set(new)):
-        if old.get(k) != new.get(k):
-            raise HarnessError(f"{path} was written by a different run ({k}={old.get(k)!r}, "
-                               f"now {new.get(k)!r}); use a new --out or the same options")
 
 
 class Progress:
@@ -547,23 +537,16 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                results_name: str = RESULTS_NAME) -> Path:
     """Run (or continue) the whole matrix, appending to ``out/results_name``. Returns the path."""
     out = Path(out)
-    results.check_writable(out)
     path = out / results_name
-    loaded = results.load(path, repair=resume)
-    if loaded.header is not None or loaded.blocks:
-        if not resume:
-            raise HarnessError(f"{path} already holds results; pass --resume to continue them "
-                               "or choose another --out")
-        check_resume_compatible(loaded.header, spec, path)
-    done = completed_steps(loaded.blocks)
-    env = results.environment()
-    total = len(spec.configs()) * len(spec.seeds) * spec.steps
-    bar = Progress(total, enabled=progress)
-    bar.done = sum(min(v, spec.steps) for v in done.values())
-    with results.ResultStore(path) as store:
-        if loaded.header is None:
-            store.append({"kind": "header", "spec": spec.to_dict(), "time": results.now(), "env": env})
-        nonfinite = sum(b["nonfinite"] for b in loaded.blocks)
+    with results.open_run(path, spec.to_dict(), resume=resume) as store:  # locked, checked, tail repaired
+        done = completed_steps(store.blocks)
+        env = results.environment()
+        total = len(spec.configs()) * len(spec.seeds) * spec.steps
+        bar = Progress(total, enabled=progress)
+        bar.done = sum(min(v, spec.steps) for v in done.values())
+        if store.header is None:
+            store.write_header(spec.to_dict(), env)
+        nonfinite = sum(b.nonfinite for b in store.blocks)
         for cfg in spec.configs():
             prog = None
             for seed in spec.seeds:

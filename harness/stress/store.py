@@ -1,20 +1,24 @@
 """JSONL result store: one line per finished step-block, appended with flush + fsync.
 
 A results folder holds ``stress.jsonl`` (``stress.p<i>.jsonl`` for process i of a
-multi-process run). The first line is a header with the run's spec; every later line is
-a block of consecutive steps of one (config, seed). A line cut short by ``kill -9`` is
-repaired on open (with a warning) and its steps are simply run again on ``--resume``.
+multi-process run); records.py says what a line holds. One writer at a time: a run or a
+``--resume`` takes an exclusive ``fcntl.flock`` on ``<file>.lock`` before it reads
+anything, and a second one is refused. ``--resume`` checks the header and the options
+before touching the file; a last line cut short by ``kill -9`` is then cut (with a
+warning) and its steps are simply run again; a valid last line lacking its newline is
+completed. Readers validate every line and name ``FILE:LINE`` of the first bad one.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import fcntl
 import os
 import platform
 import socket
+import stat
 import subprocess
 import sys
-import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -22,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.stress import records
 
 ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
 PLUGIN_DISTRIBUTIONS = (
@@ -83,97 +88,224 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@dataclass
-class Loaded:
-    """What a results file holds: its header and its complete block lines."""
-
-    header: dict | None = None
-    blocks: list[dict] = field(default_factory=list)
-    repaired: bool = False
-
-
-def _repair_tail(path: Path) -> bool:
-    """Cut a trailing partial line (no final newline or not JSON). Returns True if cut."""
-    data = path.read_bytes()
-    if not data:
-        return False
-    keep = len(data)
-    if not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-    else:
-        last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
-        try:
-            json.loads(data[last_start:])
-        except ValueError:
-            keep = last_start
-    if keep == len(data):
-        return False
-    with open(path, "r+b") as fh:
-        fh.truncate(keep)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return True
-
-
-def load(path: Path, repair: bool = False) -> Loaded:
-    """Read a results file. With ``repair``, a truncated last line is cut off (with a warning)."""
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file; FIFOs, devices and folders are refused (they could block or never end)."""
     path = Path(path)
-    out = Loaded()
-    if not path.exists():
-        return out
-    if repair and _repair_tail(path):
-        out.repaired = True
-        warnings.warn(f"{path}: removed a truncated last line (an interrupted write); "
-                      "its steps will be run again", stacklevel=2)
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
-    lines = text.split("\n")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HarnessError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Results:
+    """A results file read and validated: its header and its blocks."""
+
+    path: Path
+    header: records.Header
+    blocks: list[records.Block] = field(default_factory=list)
+
+
+def _lines(data: bytes) -> tuple[list[bytes], bytes | None]:
+    """(complete lines, the last line if it lacks its newline)."""
+    parts = data.split(b"\n")
+    tail = parts.pop()
+    return parts, (tail if tail else None)
+
+
+def _parse(path: Path, lineno: int, raw: bytes) -> records.Record:
+    try:
+        return records.parse_line(raw)
+    except records.RecordError as exc:
+        raise HarnessError(f"{path}:{lineno}: {exc}") from None
+
+
+def _header(path: Path, first: bytes | None) -> records.Header:
+    if first is None:
+        raise HarnessError(f"{path} is empty; it is not a stress results file")
+    try:
+        rec = records.parse_line(first)
+    except records.RecordError as exc:
+        raise HarnessError(f"{path}:1: not a stress results header ({exc})") from None
+    if not isinstance(rec, records.Header):
+        raise HarnessError(f"{path}:1: not a stress results header (a block comes first)")
+    return rec
+
+
+def _blocks(path: Path, lines: list[bytes], first_lineno: int) -> list[records.Block]:
+    blocks = []
+    for lineno, raw in enumerate(lines, first_lineno):
+        rec = _parse(path, lineno, raw)
+        if isinstance(rec, records.Header):
+            raise HarnessError(f"{path}:{lineno}: a second header line")
+        blocks.append(rec)
+    return blocks
+
+
+def read_results(path: Path) -> Results:
+    """Read and validate every line of a results file (report, merge, compare).
+
+    A last line that lacks its newline and does not parse is a write in progress (a live
+    run) and is left out; any other line that breaks the schema is an error naming FILE:LINE.
+    """
+    path = Path(path)
+    lines, tail = _lines(read_regular(path))
+    if tail is not None:
         try:
-            rec = json.loads(line)
-        except ValueError:
-            if lineno == len(lines) and not repair:
-                continue  # a line still being written by a live run
-            raise HarnessError(f"{path}:{lineno}: not a JSON line") from None
-        if not isinstance(rec, dict) or rec.get("kind") not in ("header", "block"):
-            raise HarnessError(f"{path}:{lineno}: not a harness results line")
-        if rec["kind"] == "header":
-            if out.header is None:
-                out.header = rec
-        else:
-            out.blocks.append(rec)
-    return out
+            records.parse_line(tail)
+            lines.append(tail)
+        except records.RecordError:
+            pass
+    header = _header(path, lines[0] if lines else None)
+    return Results(path, header, _blocks(path, lines[1:], 2))
 
 
-class ResultStore:
-    """Append-only JSONL writer; every append is flushed and fsynced before it returns."""
+def spec_difference(old: dict, new: dict) -> str | None:
+    """The first option in which two specs differ, as 'key=old, now new', or None."""
+    for k in sorted(set(old) | set(new)):
+        if old.get(k) != new.get(k):
+            return f"{k}={old.get(k)!r}, now {new.get(k)!r}"
+    return None
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+
+class RunWriter:
+    """The one writer of a results file: holds its lock; every append is flushed and fsynced."""
+
+    def __init__(self, path: Path, lock_fh, header: records.Header | None, blocks: list[records.Block]):
+        self.path = path
+        self.header = header
+        self.blocks = blocks
+        self._lock = lock_fh
+        self._fh = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh = open(path, "ab")  # noqa: SIM115 - held for the run, closed by close()
+        except OSError as exc:
+            self.close()
+            raise HarnessError(f"cannot write results to {path}: {exc.strerror}") from None
+
+    def write_header(self, spec: dict, env: dict) -> records.Header:
+        header = records.Header(spec=spec, fingerprint=records.spec_fingerprint(spec), env=env, time=now())
+        self.append(header)
+        self.header = header
+        return header
+
+    def append(self, record: records.Record | dict) -> None:
+        try:
+            line = records.dumps(record)
+        except records.RecordError as exc:
+            raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
+        try:
+            self._fh.write(line.encode() + b"\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
         except OSError as exc:
             raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
 
-    def append(self, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, allow_nan=False)
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
     def close(self) -> None:
-        self._fh.close()
+        for fh in (self._fh, self._lock):
+            if fh is not None:
+                with contextlib.suppress(OSError):
+                    fh.close()  # closing the lock file releases the lock
+        self._fh = self._lock = None
 
-    def __enter__(self) -> ResultStore:
+    def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _lock(path: Path):
+    """Take the exclusive lock of a results file (a ``.lock`` file beside it) or refuse."""
+    lp = lock_path(path)
+    try:
+        fh = open(lp, "a")  # noqa: SIM115 - the lock lives as long as the writer
+    except OSError as exc:
+        raise HarnessError(f"cannot create the lock file {lp}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise HarnessError(f"another stress run is writing {path} (it holds {lp.name}); wait for it to "
+                           "finish or choose another --out") from None
+    return fh
+
+
+def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.Block | None:
+    """Complete a valid last block lacking its newline (returned), or cut a tail that does not parse."""
+    try:
+        rec = records.parse_line(tail)
+    except records.RecordError:
+        rec = None
+    if isinstance(rec, records.Header):
+        raise HarnessError(f"{path}:{lineno}: a second header line")
+    with open(path, "r+b") as fh:
+        if rec is None:
+            fh.truncate(len(data) - len(tail))
+            sys.stderr.write(f"warning: {path}:{lineno}: removed a truncated last line (an interrupted write); "
+                             "its steps will be run again\n")
+        else:
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return rec
+
+
+def _repair_tail_header(path: Path) -> None:
+    with open(path, "ab") as fh:
+        fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
+    """Open a results file for a run of ``spec``: lock it, check it, repair its tail, return its writer.
+
+    Order matters: the lock is taken first, then the header is checked (a file whose first
+    line is not our header is never touched) and the options compared, then every complete
+    line is validated, and only then is a torn last line cut (or a valid one completed).
+    """
+    path = Path(path)
+    check_writable(path.parent)
+    if path.exists() and not path.is_file():
+        raise HarnessError(f"{path} is not a regular file")
+    lock = _lock(path)
+    try:
+        data = read_regular(path) if path.exists() else b""
+        if not data:
+            return RunWriter(path, lock, None, [])
+        if not resume:
+            raise HarnessError(f"{path} already holds results; pass --resume to continue them or choose another --out")
+        lines, tail = _lines(data)
+        header = _header(path, lines[0] if lines else tail)
+        diff = spec_difference(header.spec, spec)
+        if diff:
+            raise HarnessError(f"{path} was written by a different run ({diff}); use a new --out or the same options")
+        blocks = _blocks(path, lines[1:], 2)
+        if tail is not None and lines:
+            last = _repair_tail(path, data, tail, len(lines) + 1)
+            if last is not None:
+                blocks.append(last)
+        elif tail is not None:  # the header itself lacks its newline
+            _repair_tail_header(path)
+        return RunWriter(path, lock, header, blocks)
+    except BaseException:
+        lock.close()
+        raise
 
 
 def results_files(folder: Path) -> list[Path]:
@@ -194,7 +326,5 @@ def check_writable(folder: Path) -> None:
 
 def flush_stdio() -> None:
     for s in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             s.flush()
-        except (OSError, ValueError):
-            pass

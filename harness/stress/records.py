@@ -1,0 +1,240 @@
+"""The stress results schema: typed records, one label function, one validator per record.
+
+A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
+
+* line 1, a :class:`Header`: ``{"kind": "header", "spec": {...}, "fingerprint": "...", "time", "env"}``;
+  ``fingerprint`` hashes the spec's options that decide what a step computes (not the seeds,
+  steps, modes or remat settings it asks for), so two runs whose steps may be pooled share it;
+* every later line, a :class:`Block` of consecutive steps of one (configuration, seed), each
+  step a :class:`Step`.
+
+``parse_record`` turns one decoded JSON value into a record or raises :class:`RecordError`
+with a sentence saying what is wrong; readers prefix it with ``FILE:LINE:``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = 1
+# Spec keys that say which trials a run asks for rather than what one trial computes.
+RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every"})
+MAX_INDEX = 2**62
+
+
+class RecordError(ValueError):
+    """One record breaks the schema; the message is one sentence without location."""
+
+
+def label(config: Mapping[str, Any]) -> str:
+    """The run label of a configuration: ``mode/remat=on|off/dtype`` (rows of every table)."""
+    return f"{config['mode']}/remat={'on' if config['remat'] else 'off'}/{config['dtype']}"
+
+
+def spec_labels(spec: Mapping[str, Any]) -> list[str]:
+    """The labels a stress spec asks for, in matrix order."""
+    return [label({"mode": m, "remat": r, "dtype": spec["dtype"]}) for m in spec["modes"] for r in spec["remats"]]
+
+
+def spec_fingerprint(spec: Mapping[str, Any]) -> str:
+    """sha256 (16 hex digits) of the spec's options that decide what a step computes."""
+    core = {k: v for k, v in spec.items() if k not in RUN_SHAPE_KEYS}
+    return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Header:
+    spec: dict
+    fingerprint: str
+    env: dict
+    time: str
+
+    def to_json(self) -> dict:
+        return {"kind": "header", "schema": SCHEMA, "spec": self.spec, "fingerprint": self.fingerprint,
+                "env": self.env, "time": self.time}
+
+
+@dataclass(frozen=True)
+class Step:
+    step: int
+    finite: bool
+    first_bad: str | None
+    max_abs_update: float | None
+    loss: float | None
+    reference: dict | None = None
+
+    def to_json(self) -> dict:
+        d = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
+             "max_abs_update": self.max_abs_update, "loss": self.loss}
+        if self.reference is not None:
+            d["reference"] = self.reference
+        return d
+
+
+@dataclass(frozen=True)
+class Block:
+    label: str
+    seed: int
+    start: int
+    end: int
+    nonfinite: int
+    silent: int
+    steps: tuple[Step, ...]
+    config: dict
+    env: dict
+    time: str
+
+    def to_json(self) -> dict:
+        return {"kind": "block", "label": self.label, "seed": self.seed, "start": self.start, "end": self.end,
+                "nonfinite": self.nonfinite, "silent": self.silent, "steps": [s.to_json() for s in self.steps],
+                "config": self.config, "env": self.env, "time": self.time}
+
+
+Record = Header | Block
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _need(obj: Mapping, key: str, kinds: type | tuple, what: str) -> Any:
+    if key not in obj:
+        raise RecordError(f"{what} lacks the key {key!r}")
+    return _typed(obj[key], kinds, f"{what} {key!r}")
+
+
+def _typed(value: Any, kinds: type | tuple, what: str) -> Any:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    is_bool = isinstance(value, bool)
+    ok = (value is None and None in kinds) or any(
+        k is not None and isinstance(value, k) and (k is bool or not is_bool) for k in kinds)
+    if not ok:
+        names = " or ".join("null" if k is None else k.__name__ for k in kinds)
+        raise RecordError(f"{what} must be {names}, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _int(obj: Mapping, key: str, what: str, lo: int = 0, hi: int = MAX_INDEX) -> int:
+    v = _need(obj, key, int, what)
+    if not lo <= v < hi:
+        raise RecordError(f"{what} {key!r} must be in [{lo}, {hi}), got {v}")
+    return v
+
+
+def _number_or_null(obj: Mapping, key: str, what: str) -> float | None:
+    v = _need(obj, key, (int, float, None), what)
+    if v is not None and not math.isfinite(v):
+        raise RecordError(f"{what} {key!r} must be a finite number or null")
+    return v
+
+
+def _unique_list(spec: Mapping, key: str, kinds: type | tuple) -> list:
+    items = _need(spec, key, list, "spec")
+    if not items:
+        raise RecordError(f"spec {key!r} is empty")
+    for v in items:
+        _typed(v, kinds, f"an entry of spec {key!r}")
+    if len({json.dumps(v) for v in items}) != len(items):
+        raise RecordError(f"spec {key!r} lists a value twice")
+    return items
+
+
+def parse_spec(spec: Any) -> dict:
+    """Validate the keys of a stress spec that readers rely on; other keys pass as they are."""
+    _typed(spec, dict, "the header's 'spec'")
+    _unique_list(spec, "modes", str)
+    _unique_list(spec, "remats", bool)
+    for s in _unique_list(spec, "seeds", int):
+        if not 0 <= s < 2**31:
+            raise RecordError(f"spec seed {s} is outside [0, 2**31)")
+    _int(spec, "steps", "spec", lo=1)
+    _need(spec, "dtype", str, "spec")
+    return spec
+
+
+def parse_header(obj: Mapping) -> Header:
+    spec = parse_spec(obj.get("spec"))
+    fp = spec_fingerprint(spec)
+    if "fingerprint" in obj and obj["fingerprint"] != fp:
+        raise RecordError(f"header fingerprint {str(obj['fingerprint'])[:20]!r} does not match its spec ({fp})")
+    if "schema" in obj and obj["schema"] != SCHEMA:
+        raise RecordError(f"results schema {obj['schema']!r} is not the one this harness reads ({SCHEMA})")
+    env = _need(obj, "env", dict, "header") if "env" in obj else {}
+    time = _need(obj, "time", str, "header") if "time" in obj else ""
+    return Header(spec=spec, fingerprint=fp, env=env, time=time)
+
+
+def parse_step(obj: Any, what: str) -> Step:
+    _typed(obj, dict, what)
+    ref = obj.get("reference")
+    if ref is not None:
+        _typed(ref, dict, f"{what} 'reference'")
+        _need(ref, "ok", bool, f"{what} reference")
+    return Step(step=_int(obj, "step", what), finite=_need(obj, "finite", bool, what),
+                first_bad=_need(obj, "first_bad", (str, None), what),
+                max_abs_update=_number_or_null(obj, "max_abs_update", what),
+                loss=_number_or_null(obj, "loss", what), reference=ref)
+
+
+def parse_block(obj: Mapping) -> Block:
+    what = "block"
+    start, end = _int(obj, "start", what), _int(obj, "end", what)
+    if end <= start:
+        raise RecordError(f"block end {end} is not after its start {start}")
+    raw_steps = _need(obj, "steps", list, what)
+    steps = tuple(parse_step(s, f"step {i} of the block") for i, s in enumerate(raw_steps))
+    if [s.step for s in steps] != list(range(start, start + len(steps))) or len(steps) != end - start:
+        raise RecordError(f"block steps are not exactly steps {start}..{end - 1} in order")
+    nonfinite = _int(obj, "nonfinite", what)
+    if nonfinite != sum(not s.finite for s in steps):
+        raise RecordError(f"block nonfinite {nonfinite} does not match its steps")
+    silent = _int(obj, "silent", what) if "silent" in obj else 0
+    config = _need(obj, "config", dict, what)
+    return Block(label=_need(obj, "label", str, what), seed=_int(obj, "seed", what, hi=2**31), start=start, end=end,
+                 nonfinite=nonfinite, silent=silent, steps=steps, config=config,
+                 env=_need(obj, "env", dict, what) if "env" in obj else {},
+                 time=_need(obj, "time", str, what) if "time" in obj else "")
+
+
+def parse_record(obj: Any) -> Record:
+    """A decoded JSON value as a Header or a Block; RecordError says what is wrong."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"not a results record (a JSON {type(obj).__name__}, not an object)")
+    kind = obj.get("kind")
+    if kind == "header":
+        return parse_header(obj)
+    if kind == "block":
+        return parse_block(obj)
+    raise RecordError(f"not a results record (kind {json.dumps(kind)[:30]}, expected \"header\" or \"block\")")
+
+
+def _reject_constant(name: str) -> float:
+    raise RecordError(f"{name} is not a JSON number")
+
+
+def parse_line(raw: bytes) -> Record:
+    """One line of a results file (bytes, without its newline) as a record."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise RecordError("JSON nested too deeply") from None
+    except RecordError:
+        raise
+    except ValueError as exc:
+        raise RecordError(f"not a JSON line ({str(exc).split(':')[0]})") from None
+    return parse_record(obj)
+
+
+def dumps(record: Record | dict) -> str:
+    """One JSON line (without newline) for a record; dicts are validated first."""
+    if isinstance(record, dict):
+        record = parse_record(record)
+    return json.dumps(record.to_json(), sort_keys=True, allow_nan=False)
