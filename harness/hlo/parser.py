@@ -658,7 +658,7 @@ class _Reader:
             raise _At(line, f"instruction name {name!r} is used twice (first at line {defined_ins[name].line})")
         i = head.end()
         shape: Shape | None = None
-        if not _OPCODE.match(text, i):  # XLA infers the shape of some ops written without one
+        if text.startswith("b(", i) or not _OPCODE.match(text, i):  # no shape: XLA infers it for some ops
             shape, i = parse_shape(text, i)
         m = _OPCODE.match(text, i)
         if m is None:
