@@ -28,8 +28,8 @@ Directories: *after_optimizations.txt files are scanned, each with its
 *-buffer-assignment.txt when present (reported: do the hazard's output and source share an
 allocation?). Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
 
-Exit codes: 0 no hazard, 1 at least one hazard, 2 a usage or parse error (bad files are
-reported one line each; the others are still scanned).
+Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-moving-producer,
+2 a usage or parse error (bad files are reported one line each; the others are still scanned).
 """
 
 
@@ -39,6 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="HLO text file or dump directory")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu", "tpu", "unknown"],
+                   help="whose alias rules count as stock (default: read from the dump)")
     p.add_argument("--model", choices=["tied-embedding"],
                    help="compile the harness model on the current backend and scan it")
     p.add_argument("--mode", default="full", help="model mode with --model (default full)")
@@ -73,7 +75,7 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
     return out
 
 
-def _model_text(args) -> tuple[str, str]:
+def _model_text(args) -> tuple[str, str, str]:
     from harness.commands.stress import ensure_host_devices
 
     ensure_host_devices(args.devices)
@@ -92,19 +94,15 @@ def _model_text(args) -> tuple[str, str]:
             args.save_hlo.write_text(text)
         except OSError as exc:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
-    return text, f"<tied-embedding {cfg.label()} on {jax.default_backend()}>"
+    backend = jax.default_backend()
+    known = backend if backend in ("cpu", "gpu", "tpu") else "unknown"
+    return text, f"<tied-embedding {cfg.label()} on {backend}>", known
 
 
-def run(args) -> int:
-    from harness.hlo import buffers
-    from harness.hlo.parser import parse_file, parse_module
-    from harness.hlo.scan import format_findings, module_json, scan_module
-
-    if not args.paths and not args.model:
-        raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
+def _collect_targets(paths: list[Path]) -> tuple[list[tuple[Path, Path | None]], int]:
     targets: list[tuple[Path, Path | None]] = []
     errors = 0
-    for p in args.paths:
+    for p in paths:
         try:
             if p.is_dir():
                 targets.extend(_dir_targets(p))
@@ -115,35 +113,60 @@ def run(args) -> int:
         except HarnessError as exc:
             sys.stderr.write(f"error: {exc}\n")
             errors += 1
-    scanned = []  # (module, findings, buffer-assignment or None)
+    return targets, errors
+
+
+def _scan_one(path: Path, ba_path: Path | None, backend: str):
+    """(module, findings, decisions, backend, buffer assignment) of one file; HarnessError when bad."""
+    from harness.hlo import buffers
+    from harness.hlo.parser import parse_file
+    from harness.hlo.scan import detect_backend, scan
+
+    mod = parse_file(path)
+    ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
+    if backend == "auto":
+        backend = detect_backend(mod, str(path))
+    findings, decisions, backend = scan(mod, backend)
+    return mod, findings, decisions, backend, ba
+
+
+def run(args) -> int:
+    from harness.hlo import buffers
+    from harness.hlo.parser import parse_module
+    from harness.hlo.scan import format_findings, module_json, scan
+
+    if not args.paths and not args.model:
+        raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
+    targets, errors = _collect_targets(args.paths)
+    scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
     for path, ba_path in targets:
         try:
-            mod = parse_file(path)
-            ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
-            scanned.append((mod, scan_module(mod), ba))
+            scanned.append(_scan_one(path, ba_path, args.backend))
         except HarnessError as exc:
             sys.stderr.write(f"error: {exc}\n")
             errors += 1
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not stop the scan
-            sys.stderr.write(f"error: {path}: could not be scanned ({type(exc).__name__}: {exc})\n")
+            sys.stderr.write(f"error: {path}:1: could not be scanned ({type(exc).__name__}: {exc})\n")
             errors += 1
     if args.model:
-        text, label = _model_text(args)
+        text, label, model_backend = _model_text(args)
         mod = parse_module(text, label)
-        scanned.append((mod, scan_module(mod), None))
-    hazards = sum(f.cls == "hazard" for _, fs, _ in scanned for f in fs)
+        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend), None))
+    hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
+    n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
     if args.json:
-        print(json.dumps({"modules": [module_json(m, fs) for m, fs, _ in scanned]}, indent=2))
+        print(json.dumps({"modules": [module_json(m, fs, ds, be) for m, fs, ds, be, _ in scanned]}, indent=2))
     else:
-        for m, fs, ba in scanned:
-            print(format_findings(m, fs, show_aliased=args.all))
+        for m, fs, ds, be, ba in scanned:
+            print(format_findings(m, fs, show_aliased=args.all, decisions=ds, backend=be))
             if ba is not None:
                 for f in fs:
                     if f.cls == "hazard" and f.source:
                         print("  buffers: " + buffers.compare(ba, f.fusion, tuple(f.output_index),
                                                              f.source).sentence())
-        print(f"scanned {len(scanned)} module(s): {hazards} hazard(s)"
+        print(f"scanned {len(scanned)} module(s): {hazards} hazard(s), {n_decisions} "
+              "scatter-fused-with-data-moving-producer"
               + (f", {errors} file(s) could not be read" if errors else ""))
     if errors:
         return 2
-    return 1 if hazards else 0
+    return 1 if hazards or n_decisions else 0

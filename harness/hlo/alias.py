@@ -2,21 +2,27 @@
 
 Modelled on ``AliasInfo::GetFusionInstructionInPlaceInputOutputPairs`` and
 ``AliasInfo::GetInPlaceInputOutputPairs`` in openxla/xla ``xla/hlo/analysis/alias_info.cc``
-(read at commit 1a8d4807c09477e2b12b7ac276a3d757173348a1, where the no-op skip is the
-virtual ``AliasInfo::IsNoOpForAliasAnalysis``, bitcast only by default). For every leaf
-output of a fusion: start at the fused root, follow tuple/get-tuple-element indirections
-and then no-op indirections back to the "output source"; take that instruction's in-place
-pairs (scatter operands, dynamic-update-slice operand 0, a nested fusion's pairs); follow
-the in-place operand back the same way, peepholing once through a nested fusion; if a
-fusion parameter is reached, that parameter and the output are an in-place pair.
-``output_to_operand_aliasing`` pairs are added as annotated.
+(read at 183fa00cb5, 2026-08-22). For every leaf output of a fusion: start at the fused
+root, follow tuple/get-tuple-element indirections and then no-op indirections back to the
+"output source"; take that instruction's in-place pairs (for a nested fusion only the pairs
+discovered in its body, not its ``output_to_operand_aliasing`` annotation); follow the
+in-place operand back the same way, peepholing through a nested fusion's pairs; if a fusion
+parameter is reached, that parameter and the output are an in-place pair.
+``output_to_operand_aliasing`` pairs of the fusion itself are added as annotated.
 
-Which instructions count as no-op indirections is the policy:
+In-place ops (upstream's list): scatter, dynamic-update-slice, all-reduce-start,
+collective-permute(-start) with 4 operands (operand 1), ragged-all-to-all (operand 1),
+set-dimension-size, custom-call / async-start / async-update by annotation, async-done
+through its chain's async-start annotation.
 
-``stock``         bitcast only (upstream today);
-``proposed``      bitcast, transpose and reshape, whatever their layouts (openxla/xla#38607);
-``layout-aware``  bitcast, plus transpose/reshape that are bitcasts under their operand and
-                  result layouts (XLA's default descending layout when none is printed).
+Which instructions count as no-op indirections depends on the backend (upstream's virtual
+``AliasInfo::IsNoOpForAliasAnalysis``): ``cpu`` bitcast only (the base class); ``gpu``
+bitcast and every reshape (``GpuAliasInfo``). On top of that, the policy:
+
+``stock``         the backend's rule as upstream has it;
+``proposed``      also every transpose and reshape, whatever their layouts (openxla/xla#38607);
+``layout-aware``  also transposes/reshapes that are bitcasts under their operand and result
+                  layouts (XLA's default descending layout when none is printed).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from harness.errors import HarnessError
 from harness.hlo.parser import Computation, HloModule, Instruction, Shape
 
 POLICIES = ("stock", "proposed", "layout-aware")
+BACKEND_RULES = ("cpu", "gpu")  # whose IsNoOpForAliasAnalysis: bitcast / bitcast + reshape
 
 
 @dataclass(frozen=True)
@@ -89,17 +96,21 @@ def _memory_space(shape: Shape) -> str:
 
 
 def transpose_is_bitcast(operand: Shape, result: Shape, permutation: tuple[int, ...]) -> bool:
-    """XLA's ``ShapeUtil::TransposeIsBitcast`` (operand minor-to-major equals the permutation
-    composed with the result's minor-to-major, same element type), plus equal tiles, as in
-    our XLA patch: the same physical dims in the same order with the same tiling."""
+    """True when the transpose moves no data: the elements sit in the same order in memory
+    under the operand's and the result's layouts. Dims of size 1 are ignored (a transpose
+    that only moves them is a bitcast), otherwise this is XLA's ``ShapeUtil::TransposeIsBitcast``;
+    plus equal tiles and memory space, as in our XLA patch."""
     if operand.is_tuple or result.is_tuple or operand.element_type != result.element_type:
         return False
     if sorted(permutation) != list(range(len(operand.dims))) or len(result.dims) != len(operand.dims):
         return False
+    if any(result.dims[i] != operand.dims[permutation[i]] for i in range(len(permutation))):
+        return False
     if _tiles(operand) != _tiles(result) or _memory_space(operand) != _memory_space(result):
         return False
-    in_m2m, out_m2m = operand.layout_or_default(), result.layout_or_default()
-    return list(in_m2m) == [permutation[d] for d in out_m2m]
+    strides = _row_major_strides(operand.dims)
+    result_strides = [strides[permutation[i]] for i in range(len(permutation))]
+    return _physical(operand, strides) == _physical(result, result_strides)
 
 
 def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
@@ -135,8 +146,10 @@ def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
     return ins.opcode == "bitcast"
 
 
-def is_noop(ins: Instruction, comp: Computation, policy: str) -> bool:
+def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cpu") -> bool:
     if ins.opcode == "bitcast":
+        return True
+    if ins.opcode == "reshape" and backend == "gpu" and ins.operands:
         return True
     if ins.opcode in ("transpose", "reshape") and ins.operands:
         if policy == "proposed":
@@ -149,7 +162,15 @@ def is_noop(ins: Instruction, comp: Computation, policy: str) -> bool:
 # ----------------------------------------------------------------------------- tracing
 
 
-def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], policy: str,
+@dataclass(frozen=True)
+class Model:
+    """One alias model: a policy on top of a backend's no-op rule."""
+
+    policy: str = "stock"
+    backend: str = "cpu"
+
+
+def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], model: Model,
             path: list[str]) -> tuple[Instruction, tuple[int, ...]]:
     """Tuple indirections, then no-op indirections (as upstream's follow_indirections)."""
     while ins.opcode == "tuple" and index:
@@ -161,69 +182,185 @@ def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], policy:
         path.append("get-tuple-element")
         ins, k = comp.operand(ins.operands[0])
         index = k + index
-    while not index and is_noop(ins, comp, policy):
+    while not index and is_noop(ins, comp, model.policy, model.backend):
         path.append(ins.opcode)
         ins, index = comp.operand(ins.operands[0])
     return ins, index
 
 
-def in_place_pairs(module: HloModule, ins: Instruction, policy: str
-                   ) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
-    """(operand number, operand shape index, output index) pairs of one instruction."""
-    if ins.opcode == "scatter":
-        n = (len(ins.operands) - 1) // 2
-        if n == 1:
-            return [(0, (), ())]
-        return [(i, (), (i,)) for i in range(n)]
-    if ins.opcode == "dynamic-update-slice":
+Pair = tuple[int, tuple[int, ...], tuple[int, ...]]  # (operand number, operand index, output index)
+
+
+def _default_pairs(n: int) -> list[Pair]:
+    return [(0, (), ())] if n == 1 else [(i, (), (i,)) for i in range(n)]
+
+
+def _annotated(ins: Instruction) -> list[Pair]:
+    return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing()]
+
+
+def _collective_permute_pairs(ins: Instruction, comp: Computation | None, start: bool) -> list[Pair]:
+    """In-place collective-permute (4 operands: input, output buffer, offsets): operand 1."""
+    if len(ins.operands) != 4:
+        return []
+    out = (1,) if start else ()
+    pairs: list[Pair] = [(1, (), out)]
+    if comp is not None:
+        src, k = comp.operand(ins.operands[1])
+        shape = src.shape.subshape(k)
+        if shape.is_tuple:
+            pairs += [(1, (i,), out + (i,)) for i in range(len(shape.tuple_shapes))]
+    return pairs
+
+
+def _async_pairs(ins: Instruction, comp: Computation | None) -> list[Pair]:
+    if ins.opcode == "async-start":
+        if not ins.operands:
+            return []
+        return [(op, op_idx, out) for op, op_idx, out in _annotated(ins)
+                if out and op < len(ins.operands) and _index_valid(ins.shape, out)]
+    if ins.opcode == "async-update":
+        return _annotated(ins)
+    # async-done: result-to-parameter aliasing of the chain's async-start
+    start = ins
+    seen = 0
+    while comp is not None and start.opcode in ("async-done", "async-update") and start.operands and seen < 10_000:
+        start = comp.operand(start.operands[0])[0]
+        seen += 1
+    if start.opcode != "async-start":
+        return []
+    pairs = []
+    for out, op, op_idx in start.output_to_operand_aliasing():
+        if out and out[0] == 1 and _index_valid(ins.shape, out[1:]):
+            pairs.append((0, (0, op) + op_idx, out[1:]))
+    return pairs
+
+
+def _index_valid(shape: Shape, index: tuple[int, ...]) -> bool:
+    try:
+        shape.subshape(index)
+    except IndexError:
+        return False
+    return True
+
+
+def op_in_place_pairs(ins: Instruction, comp: Computation | None = None) -> list[Pair]:
+    """In-place pairs of a non-fusion instruction (upstream's GetInPlaceInputOutputPairs)."""
+    op = ins.opcode
+    if op == "scatter":
+        return _default_pairs((len(ins.operands) - 1) // 2)
+    if op == "dynamic-update-slice":
         return [(0, (), ())]
-    if ins.opcode == "all-reduce-start":
-        n = len(ins.operands)
-        return [(0, (), ())] if n == 1 else [(i, (), (i,)) for i in range(n)]
-    if ins.opcode == "fusion":
-        return [(p.operand_index, p.operand_shape_index, p.output_index)
-                for p in fusion_in_place_pairs(module, ins, policy)]
-    if ins.opcode in ("custom-call", "async-start"):
-        return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing()]
+    if op == "all-reduce-start":
+        return _default_pairs(len(ins.operands))
+    if op in ("collective-permute", "collective-permute-start"):
+        return _collective_permute_pairs(ins, comp, op.endswith("-start"))
+    if op == "custom-call":
+        return _annotated(ins)
+    if op in ("async-start", "async-update", "async-done"):
+        return _async_pairs(ins, comp)
+    if op == "set-dimension-size":
+        return [(0, (), ())]
+    if op == "ragged-all-to-all":
+        return [(1, (), ())]
     return []
 
 
-def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str) -> list[InPlacePair]:
-    """In-place (operand, operand index) -> output index pairs of a fusion under ``policy``,
-    discovered pairs first, then the annotated ``output_to_operand_aliasing`` ones."""
-    if policy not in POLICIES:
-        raise HarnessError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    if fusion.opcode != "fusion" or not fusion.called:
-        raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    comp = module.computation(fusion.called[0])
+def in_place_pairs(module: HloModule, ins: Instruction, policy: str, backend: str = "cpu",
+                   comp: Computation | None = None) -> list[Pair]:
+    """(operand number, operand shape index, output index) pairs of one instruction."""
+    if ins.opcode == "fusion":
+        return [(p.operand_index, p.operand_shape_index, p.output_index)
+                for p in fusion_in_place_pairs(module, ins, policy, backend)]
+    return op_in_place_pairs(ins, comp)
+
+
+def _cache(module: HloModule) -> dict:
+    cache = module.__dict__.get("_alias_cache")
+    if cache is None:
+        cache = module.__dict__["_alias_cache"] = {}
+    return cache
+
+
+def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
+    """Compute the pairs of every fusion nested under ``fusion`` first, innermost first,
+    with an explicit stack (no recursion, whatever the nesting depth)."""
+    cache = _cache(module)
+    stack = [fusion]
+    while stack:
+        top = stack[-1]
+        comp = module.computation(top.called[0])
+        pending = [i for i in comp.instructions if i.opcode == "fusion" and i.called
+                   and (i.called[0], model) not in cache]
+        if pending and (top.called[0], model, "visiting") not in cache:
+            cache[(top.called[0], model, "visiting")] = True
+            stack.extend(pending)
+            continue
+        stack.pop()
+        if (top.called[0], model) not in cache:
+            cache[(top.called[0], model)] = _discover(module, comp, top, model)
+
+
+def _output_source_pairs(module: HloModule, ins: Instruction, model: Model, comp: Computation) -> list[Pair]:
+    """Pairs of an output source: a nested fusion contributes only what its body shows."""
+    if ins.opcode == "fusion":
+        return [(p.operand_index, p.operand_shape_index, p.output_index)
+                for p in _cache(module)[(ins.called[0], model)]]
+    return op_in_place_pairs(ins, comp)
+
+
+def _nested_pairs(module: HloModule, ins: Instruction, model: Model) -> list[Pair]:
+    """A nested fusion's public pairs: discovered plus annotated."""
+    found = [(p.operand_index, p.operand_shape_index, p.output_index)
+             for p in _cache(module)[(ins.called[0], model)]]
+    return found + _annotated(ins)
+
+
+def _discover(module: HloModule, comp: Computation, fusion: Instruction, model: Model) -> list[InPlacePair]:
     out: list[InPlacePair] = []
     for index, _ in fusion.shape.leaves():
-        src, src_index = _follow(comp, comp.root, index, policy, [])
+        src, src_index = _follow(comp, comp.root, index, model, [])
         found: tuple[Instruction, tuple[int, ...], list[str]] | None = None
-        for op_num, op_index, out_index in in_place_pairs(module, src, policy):
-            if out_index != src_index:
+        for op_num, op_index, out_index in _output_source_pairs(module, src, model, comp):
+            if out_index != src_index or op_num >= len(src.operands):
                 continue
             path: list[str] = []
             first, k = comp.operand(src.operands[op_num])
-            inp, inp_index = _follow(comp, first, k + op_index, policy, path)
-            if inp.opcode == "fusion":  # peephole through a nested fusion's own aliasing
-                for n_op, n_op_index, n_out in in_place_pairs(module, inp, policy):
-                    if n_out == inp_index:
+            inp, inp_index = _follow(comp, first, k + op_index, model, path)
+            if inp.opcode == "fusion" and inp.called:  # peephole through a nested fusion's pairs
+                for n_op, n_op_index, n_out in _nested_pairs(module, inp, model):
+                    if n_out == inp_index and n_op < len(inp.operands):
                         path.append("fusion")
                         nxt, k = comp.operand(inp.operands[n_op])
-                        inp, inp_index = _follow(comp, nxt, k + n_op_index, policy, path)
+                        inp, inp_index = _follow(comp, nxt, k + n_op_index, model, path)
                         break
             found = (inp, inp_index, path)
         if found is not None and found[0].opcode == "parameter":
             inp, inp_index, path = found
             out.append(InPlacePair(inp.parameter_number, inp_index, index, tuple(path)))
+    return out
+
+
+def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, backend: str = "cpu"
+                          ) -> list[InPlacePair]:
+    """In-place (operand, operand index) -> output index pairs of a fusion under ``policy`` and
+    ``backend``'s no-op rule, discovered pairs first, then the annotated ones."""
+    if policy not in POLICIES:
+        raise HarnessError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if backend not in BACKEND_RULES:
+        raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
+    if fusion.opcode != "fusion" or not fusion.called:
+        raise HarnessError(f"{fusion.name} is not a fusion instruction")
+    model = Model(policy, backend)
+    _ensure_nested(module, fusion, model)
+    out = list(_cache(module)[(fusion.called[0], model)])
     for out_index, op, op_index in fusion.output_to_operand_aliasing():
         out.append(InPlacePair(op, op_index, out_index, ()))
     return out
 
 
-def output_source(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str
-                  ) -> Instruction:
+def output_source(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,
+                  backend: str = "cpu") -> Instruction:
     """The instruction a fusion output comes from, after following indirections."""
     comp = module.computation(fusion.called[0])
-    return _follow(comp, comp.root, index, policy, [])[0]
+    return _follow(comp, comp.root, index, Model(policy, backend), [])[0]

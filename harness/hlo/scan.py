@@ -8,6 +8,17 @@ transpose or reshape, and classify each in-place fusion output:
                             goes through a transpose or reshape that moves data, so treating
                             it as in-place would let the emitter overwrite what it still reads.
 
+"Stock" is the backend's own rule (cpu: bitcast is the only no-op; gpu: bitcast and every
+reshape). The backend comes from ``--backend`` or the dump (file name, custom-call targets,
+tiled layouts); for tpu, whose alias rules are closed, and for an unknown backend each
+output is classified under both rules and the more severe class is reported.
+
+A second, independent finding class, ``scatter-fused-with-data-moving-producer``: a fusion
+whose scatter takes its in-place operand from a data-moving op inside the fusion (a
+transpose or reshape that is not a bitcast under its layouts, a reverse, a layout-changing
+copy) that reads a fusion parameter: the fusion XLA's patched ``ShouldFuseInPlaceOp``
+no longer creates (the shape of jax-ml/jax#35409).
+
 For a hazard the report also names, in the calling computation, the value feeding that
 parameter and its other users (the tied-embedding pattern: the same buffer feeds a dot).
 """
@@ -15,12 +26,18 @@ parameter and its other users (the tied-embedding pattern: the same buffer feeds
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from harness.errors import HarnessError
 from harness.hlo import alias
-from harness.hlo.parser import Computation, HloModule, Instruction
+from harness.hlo.parser import Computation, HloModule, Instruction, split_ref
 
 CLASSES = ("aliased", "layout-preserving-miss", "hazard")
+FUSION_DECISION_CLASS = "scatter-fused-with-data-moving-producer"
 DENSE_OPCODES = ("dot", "convolution")
+BACKENDS = ("cpu", "gpu", "tpu", "unknown")
+RULES_FOR_BACKEND = {"cpu": ("cpu",), "gpu": ("gpu",), "tpu": ("cpu", "gpu"), "unknown": ("cpu", "gpu")}
+_DATA_MOVING_UNARY = ("transpose", "reshape", "copy", "reverse")
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,7 @@ class Finding:
     proposed: bool
     layout_aware: bool
     cls: str
+    classes: dict[str, str] = field(default_factory=dict)  # class under each backend rule considered
     # Context for hazards (not part of the JSON schema): the caller's value feeding the
     # parameter and that value's other users.
     source: str = ""
@@ -50,6 +68,44 @@ class Finding:
         return d
 
 
+@dataclass(frozen=True)
+class FusionDecisionFinding:
+    """A scatter fused with the data-moving producer of its in-place operand."""
+
+    fusion: str
+    computation: str
+    scatter: str
+    operand: int  # the scatter's in-place operand number
+    producer: str  # the first data-moving op on the way, 'name (opcode)'
+    parameter: int
+    path: list[str]  # opcodes from the scatter operand back to the parameter
+    cls: str = FUSION_DECISION_CLASS
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+def detect_backend(module: HloModule, filename: str = "") -> str:
+    """cpu / gpu / tpu from the dump's file name or the module's content; 'unknown' otherwise."""
+    name = Path(filename or module.filename).name.lower()
+    for key, hints in (("tpu", ("tpu",)), ("gpu", ("gpu", "sm_", "cuda", "rocm")), ("cpu", ("cpu",))):
+        if any(h in name for h in hints):
+            return key
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.shape.layout_extra and "T(" in ins.shape.layout_extra:
+                return "tpu"
+            if ins.opcode == "custom-call" or "backend_config" in ins.attr_text:
+                text = ins.attr_text
+                if "__cublas" in text or "__cudnn" in text or "operation_queue_id" in text or "__triton" in text:
+                    return "gpu"
+                if "__onednn" in text or "xla.cpu" in text or "__xla_cpu" in text:
+                    return "cpu"
+    return "unknown"
+
+
 def _contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool:
     if ins.opcode in DENSE_OPCODES:
         return True
@@ -62,71 +118,163 @@ def _contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool
     return False
 
 
+def _element(user: Instruction, ref: str) -> tuple[int, ...]:
+    """The tuple element of the value a user reads through ``ref`` ('p#1', or gte(p), index=1)."""
+    _, index = split_ref(ref)
+    if user.opcode == "get-tuple-element" and not index:
+        return (int(user.attrs.get("index", "0")),)
+    return index
+
+
 def _context(module: HloModule, caller: Computation, fusion: Instruction, parameter: int
              ) -> tuple[str, list[str], bool]:
+    """The caller's value feeding the fusion parameter and its other users: users of the same
+    tuple element only (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
     if parameter >= len(fusion.operands):
         return "", [], False
     source = fusion.operands[parameter]
-    users = [u for u in caller.users(source.partition("#")[0]) if u.name != fusion.name]
+    base, index = split_ref(source)
+    users = []
+    for u in caller.users(base):
+        if u.name == fusion.name:
+            continue
+        for ref in u.operands:
+            if split_ref(ref)[0] != base:
+                continue
+            elem = _element(u, ref)
+            n = min(len(elem), len(index))
+            if elem[:n] == index[:n]:
+                users.append(u)
+                break
     dense = any(_contains_dense(module, u) for u in users)
     return source, [f"{u.name} ({u.opcode})" for u in users], dense
 
 
-def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction) -> list[Finding]:
-    by_policy = {p: {pair.output_index: pair for pair in alias.fusion_in_place_pairs(module, fusion, p)}
+def _classify(module: HloModule, fusion: Instruction, rule: str) -> dict[tuple[int, ...], tuple]:
+    """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule."""
+    by_policy = {p: {pair.output_index: pair for pair in alias.fusion_in_place_pairs(module, fusion, p, rule)}
                  for p in alias.POLICIES}
-    findings = []
-    for index in sorted(set().union(*(set(v) for v in by_policy.values()))):
+    out = {}
+    for index in set().union(*(set(v) for v in by_policy.values())):
         stock = index in by_policy["stock"]
         proposed = index in by_policy["proposed"]
         la = index in by_policy["layout-aware"]
-        if stock and proposed and la:
+        if stock:
             cls = "aliased"
         elif la and proposed:
             cls = "layout-preserving-miss"
-        elif proposed:
+        else:
             cls = "hazard"
-        else:  # not reachable for nested policies; kept so nothing is silently dropped
-            cls = "aliased" if stock else "hazard"
         pair = by_policy["proposed"].get(index) or by_policy["layout-aware"].get(index) \
             or by_policy["stock"][index]
-        root = alias.output_source(module, fusion, index, "proposed")
+        out[index] = (cls, stock, proposed, la, pair)
+    return out
+
+
+def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown"
+                ) -> list[Finding]:
+    rules = RULES_FOR_BACKEND[backend]
+    per_rule = {r: _classify(module, fusion, r) for r in rules}
+    findings = []
+    for index in sorted(set().union(*(set(v) for v in per_rule.values()))):
+        classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
+        worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
+        cls, stock, proposed, la, pair = per_rule[worst][index]
+        root = alias.output_source(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
             else ("", [], False)
         findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
-                                source, users, dense))
+                                classes, source, users, dense))
     return findings
 
 
-def scan_module(module: HloModule) -> list[Finding]:
-    """Every in-place fusion output of the module, classified."""
-    out: list[Finding] = []
-    for comp in module.computations:
-        for ins in comp.instructions:
-            if ins.opcode == "fusion" and ins.called:
-                out.extend(scan_fusion(module, comp, ins))
+def _moves_data(ins: Instruction, comp: Computation) -> bool:
+    """Physically, under the layouts (whatever a backend's alias rule calls a no-op)."""
+    if ins.opcode in ("transpose", "reshape"):
+        return not alias.is_bitcast_equivalent(ins, comp)
+    if ins.opcode == "copy":
+        src, k = comp.operand(ins.operands[0])
+        return src.shape.subshape(k).layout_or_default() != ins.shape.layout_or_default()
+    return ins.opcode == "reverse"
+
+
+def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
+                             backend: str = "unknown") -> list[FusionDecisionFinding]:
+    """Scatters in the fusion whose in-place operand is a data-moving op reading a parameter."""
+    comp = module.computation(fusion.called[0])
+    out = []
+    for scatter in comp.instructions:
+        if scatter.opcode != "scatter":
+            continue
+        for operand in range((len(scatter.operands) - 1) // 2):
+            path: list[str] = []
+            ins, index = comp.operand(scatter.operands[operand])
+            producer = None
+            while not index and ins.opcode in ("bitcast", *_DATA_MOVING_UNARY) and ins.operands:
+                if producer is None and _moves_data(ins, comp):
+                    producer = ins
+                path.append(ins.opcode)
+                ins, index = comp.operand(ins.operands[0])
+            if producer is not None and ins.opcode == "parameter":
+                out.append(FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
+                                                 f"{producer.name} ({producer.opcode})", ins.parameter_number,
+                                                 path))
     return out
 
 
-def module_json(module: HloModule, findings: list[Finding]) -> dict:
-    return {"module": module.name, "findings": [f.to_json() for f in findings]}
+def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
+    """Every in-place fusion output of the module, classified."""
+    return scan(module, backend)[0]
 
 
-def format_findings(module: HloModule, findings: list[Finding], show_aliased: bool = False) -> str:
+def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[FusionDecisionFinding], str]:
+    """In-place fusion outputs classified, fusion-decision findings, and the backend used."""
+    if backend == "auto":
+        backend = detect_backend(module)
+    if backend not in BACKENDS:
+        raise HarnessError(f"unknown backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
+    findings: list[Finding] = []
+    decisions: list[FusionDecisionFinding] = []
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.opcode == "fusion" and ins.called:
+                findings.extend(scan_fusion(module, comp, ins, backend))
+                decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+    return findings, decisions, backend
+
+
+def module_json(module: HloModule, findings: list[Finding], decisions: list[FusionDecisionFinding] | None = None,
+                backend: str | None = None) -> dict:
+    if decisions is None or backend is None:
+        _, decisions, backend = scan(module)
+    return {"module": module.name, "backend": backend, "findings": [f.to_json() for f in findings],
+            "fusion_decisions": [d.to_json() for d in decisions]}
+
+
+def format_findings(module: HloModule, findings: list[Finding], show_aliased: bool = False,
+                    decisions: list[FusionDecisionFinding] | None = None, backend: str = "") -> str:
     """Human table of one module's findings (aliased ones summarised unless asked for)."""
     counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
-    lines = [f"{module.name} ({module.filename}): {module.instruction_count()} instructions, "
-             f"{counts['hazard']} hazard, {counts['layout-preserving-miss']} layout-preserving-miss, "
-             f"{counts['aliased']} aliased"]
+    rules = " and ".join(RULES_FOR_BACKEND.get(backend, ()))
+    lines = [f"{module.name} ({module.filename}): {module.instruction_count()} instructions"
+             + (f", backend {backend} (alias rules: {rules})" if backend else "")
+             + f", {counts['hazard']} hazard, {counts['layout-preserving-miss']} layout-preserving-miss, "
+             f"{counts['aliased']} aliased, {len(decisions or [])} {FUSION_DECISION_CLASS}"]
+    for d in decisions or []:
+        lines.append(f"  {FUSION_DECISION_CLASS}: {d.fusion} in {d.computation}: {d.scatter} takes operand "
+                     f"{d.operand} from {d.producer}, which reads parameter {d.parameter} "
+                     f"({' <- '.join(d.path)}): the fusion decision should not have fused it")
     shown = [f for f in findings if show_aliased or f.cls != "aliased"]
     if shown:
-        rows = [("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout")]
+        rows = [("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
+                 "by rule")]
         for f in shown:
             rows.append((f.cls, f.fusion, f.computation, f.root_opcode, str(tuple(f.output_index)),
                          f"{f.parameter}{tuple(f.parameter_index) if f.parameter_index else ''}",
                          " <- ".join(f.path) or "(parameter)",
-                         "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware))))
+                         "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware)),
+                         " ".join(f"{r}:{c}" for r, c in f.classes.items())))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Measure the HLO reader against XLA's parser on a corpus written by others.
+
+    tools/hlo_corpus.py extract --xla-git DIR --rev REV [--out DIR]
+        every *.hlo file and every raw string holding an HLO module (R"(...)", R"hlo(...)hlo")
+        in the C++ sources of an XLA git mirror, one file each under
+        ~/.cache/xla-harness/hlo-corpus/<rev>/written/ (outside the repository)
+    tools/hlo_corpus.py measure [--out DIR] [--jax-dumps DIR ...] [--limit N] [--show N]
+        for each module: XLA's verdict, ours, and (both accepting) the first structural
+        difference; the same for XLA's own reprint of each module XLA accepts; prints the
+        table of README's "reader against XLA" section and a JSON summary.
+
+Nothing fetched or extracted is written into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DEFAULT_OUT = Path.home() / ".cache" / "xla-harness" / "hlo-corpus"
+_RAW = re.compile(r'R"([A-Za-z_]{0,16})\((.*?)\)\1"', re.S)
+_LOOKS_HLO = re.compile(r"(^|\n)\s*(HloModule\s|ENTRY\s)")
+
+
+def _git(git_dir: str, *args: str) -> bytes | None:
+    """Output of a git command; None when it fails (a blob absent from a partial mirror)."""
+    proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def extract(git_dir: str, rev: str, out: Path) -> int:
+    dest = out / rev / "written"
+    dest.mkdir(parents=True, exist_ok=True)
+    listing = _git(git_dir, "ls-tree", "-r", "--name-only", rev)
+    if listing is None:
+        print(f"error: cannot list {rev} in {git_dir}", file=sys.stderr)
+        return 2
+    names = listing.decode().splitlines()
+    hlo_files = [n for n in names if n.endswith(".hlo")]
+    cc_files = [n for n in names if n.endswith((".cc", ".h")) and ("test" in n or "/tests/" in n)]
+    count = absent = 0
+    for n in hlo_files:
+        data = _git(git_dir, "show", f"{rev}:{n}")
+        if data is None:
+            absent += 1
+            continue
+        (dest / (n.replace("/", "__"))).write_bytes(data)
+        count += 1
+    for n in cc_files:
+        data = _git(git_dir, "show", f"{rev}:{n}")
+        if data is None:
+            absent += 1
+            continue
+        text = data.decode("utf-8", "replace")
+        if "HloModule" not in text and "ENTRY" not in text:
+            continue
+        for k, m in enumerate(_RAW.finditer(text)):
+            body = m.group(2)
+            if _LOOKS_HLO.search(body):
+                (dest / f"{n.replace('/', '__')}__{k}.hlo").write_text(body)
+                count += 1
+    n_files = len(hlo_files) - sum(1 for n in hlo_files if not (dest / n.replace("/", "__")).exists())
+    print(f"extracted {n_files} .hlo files and {count - n_files} raw strings into {dest}"
+          f" ({absent} blobs absent from the mirror)")
+    return 0
+
+
+def _verdict_row(name: str, text: str) -> dict:
+    """One module: our and XLA's verdict on it and on XLA's reprint of it."""
+    from harness.hlo.xla_oracle import compare
+
+    row: dict = {"name": name}
+    for key, body in (("written", text), ("reprint", None)):
+        if body is None:
+            if not row["written"].get("xla"):
+                break
+            body = row.pop("_reprint")
+        try:
+            v = compare(body, name)
+            row[key] = {"xla": v.xla_accepts, "cat": v.category,
+                        "detail": (v.mismatch or v.ours_error or v.xla_error)[:240]}
+            if key == "written":
+                row["_reprint"] = v.reprint
+        except Exception as exc:  # noqa: BLE001 - a crash of ours is counted and shown
+            row[key] = {"xla": True, "cat": "crash", "detail": f"{type(exc).__name__}: {exc}"[:240]}
+    row.pop("_reprint", None)
+    return row
+
+
+def worker() -> int:
+    """Read file paths on stdin, print one JSON verdict row per file (flushed)."""
+    for line in sys.stdin:
+        path = Path(line.rstrip("\n"))
+        row = _verdict_row(path.name, path.read_text(encoding="utf-8", errors="replace"))
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+def _run_workers(paths: list[Path]) -> list[dict]:
+    """Verdicts for every path; jaxlib's parser can crash the process on some inputs, so it runs
+    in a child that is restarted after the file it died on (counted as an XLA crash)."""
+    rows: list[dict] = []
+    todo = list(paths)
+    while todo:
+        proc = subprocess.run([sys.executable, __file__, "_worker"], input="\n".join(map(str, todo)) + "\n",
+                              capture_output=True, text=True)
+        done = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+        rows.extend(done)
+        todo = todo[len(done):]
+        if proc.returncode != 0 and todo:
+            rows.append({"name": todo[0].name, "written": {"xla": False, "cat": "xla-crash",
+                                                           "detail": f"XLA's parser crashed ({proc.returncode})"}})
+            todo = todo[1:]
+    return rows
+
+
+def _tally(rows: list[dict], key: str, label: str, show: int) -> collections.Counter:
+    counts: collections.Counter = collections.Counter()
+    shown: collections.Counter = collections.Counter()
+    for row in rows:
+        v = row.get(key)
+        if v is None:
+            continue
+        counts["modules"] += 1
+        counts["xla-accepts"] += bool(v["xla"]) and v["cat"] != "xla-crash"
+        counts[v["cat"]] += 1
+        if v["cat"] != "agree" and shown[v["cat"]] < show:
+            shown[v["cat"]] += 1
+            print(f"  [{label}] {v['cat']}: {row['name']}: {v['detail']}")
+    return counts
+
+
+def measure(args) -> int:
+    files = sorted(args.out.glob("*/written/*"))
+    if args.limit:
+        files = files[:args.limit]
+    t0 = time.perf_counter()
+    rows = _run_workers(files)
+    sets = [("upstream as written", _tally(rows, "written", "written", args.show)),
+            ("XLA's own reprint", _tally(rows, "reprint", "reprint", args.show))]
+    dumps = []
+    for d in args.jax_dumps:
+        dumps += [p for p in sorted(Path(d).rglob("*.txt"))
+                  if p.read_text(errors="replace").lstrip().startswith("HloModule")]
+    if dumps:
+        sets.append(("jax dumps (CPU)", _tally(_run_workers(dumps), "written", "dumps", args.show)))
+    elapsed = time.perf_counter() - t0
+    print()
+    print("| set | modules | XLA accepts | ours rejects what XLA accepts | silent mismatches "
+          "| ours accepts what XLA rejects | crashes (ours / XLA's parser) |")
+    print("|---|---|---|---|---|---|---|")
+    for label, c in sets:
+        acc = c["xla-accepts"]
+        rej = c["ours-rejects"]
+        pct = f" ({100 * rej / acc:.1f}%)" if acc else ""
+        print(f"| {label} | {c['modules']:,} | {acc:,} | {rej:,}{pct} | {c['mismatch']} | "
+              f"{c['ours-accepts-xla-rejects']} | {c['crash']} / {c['xla-crash']} |")
+    print(f"\n{len(files) + len(dumps)} files in {elapsed:.0f} s")
+    print(json.dumps({label: dict(c) for label, c in sets}))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("extract")
+    e.add_argument("--xla-git", required=True)
+    e.add_argument("--rev", required=True)
+    e.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    m = sub.add_parser("measure")
+    m.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    m.add_argument("--jax-dumps", nargs="*", default=[])
+    m.add_argument("--limit", type=int, default=0)
+    m.add_argument("--show", type=int, default=5)
+    if sys.argv[1:] == ["_worker"]:
+        return worker()
+    args = ap.parse_args()
+    if args.cmd == "extract":
+        return extract(args.xla_git, args.rev, args.out)
+    return measure(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
