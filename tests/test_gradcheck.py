@@ -53,7 +53,7 @@ def test_checker_catches_a_wrong_rule():
         return jnp.sin(x)
 
     bad_sin.defjvp(lambda p, t: (jnp.sin(p[0]), jnp.sin(p[0]) * t[0]))  # should be cos
-    verdicts = check.check_case(Case("bad_sin", "corpus", bad_sin, (0.3, 1.1), smooth=(True, True)))
+    verdicts = check.check_case(Case("bad_sin", "corpus", lambda F, x: bad_sin(x), (0.3, 1.1), smooth=(True, True)))
     assert {v.status for v in verdicts if v.mode in check.MODES} == {"WRONG"}
 
 
