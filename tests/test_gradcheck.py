@@ -87,3 +87,25 @@ def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
     assert err.startswith("error: jax/0001-zero-cotangent-masking.patch: hunk #")
     assert "jax/_src/config.py" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-0.12.0.1"]  # no half-built venv
+
+
+def test_cross_framework_table_without_tf_or_mlx(capsys):
+    """In a venv without TensorFlow and MLX: one 'not installed' column each, jax still runs."""
+    from harness.gradcheck.frameworks import mlx_adapter, tf_adapter
+
+    if not tf_adapter.available() or not mlx_adapter.available():
+        pytest.skip("tf or mlx is installed here; tests/frameworks covers that venv")
+    rc = main(["gradcheck", "--framework", "jax,tf,mlx", "--cases", "where_sqrt,fori_acc_times_x_n2"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 1  # jax leaks NaN through the where-guard
+    assert out[0].split() == ["case", "jax:eager", "jax:jit", "jax:vjp", "jax:jvp", "tf", "mlx", "modes", "disagree"]
+    rows = {line.split()[0]: line for line in out[2:-2]}
+    assert rows["where_sqrt"].split()[1:5] == ["NaN", "NaN", "NaN", "OK"]
+    assert "not installed" in rows["fori_acc_times_x_n2"] and "jax: eager!=jvp" in rows["where_sqrt"]
+    assert "tf not installed: cannot import tensorflow" in out[-1]
+
+
+def test_unknown_framework(capsys):
+    assert main(["gradcheck", "--framework", "jax,torch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown framework 'torch'; expected one of jax, tf, mlx"]

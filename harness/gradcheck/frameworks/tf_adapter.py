@@ -28,6 +28,8 @@ def available() -> str:
         import tensorflow  # noqa: F401
     except ImportError as exc:
         return f"cannot import tensorflow ({exc})"
+    # XLA registers its JIT kernels once, at the first compilation: load the library first.
+    oplib()
     return ""
 
 
