@@ -18,10 +18,11 @@ help:
 	@echo "make test       run the test suite (what CI runs)"
 	@echo "make setup      create $(VENV) with a Python >= 3.12 and jax==$(JAX_PIN)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
-	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on)"
+	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
 	@echo "make patches-jax-check  build .venv-jax-patched from the sdist and test both venvs"
-	@echo "make pr TARGET=xla|jax  write out/pr/<target>/ (mbox, PR.md, CHECKLIST.md)"
+	@echo "make frameworks-test  TF/MLX gradient tests in .venv-frameworks (part of make test)"
+	@echo "make pr TARGET=xla|jax|tensorflow  write out/pr/<target>/ (mbox, PR.md, CHECKLIST.md)"
 	@echo "make build-and-test [DRY_RUN=1] [CUDA=1]  build jaxlib with the series (needs GitHub)"
 	@echo "make lint       ruff over the package, tests and benchmarks"
 	@echo "make bench      run the benchmarks in bench/ and print their ratios"
@@ -50,7 +51,7 @@ bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit $$?; done
 
 clean:
-	rm -rf $(VENV) .venv-jax-patched .venv-patched $(OUT)
+	rm -rf $(VENV) .venv-jax-patched .venv-patched .venv-frameworks $(OUT)
 
 # Targets contributed by each part of the project (scan, gradcheck, patches, build).
 include $(wildcard mk/*.mk)

@@ -18,10 +18,16 @@ patches-jax-check: jax-patched-venv
 test: patches-jax-check
 bench: jax-patched-venv
 
-# Gradient checks: stock jax by default; MASKING=1 runs them in .venv-jax-patched with the flag on.
+# Gradient checks: stock jax by default; MASKING=1 runs them in .venv-jax-patched with the flag on;
+# FRAMEWORKS=tf,mlx runs jax, tf and mlx in .venv-frameworks (mk/frameworks.mk), with tf:jit_patched.
 .PHONY: gradcheck
-gradcheck: setup $(if $(MASKING),jax-patched-venv)
+gradcheck: setup $(if $(MASKING),jax-patched-venv) $(if $(FRAMEWORKS),tf-oplib)
+ifeq ($(FRAMEWORKS),)
 	$(if $(MASKING),PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python,$(PY)) -m harness.cli gradcheck $(if $(MASKING),--masking) $(ARGS)
+else
+	TF_CPP_MIN_LOG_LEVEL=3 XLA_HARNESS_TF_OPLIB=$(abspath $(TF_OPLIB)) \
+	  $(FRAMEWORKS_PY) -m harness.cli gradcheck --framework jax,$(FRAMEWORKS) $(ARGS)
+endif
 
 # JAX's own test files (a jax-ml/jax source tree in JAX_SRC, with 0002 applied) against the patched
 # venv, flag off and on, one file at a time; results in $(OUT)/jax-suite (table.md, summary.json).

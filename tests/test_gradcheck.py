@@ -54,7 +54,7 @@ def test_checker_catches_a_wrong_rule():
         return jnp.sin(x)
 
     bad_sin.defjvp(lambda p, t: (jnp.sin(p[0]), jnp.sin(p[0]) * t[0]))  # should be cos
-    verdicts = check.check_case(Case("bad_sin", "corpus", bad_sin, (0.3, 1.1), smooth=(True, True)))
+    verdicts = check.check_case(Case("bad_sin", "corpus", lambda F, x: bad_sin(x), (0.3, 1.1), smooth=(True, True)))
     assert {v.status for v in verdicts if v.mode in check.MODES} == {"WRONG"}
 
 
@@ -110,3 +110,25 @@ def test_patched_source_refuses_a_tree_no_patch_applies_to(tmp_path):
     with pytest.raises(HarnessError, match="no patch of the jax series"):
         jaxvenv.patched_source(tmp_path / "empty", tmp_path / "src")
     assert not (tmp_path / "src").exists()
+
+
+def test_cross_framework_table_without_tf_or_mlx(capsys):
+    """In a venv without TensorFlow and MLX: one 'not installed' column each, jax still runs."""
+    from harness.gradcheck.frameworks import mlx_adapter, tf_adapter
+
+    if not tf_adapter.available() or not mlx_adapter.available():
+        pytest.skip("tf or mlx is installed here; tests/frameworks covers that venv")
+    rc = main(["gradcheck", "--framework", "jax,tf,mlx", "--cases", "where_sqrt,fori_acc_times_x_n2"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 1  # jax leaks NaN through the where-guard
+    assert out[0].split() == ["case", "jax:eager", "jax:jit", "jax:vjp", "jax:jvp", "tf", "mlx", "modes", "disagree"]
+    rows = {line.split()[0]: line for line in out[2:-2]}
+    assert rows["where_sqrt"].split()[1:5] == ["NaN", "NaN", "NaN", "OK"]
+    assert "not installed" in rows["fori_acc_times_x_n2"] and "jax: eager!=jvp" in rows["where_sqrt"]
+    assert "tf not installed: cannot import tensorflow" in out[-1]
+
+
+def test_unknown_framework(capsys):
+    assert main(["gradcheck", "--framework", "jax,torch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: unknown framework 'torch'; expected one of jax, tf, mlx"]

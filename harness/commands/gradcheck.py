@@ -10,6 +10,14 @@ only) and compare with the analytic answer, central finite differences in float6
 the J^T consistency <u, J v> == <J^T u, v>. Loop cases also check second order.
 Prints a table case x mode -> OK / NaN / WRONG / NONDET (or --json).
 
+--framework jax,tf,mlx runs the same registry in every framework named: columns framework x
+mode (jax eager/jit/vjp/jvp; tf eager/graph/jit_compile, plus jit_patched when
+XLA_HARNESS_TF_OPLIB names the op library with the patched tf2xla lowerings; mlx
+eager/compile/vjp/jvp), cells OK / NaN / WRONG against the analytic answer and float64
+finite differences (from jax), n/a where a framework lacks an op, and a column naming the
+frameworks whose modes disagree. A framework that does not import gets one column
+"not installed".
+
 --masking turns on jax_zero_cotangent_masking (a jax built with patches/jax/0001; stock jax
 has no such flag). Exit 1 when any check is NaN or WRONG, 0 otherwise; NONDET (e.g.
 scatter-add with duplicate indices on GPU) is reported, not failed.
@@ -18,9 +26,10 @@ scatter-add with duplicate indices on GPU) is reported, not failed.
 
 def add_arguments(p) -> None:
     p.add_argument("--cases", help="comma-separated case names or prefixes (default: all)")
-    p.add_argument("--modes", default="eager,jit,vjp,jvp", help="comma-separated modes")
+    p.add_argument("--modes", default="eager,jit,vjp,jvp", help="comma-separated modes (jax alone)")
     p.add_argument("--masking", action="store_true", help="enable jax_zero_cotangent_masking")
-    p.add_argument("--framework", choices=["jax"], default="jax", help="framework under test")
+    p.add_argument("--framework", default="jax",
+                   help="comma-separated frameworks: jax, tf, mlx (more than jax: the cross-framework table)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
 
@@ -29,7 +38,7 @@ def run(args) -> int:
     import jax
 
     from harness.errors import HarnessError
-    from harness.gradcheck import check
+    from harness.gradcheck import check, cross
     from harness.gradcheck.cases import REGISTRY
 
     if args.list:
@@ -43,6 +52,11 @@ def run(args) -> int:
             raise HarnessError("this jax has no jax_zero_cotangent_masking flag (stock jax); use "
                                ".venv-jax-patched from 'make patches-jax-check'") from None
     names = [n.strip() for n in args.cases.split(",") if n.strip()] if args.cases else None
+    frameworks = cross.parse_frameworks(args.framework)
+    if frameworks != ["jax"]:
+        result = cross.run(check.select(names), frameworks)
+        print(cross.to_json(result) if args.json else cross.table(result))
+        return 1 if cross.failing(result) else 0
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     verdicts = check.run(names, modes)
     print(check.to_json(verdicts) if args.json else check.table(verdicts))

@@ -12,6 +12,7 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.gradcheck.cases import REGISTRY, Case
+from harness.gradcheck.frameworks.jax_adapter import bind
 
 MODES = ("eager", "jit", "vjp", "jvp")
 RTOL, ATOL = 2e-3, 1e-5  # float32 gradients vs float64 references
@@ -28,7 +29,7 @@ def _enable_x64():
 
 def gradient(case: Case, mode: str, x: np.ndarray) -> np.ndarray:
     """d f / d x at each point, float32, computed in ``mode``."""
-    f = case.fn
+    f = bind(case)
     xs = jnp.asarray(x, jnp.float32)
     if mode == "eager":
         return np.asarray(jax.vmap(jax.grad(f))(xs))
@@ -45,7 +46,7 @@ def gradient(case: Case, mode: str, x: np.ndarray) -> np.ndarray:
 
 def finite_differences(case: Case, x: np.ndarray) -> np.ndarray:
     with _enable_x64():
-        F = jax.vmap(case.fn)
+        F = jax.vmap(bind(case))
         xs = jnp.asarray(x, jnp.float64)
         h = jnp.asarray(FD_STEP * np.maximum(np.abs(x), 1e-3))  # relative step, float64
         return np.asarray((F(xs + h) - F(xs - h)) / (2 * h))
@@ -58,7 +59,7 @@ def transpose_consistency(case: Case, x: np.ndarray, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     u, v = rng.normal(size=x.shape), rng.normal(size=x.shape)
     with _enable_x64():
-        F = jax.vmap(case.fn)
+        F = jax.vmap(bind(case))
         xs = jnp.asarray(x, jnp.float64)
         jv = np.asarray(jax.jvp(F, (xs,), (jnp.asarray(v),))[1])
         jtu = np.asarray(jax.vjp(F, xs)[1](jnp.asarray(u))[0])
@@ -79,7 +80,7 @@ class Verdict:
     detail: str = ""
 
 
-def _compare(got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> tuple[str, str]:
+def compare(got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> tuple[str, str]:
     if not np.all(np.isfinite(got[mask])):
         return "NaN", "non-finite gradient where a finite one is expected"
     if not np.allclose(got[mask], want[mask], rtol=RTOL, atol=ATOL):
@@ -103,16 +104,16 @@ def check_case(case: Case, modes: tuple[str, ...] = MODES) -> list[Verdict]:
         except Exception as exc:  # a failing transformation is a finding, not a crash
             out.append(Verdict(case.name, case.kind, mode, "WRONG", detail=f"raised {type(exc).__name__}: {exc}"[:200]))
             continue
-        status, detail = _compare(got, want, mask)
+        status, detail = compare(got, want, mask)
         if status == "OK" and case.expected is not None and np.any(smooth):
-            fd_status, _ = _compare(got, fd, smooth)  # the analytic answer must agree with FD too
+            fd_status, _ = compare(got, fd, smooth)  # the analytic answer must agree with FD too
             if fd_status != "OK":
                 status, detail = fd_status, "differs from finite differences"
         out.append(Verdict(case.name, case.kind, mode, status, got.tolist(), want.tolist(), detail))
     if case.second_order is not None and case.reverse:
         xs = jnp.asarray(x, jnp.float32)
-        got2 = np.asarray(jax.vmap(jax.grad(jax.grad(case.fn)))(xs))
-        status, detail = _compare(got2, np.asarray(case.second_order), np.ones(len(x), bool))
+        got2 = np.asarray(jax.vmap(jax.grad(jax.grad(bind(case))))(xs))
+        status, detail = compare(got2, np.asarray(case.second_order), np.ones(len(x), bool))
         out.append(Verdict(case.name, case.kind, "grad2", status, got2.tolist(), list(case.second_order), detail))
     err = transpose_consistency(case, x[smooth]) if np.any(smooth) else 0.0
     if not (err <= 1e-9):
@@ -144,19 +145,22 @@ def check_determinism() -> list[Verdict]:
     return out
 
 
+def select(names: list[str] | None) -> list[Case]:
+    """The cases named (exact names or prefixes), all when ``names`` is empty."""
+    if not names:
+        return list(REGISTRY)
+    unknown = [n for n in names if not any(c.name.startswith(n) for c in REGISTRY)]
+    if unknown:
+        raise HarnessError(f"unknown gradcheck case {unknown[0]!r} (see xla-harness gradcheck --list)")
+    return [c for c in REGISTRY if any(c.name.startswith(n) for n in names)]
+
+
 def run(names: list[str] | None = None, modes: tuple[str, ...] = MODES, determinism: bool = True) -> list[Verdict]:
     for m in modes:
         if m not in MODES:
             raise HarnessError(f"unknown mode {m!r}; expected one of {', '.join(MODES)}")
-    cases = REGISTRY
-    if names:
-        known = {c.name: c for c in REGISTRY}
-        unknown = [n for n in names if n not in known and not any(c.name.startswith(n) for c in REGISTRY)]
-        if unknown:
-            raise HarnessError(f"unknown gradcheck case {unknown[0]!r} (see xla-harness gradcheck --list)")
-        cases = [c for c in REGISTRY if any(c.name == n or c.name.startswith(n) for n in names)]
     out = []
-    for c in cases:
+    for c in select(names):
         out.extend(check_case(c, modes))
     if determinism and not names:
         out.extend(check_determinism())

@@ -1,0 +1,41 @@
+# TensorFlow and MLX for the cross-framework gradient table, in their own venv
+# (tensorflow-cpu and mlx wheels are for Python 3.12 here; the main .venv may be 3.13).
+#   make gradcheck FRAMEWORKS=tf,mlx   build .venv-frameworks and the TF op library, print the table
+#   make frameworks-test               run tests/frameworks in that venv (part of make test;
+#                                      FRAMEWORKS_TEST=0 skips it with a "not checked" line)
+TF_PIN  ?= 2.21.0
+MLX_PIN ?= 0.32.4
+FRAMEWORKS_VENV  := .venv-frameworks
+FRAMEWORKS_PY    := $(FRAMEWORKS_VENV)/bin/python
+FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.setup-tf$(TF_PIN)-mlx$(MLX_PIN)-jax$(JAX_PIN)
+TF_OPLIB := $(OUT)/tf-oplib/harness_grad_ops.so
+FRAMEWORKS_TEST ?= 1
+
+.PHONY: frameworks-venv tf-oplib frameworks-test
+
+$(FRAMEWORKS_STAMP): pyproject.toml tools/find-python
+	@py=$$(tools/find-python 3.12) || exit 2; \
+	  echo "frameworks: creating $(FRAMEWORKS_VENV) with $$py"; \
+	  rm -rf $(FRAMEWORKS_VENV) && "$$py" -m venv $(FRAMEWORKS_VENV) || { echo "error: could not create $(FRAMEWORKS_VENV) with $$py" >&2; exit 2; }
+	$(FRAMEWORKS_PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" \
+	  "tensorflow-cpu==$(TF_PIN)" "mlx[cpu]==$(MLX_PIN)" -e ".[dev]"
+	@touch $@
+
+frameworks-venv: $(FRAMEWORKS_STAMP)
+
+$(TF_OPLIB): $(FRAMEWORKS_STAMP) harness/gradcheck/tf_oplib/harness_grad_ops.cc harness/gradcheck/tf_oplib/build.py \
+             patches/tensorflow/0001-tf2xla-zero-gradient-where-dy-is-zero.patch
+	TF_CPP_MIN_LOG_LEVEL=3 nice $(FRAMEWORKS_PY) -m harness.gradcheck.tf_oplib.build --out $(dir $@)
+
+tf-oplib: $(TF_OPLIB)
+
+ifeq ($(FRAMEWORKS_TEST),0)
+frameworks-test:
+	@echo "not checked: tests/frameworks (TensorFlow, MLX, the patched tf2xla lowerings): FRAMEWORKS_TEST=0"
+else
+frameworks-test: $(TF_OPLIB)
+	TF_CPP_MIN_LOG_LEVEL=3 XLA_HARNESS_FRAMEWORKS_VENV=1 XLA_HARNESS_TF_OPLIB=$(abspath $(TF_OPLIB)) \
+	  $(FRAMEWORKS_PY) -m pytest -q -p no:cacheprovider tests/frameworks
+endif
+
+test: frameworks-test
