@@ -42,7 +42,11 @@ def test_parse_gtest_reports_each_test_once():
     passing = [r for r in got if r.status != "failed"]
     assert xlatest.unit_verdict(passing, 0) == "passed"
     assert xlatest.unit_verdict(passing, 1) == "failed"  # a nonzero exit is never a pass
-    assert xlatest.unit_verdict([], 134) == "crashed"
+    assert xlatest.unit_verdict([], -11) == "crashed"
+    died = xlatest.parse_gtest(GTEST_RUN.split("[ RUN      ] FusionDecisionTest")[0]
+                               + "[ RUN      ] FusionDecisionTest.NotFusionPossibleDisjunction\n")
+    assert died[-1] == xlatest.TestResult("FusionDecisionTest.NotFusionPossibleDisjunction", "crashed")
+    assert xlatest.unit_verdict(died, -11) == "crashed"
     assert xlatest.unit_verdict([], 0) == "no tests"
 
 

@@ -168,22 +168,22 @@ def object_key(argv: list[str], source_text: bytes, header_texts: Iterable[bytes
 
 # ----------------------------------------------------------------------------- gtest output
 
-_GTEST_LINE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] (\S+?\.\S+?)(?: \(\d+ ms\))?$", re.M)
+_GTEST_LINE = re.compile(r"^\[\s+(RUN|OK|FAILED|SKIPPED)\s+\] (\S+?\.\S+?)(?: \(\d+ ms\))?$", re.M)
 
 
 @dataclass(frozen=True)
 class TestResult:
     name: str
-    status: str  # "passed" | "failed" | "skipped"
+    status: str  # "passed" | "failed" | "skipped" | "crashed"
 
 
 def parse_gtest(output: str) -> list[TestResult]:
-    """Per-test results from a gtest run's stdout (the summary's repeated FAILED lines are
-    ignored: each test is reported once)."""
+    """Per-test results from a gtest run's output. A test that started and never finished
+    (the binary died in it) is "crashed"; the summary's repeated FAILED lines are ignored."""
     seen: dict[str, str] = {}
-    mapping = {"OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}
+    mapping = {"RUN": "crashed", "OK": "passed", "FAILED": "failed", "SKIPPED": "skipped"}
     for status, name in _GTEST_LINE.findall(output):
-        if name not in seen:
+        if status == "RUN" or seen.get(name) == "crashed":
             seen[name] = mapping[status]
     return [TestResult(n, s) for n, s in seen.items()]
 
@@ -191,6 +191,8 @@ def parse_gtest(output: str) -> list[TestResult]:
 def unit_verdict(results: list[TestResult], returncode: int) -> str:
     if not results:
         return "crashed" if returncode else "no tests"
+    if any(r.status == "crashed" for r in results) or (returncode < 0 and not results):
+        return "crashed"
     if any(r.status == "failed" for r in results) or returncode != 0:
         return "failed"
     return "passed"
@@ -237,6 +239,38 @@ def check_guards_cover(guards: list[Guard], patch_files: Iterable[str]) -> list[
     """Default patches with no guard listed: a patch nobody mutates is a gap, not a pass."""
     covered = {g.patch for g in guards}
     return [p for p in patch_files if p not in covered]
+
+
+# ----------------------------------------------------------------------------- blast radius
+
+PROBE_SOURCE = Path(__file__).resolve().parent / "xlatest_tools" / "fusion_decisions.cc"
+
+
+@dataclass(frozen=True)
+class BlastRadius:
+    modules: int  # module files read
+    modules_with_pairs: int  # modules with at least one in-place candidate pair
+    pairs: int  # (producer, in-place consumer) pairs evaluated
+    changed: tuple[tuple[str, str, str, str, str], ...]  # (module, consumer, producer, stock, patched)
+
+
+def parse_decisions(output: str) -> dict[tuple[str, str, str], str]:
+    """Lines "file<TAB>consumer<TAB>producer<TAB>allow|forbid" from the probe."""
+    out: dict[tuple[str, str, str], str] = {}
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 4 and parts[3] in ("allow", "forbid"):
+            out[(parts[0], parts[1], parts[2])] = parts[3]
+    return out
+
+
+def compare_decisions(stock_output: str, patched_output: str, modules: int) -> BlastRadius:
+    stock, patched = parse_decisions(stock_output), parse_decisions(patched_output)
+    if set(stock) != set(patched):
+        raise HarnessError("the stock and patched probes evaluated different pairs; the runs are not comparable")
+    changed = tuple(sorted((Path(f).name, c, p, stock[(f, c, p)], patched[(f, c, p)])
+                           for (f, c, p) in stock if stock[(f, c, p)] != patched[(f, c, p)]))
+    return BlastRadius(modules, len({f for f, _, _ in stock}), len(stock), changed)
 
 
 # ----------------------------------------------------------------------------- I/O
@@ -378,6 +412,22 @@ def build_and_run(tc: Toolchain, unit: TestUnit, support_cc: list[str], work: Pa
     return UnitRun(unit, parse_gtest(out), run.returncode, out)
 
 
+def _first_line(argv: list[str]) -> str:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (res.stdout.strip().splitlines() or ["unknown"])[0]
+
+
+def tool_versions(cxx: str) -> str:
+    """Compiler, gtest package and this repository's commit, for the log's header."""
+    gtest = _first_line(["dpkg-query", "-W", "-f=${Version}", "libgtest-dev"])
+    here = str(Path(__file__).resolve().parents[2])
+    repo = _first_line(["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=12"])
+    return f"{_first_line([cxx, '--version'])}; libgtest-dev {gtest}; xla-harness {repo}"
+
+
 def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool) -> list[str]:
     return [
         f"wheel XLA (everything not listed below): {WHEEL.label}, {wheel_dir}/include and "
@@ -387,6 +437,7 @@ def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Pat
         "compiled from that source: the files the series touches, their headers and upstream tests"
         + (" (non-test sources kept STOCK: patched tests over stock code)" if stock else ""),
         "not run on GPU; tests are XLA's hardware-independent unit tests",
+        "tools: " + tool_versions("g++"),
     ]
 
 
@@ -454,7 +505,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             run = build_and_run(tc, unit, support_cc, work, lambda s: print(s, flush=True))
         finally:
             (tc.tree / g.file).write_text(pristine[g.file])
-        failing = [r.name for r in run.results if r.status == "failed"]
+        failing = [r.name for r in run.results if r.status in ("failed", "crashed")]
         killed = bool(failing) or run.verdict == "crashed"
         rows.append((g.patch.split("/")[-1][:4], g.name, "killed" if killed else "SURVIVED",
                      ", ".join(failing) or ("crashed" if killed else "-")))
@@ -466,11 +517,55 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return 1 if survivors else 0
 
 
+def cmd_blast(args: argparse.Namespace) -> int:
+    if not args.xla_src:
+        print("xla-blast-radius: not checked: no XLA_SRC")
+        return 0
+    modules = sorted(Path(args.modules).rglob("*.before_fusion.txt"))
+    if not modules:
+        raise HarnessError(f"no *.before_fusion.txt modules under {args.modules} "
+                           "(make them with python -m harness.upstream.prefusion --out DIR)")
+    series = load_series()
+    args.series = "default"
+    tc, patches, units, _, work = _setup(args, series)
+    unit = next((u for u in units if u.source == "xla/service/instruction_fusion.cc"), None)
+    if unit is None:
+        raise HarnessError("the default series does not patch xla/service/instruction_fusion.cc")
+    for line in describe(Path(args.xla_src), "default", [p.file for p in patches], tc.wheel_lib_dir, False):
+        print("xla-blast-radius: " + line)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    stock_dir = work / "stock" / Path(unit.source).parent
+    stock_dir.mkdir(parents=True, exist_ok=True)
+    stock_src = stock_dir / Path(unit.source).name
+    shutil.copyfile(Path(args.xla_src) / unit.source, stock_src)
+    probe = compile_cached(tc, PROBE_SOURCE, work / "obj", log)
+    outputs = {}
+    for label, src in (("stock", stock_src), ("patched", tc.tree / unit.source)):
+        obj = compile_cached(tc, src, work / "obj", log)
+        exe = work / "bin" / f"fusion_decisions_{label}"
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(tc.link_argv([probe, obj], exe), capture_output=True, text=True)
+        if res.returncode != 0:
+            raise HarnessError(f"linking the {label} probe failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
+        run = subprocess.run([str(exe), *map(str, modules)], capture_output=True, text=True, timeout=1800)
+        if run.returncode not in (0, 2):
+            raise HarnessError(f"the {label} probe died (exit {run.returncode})")
+        outputs[label] = run.stdout
+    radius = compare_decisions(outputs["stock"], outputs["patched"], len(modules))
+    print(f"xla-blast-radius: {radius.modules} pre-fusion modules from {args.modules}, "
+          f"{radius.modules_with_pairs} with in-place candidate pairs, {radius.pairs} pairs evaluated, "
+          f"{len(radius.changed)} decisions changed")
+    for row in radius.changed:
+        print("  changed: " + "  ".join(row))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness.upstream.xlatest", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     for name, help_text in (("test", "compile and run the patched XLA unit tests"),
-                            ("mutants", "delete each guard of each default patch; every mutant must fail a test")):
+                            ("mutants", "delete each guard of each default patch; every mutant must fail a test"),
+                            ("blast-radius", "count fusion decisions the default series changes over HLO modules")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--xla-src", default="", help="XLA source tree (checkout or partial copy)")
         p.add_argument("--cache", default=str(cache_dir()), help="download/build cache")
@@ -480,13 +575,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--stock-sources", action="store_true",
                            help="keep the non-test sources stock (patched tests over stock code)")
             p.add_argument("--filter", default="", help="gtest filter")
+        if name == "blast-radius":
+            p.add_argument("--modules", default="", help="folder of *.before_fusion.txt modules (searched recursively)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return cmd_test(args) if args.command == "test" else cmd_mutants(args)
+        commands = {"test": cmd_test, "mutants": cmd_mutants, "blast-radius": cmd_blast}
+        return commands[args.command](args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
