@@ -18,7 +18,7 @@ from harness.upstream.patchcheck import preimage_tree
 ROOT = Path(__file__).resolve().parent.parent
 from harness.upstream import jaxlib_build as bj  # noqa: E402
 
-P1 = ROOT / "patches/xla/0001-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
+P1 = ROOT / "patches/xla/0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -88,8 +88,8 @@ def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
     assert "build/build.py build --wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in out
     assert "--local_xla_path=" in out and "--cuda_major_version=12" in out
     assert "configure.py" not in out and out.index("preflight:") < out.index("resolve:")
-    assert "git apply patches/xla/0001-alias-info" in out
-    assert " test --repo_env=HERMETIC_PYTHON_VERSION=" in out and "@xla//xla/hlo/analysis:alias_info_test" in out
+    assert "git apply patches/xla/0001-instruction-fusion" in out
+    assert " test --repo_env=HERMETIC_PYTHON_VERSION=" in out and "@xla//xla/service:instruction_fusion_test" in out
     assert not work.exists()
 
 
@@ -329,8 +329,8 @@ def test_prepare_refuses_a_dirty_tree(world, capsys):
 
 def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
-    cc = xla_dir / "xla/hlo/analysis/alias_info.cc"
-    cc.write_text(cc.read_text().replace("FollowNoOpIndirection(", "Renamed("))
+    cc = xla_dir / "xla/service/instruction_fusion.cc"
+    cc.write_text(cc.read_text().replace("dus_ops.empty()", "renamed.empty()"))
     with tarfile.open(world["tarball"], "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
     sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
@@ -340,7 +340,7 @@ def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
     _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
     assert bj.main([*world["args"], "--to", "prepare"]) == 2
     err = capsys.readouterr().err
-    assert "prepare: xla " in err and "0001-alias-info" in err and "hunk #2 of xla/hlo/analysis/alias_info.cc" in err
+    assert "prepare: xla " in err and "0001-instruction-fusion" in err and "does not apply" in err
     assert not list((world["work"] / "trees").glob("xla-*"))
 
 

@@ -16,8 +16,9 @@ from harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "patches"
-P1 = PATCHES / "xla" / "0001-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
-P2 = PATCHES / "xla" / "0002-experimental-trace-all-transpose-reshape.patch"
+P0 = PATCHES / "xla" / "0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
+P1 = PATCHES / "xla" / "0002-experimental-alias-info-trace-bitcast-equivalent-transpose-reshape.patch"
+P2 = PATCHES / "xla" / "0003-experimental-trace-all-transpose-reshape.patch"
 
 
 # ----------------------------------------------------------------------------- schema
@@ -26,11 +27,20 @@ P2 = PATCHES / "xla" / "0002-experimental-trace-all-transpose-reshape.patch"
 def test_series_toml_is_valid():
     s = load_series()
     xla = s.upstream("xla")
-    assert [p.series for p in xla.patches] == ["default", "experimental"]
-    assert [p.file for p in xla.select("default")] == [P1.relative_to(PATCHES).as_posix()]
-    assert len(xla.select("experimental")) == 2
-    assert all(p.bazel_targets == ("//xla/hlo/analysis:alias_info_test",) for p in xla.patches)
+    assert [p.series for p in xla.patches] == ["default", "experimental", "experimental"]
+    assert [p.file for p in xla.select("default")] == [P0.relative_to(PATCHES).as_posix()]
+    assert [p.file for p in xla.select("experimental")] == [p.relative_to(PATCHES).as_posix() for p in (P0, P1, P2)]
+    assert xla.patches[0].bazel_targets == ("//xla/service:instruction_fusion_test",)
+    assert all(p.bazel_targets == ("//xla/hlo/analysis:alias_info_test",) for p in xla.patches[1:])
     assert re.search(r"@ [0-9a-f]{40}", xla.checked_against)
+    # every base named in checked_against has its recorded run, default series included
+    recorded = {b.commit for b in xla.bases if b.series == "default"}
+    assert recorded and recorded == set(re.findall(r"@ ([0-9a-f]{40})", xla.checked_against))
+    for b in xla.bases:
+        assert b.command.startswith("make xla-test") and b.commit[:10] in b.command
+        if b.series == "default":
+            assert b.applies and b.compiles and b.tests_pass
+            assert (ROOT / b.evidence).is_file(), b.evidence
     assert re.fullmatch(r"[0-9a-f]{64}", s.upstream("jax").base_sha256)
     assert s.fingerprint("xla", "default") != s.fingerprint("xla", "experimental")
 
@@ -71,17 +81,26 @@ def test_series_schema_errors(tmp_path, mutate, needle):
 
 
 def _tree_for(tmp_path, *patches):
-    """A tree the patches apply to: the first patch's pre-image files."""
+    """A tree the patches apply to in order: per file, the pre-images of every patch touching
+    it, one after the other (a later patch's pre-image holds the earlier patches' output)."""
     tree = tmp_path / "tree"
-    preimage_tree(patches[0].read_text(), tree)
+    for i, p in enumerate(patches):
+        part = tmp_path / f"pre{i}"
+        preimage_tree(p.read_text(), part)
+        for f in part.rglob("*"):
+            if f.is_file():
+                dst = tree / f.relative_to(part)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with dst.open("a") as out:
+                    out.write(f.read_text())
     return tree
 
 
 def test_patches_check_applies_in_order(tmp_path, capsys):
-    tree = _tree_for(tmp_path, P1)
+    tree = _tree_for(tmp_path, P0, P1, P2)
     assert main(["patches-check", "--xla-src", str(tree), "--series", "experimental"]) == 0
     out = capsys.readouterr().out
-    assert "xla: applies: xla/0001" in out and "xla: applies: xla/0002" in out
+    assert "xla: applies: xla/0001" in out and "xla: applies: xla/0002" in out and "xla: applies: xla/0003" in out
     assert "jax: not checked" in out
 
 
@@ -93,15 +112,16 @@ def test_patches_check_without_tree_is_not_a_pass(capsys):
 
 
 def test_patch_that_does_not_apply_names_patch_and_hunk(tmp_path, capsys):
-    tree = _tree_for(tmp_path, P1)
-    cc = tree / "xla/hlo/analysis/alias_info.cc"
-    cc.write_text(cc.read_text().replace("FollowNoOpIndirection(", "FollowNoOpIndirectionRenamed("))
+    tree = _tree_for(tmp_path, P0)
+    cc = tree / "xla/service/instruction_fusion.cc"
+    cc.write_text(cc.read_text().replace("dus_ops.empty()", "dus_ops_renamed.empty()"))
     assert main(["patches-check", "--xla-src", str(tree)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert err[0].startswith("error: xla/0001-alias-info") and "hunk #" in err[0] and "alias_info.cc" in err[0]
+    assert err[0].startswith("error: xla/0001-instruction-fusion") and "hunk #" in err[0]
+    assert "instruction_fusion.cc" in err[0]
     # the given tree itself is never modified
-    assert "Renamed" in cc.read_text()
+    assert "renamed" in cc.read_text()
 
 
 def test_patches_check_bad_tree(tmp_path, capsys):
@@ -110,6 +130,8 @@ def test_patches_check_bad_tree(tmp_path, capsys):
 
 
 def test_parse_patch_hunks():
+    assert {h.file for h in parse_patch(P0.read_text())} == {
+        "xla/hlo/analysis/alias_info.h", "xla/service/instruction_fusion.cc", "xla/service/instruction_fusion_test.cc"}
     hunks = parse_patch(P1.read_text())
     files = {h.file for h in hunks}
     assert files == {"xla/hlo/analysis/alias_info.h", "xla/hlo/analysis/alias_info.cc",
@@ -138,7 +160,8 @@ def _cpp_cases(test_source: str):
 
 
 def _patched_test_file(tmp_path, patches):
-    tree = _tree_for(tmp_path, *patches)
+    tree = tmp_path / "tree"
+    preimage_tree(patches[0].read_text(), tree)  # the later patches apply on top of the first
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
     for p in patches:
         subprocess.run(["git", "apply", str(p)], cwd=tree, check=True, capture_output=True)
@@ -176,20 +199,21 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     out = tmp_path / "pr"
     assert main(["pr", "--target", "xla", "--out", str(out)]) == 0
     mbox = (out / "series.mbox").read_text()
-    assert mbox.startswith("From ") and "\nSubject: [PATCH] [XLA] Trace fusion in-place" in mbox
-    assert "\nDate: " in mbox and "diff --git a/xla/hlo/analysis/alias_info.cc" in mbox
+    assert mbox.startswith("From ") and "\nSubject: [PATCH] [XLA] Do not fuse a data-moving producer" in mbox
+    assert "\nDate: " in mbox and "diff --git a/xla/service/instruction_fusion.cc" in mbox
     assert "EXPERIMENTAL" not in mbox  # experimental patches are not sent
     desc = (out / "PR.md").read_text()
     for heading in ("## Problem", "## Root cause", "## Why this fix and not the reported one",
                     "## Tests added", "## Evidence", "## Risk", "## How to reproduce"):
         assert heading in desc
-    assert "//xla/hlo/analysis:alias_info_test" in desc
+    assert "//xla/service:instruction_fusion_test" in desc
+    assert "https://github.com/openxla/xla/pull/38607" in desc.split("## Root cause")[0]  # the review, up front
     assert "results/cpu/scan/" in desc  # committed scanner evidence is cited
     assert "(jax 0.12.0.1" in desc  # stress tables carry their environment line
     assert "- [ ]" in (out / "CHECKLIST.md").read_text()
     # The mbox is what git am takes.
     repo = tmp_path / "am"
-    preimage_tree(P1.read_text(), repo)
+    preimage_tree(P0.read_text(), repo)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"], cwd=repo, check=True)

@@ -34,24 +34,48 @@ CONTEXT = {
             "steps on TPU v6e-8 for the full tied model with remat, 0 of 80 in five other "
             "configurations. The optimized HLO had a fusion whose root is a scatter whose in-place "
             "operand is `transpose(parameter)` (openxla/xla#38597)."),
+        "review": (
+            "The review of openxla/xla#38607 (https://github.com/openxla/xla/pull/38607), which "
+            "skipped every transpose and reshape in the in-place tracing: \"most likely not the "
+            "right fix. Instead, such fusions should not be created.\" This change does that, at "
+            "the fusion decision."),
         "root_cause": (
-            "`AliasInfo::GetFusionInstructionInPlaceInputOutputPairs` follows the in-place operand "
-            "back to a fusion parameter only through tuple/get-tuple-element indirections and "
-            "`IsNoOpForAliasAnalysis` instructions (bitcast by default). A transpose or reshape on "
-            "the way hides the pair, also when it moves no data under its layouts."),
+            "Generic `InstructionFusion::ShouldFuseInPlaceOp` (xla/service/instruction_fusion.cc) "
+            "lets a producer with one non-elementwise op fuse into the in-place operand of an "
+            "in-place consumer unless the consumer holds a dynamic-update-slice (`if "
+            "(dus_ops.empty()) return Allow();`, under a TODO asking which other in-place ops need "
+            "the same care). A scatter whose in-place operand is `transpose(w)` is therefore fused "
+            "with the transpose: the scatter writes into `w`'s buffer while the transpose still "
+            "reads it, in an unrelated order. GPU refuses that fusion in its own pass; CPU does not "
+            "fuse scatter with producers; TPU's compiler is closed."),
         "why": (
-            "openxla/xla#38607 skipped every transpose and reshape. That is unsound for one that "
-            "moves data: element i of `transpose(p)` is not the bytes of element i of `p`, so "
-            "aliasing the scatter's output with `p` lets the emitter write updated elements over "
-            "positions still to be read through the transpose. This series traces through a "
-            "transpose or reshape only when it is a bitcast under the operand and result layouts "
-            "(ShapeUtil::TransposeIsBitcast / ReshapeIsBitcast, equal tiles and memory space): the "
-            "same bytes in the same order, so the pair is real. Fusions that would read through a "
-            "data-moving transpose keep no in-place pair, as today."),
+            "Tracing the in-place pair through a data-moving transpose (openxla/xla#38607) is "
+            "unsound: element i of `transpose(p)` is not the bytes of element i of `p`, so the "
+            "emitter would overwrite elements it has yet to read. Refusing the fusion keeps the "
+            "scatter's in-place operand a real buffer and leaves alias analysis as it is. "
+            "Producers that are elementwise, bitcasts or no-ops for alias analysis "
+            "(`AliasInfo::IsNoOpForAliasAnalysis`, which backends override) fuse as before, and a "
+            "dynamic-update-slice keeps its own index checks."),
         "risk": (
-            "More fusions get in-place pairs (only where the layouts make the op a bitcast), so "
-            "buffer assignment may reuse more buffers; backends overriding "
-            "`IsNoOpForAliasAnalysis` keep their behaviour. Tiled reshapes are never traced."),
+            "Fewer fusions where an in-place op other than dynamic-update-slice (scatter in "
+            "practice) has a producer with a non-elementwise op: an extra materialized buffer for "
+            "such producers. How many fusion decisions change over real programs (the blast "
+            "radius) has not been measured yet."),
+        "tests_note": (
+            "New `InstructionFusionTest` cases: the #35409 shape through the pass (w -> transpose "
+            "-> scatter-add, w -> dot); transpose into a scatter and a producer fusion into a "
+            "multi-output scatter fusion are forbidden; elementwise producers, producers a "
+            "backend calls no-ops for alias analysis and a same-index slice into a "
+            "dynamic-update-slice fusion are still allowed. The existing dynamic-update-slice "
+            "tests (slice / dynamic-slice with matching indices) pass unchanged."),
+        "run_where": (
+            "`make xla-test` (xla-harness) compiled the patched `instruction_fusion.cc` and "
+            "XLA's `instruction_fusion_test.cc` with g++ against the XLA inside the tf-nightly "
+            "2.23.0.dev20261026 wheel (headers and libtensorflow_framework.so.2; a small stand-in "
+            "for the hardware-independent test base) and ran them on x86-64 CPU, on the XLA "
+            "sources of the bases listed below. The new tests fail on stock sources and pass "
+            "patched; `make xla-mutants` deletes each guard of the change in turn and every mutant "
+            "fails a test. Not run: Bazel, GPU, TPU (libtpu carries its own XLA)."),
     },
     "jax": {
         "problem": ("`grad(lambda x: jnp.where(x > 0, jnp.sqrt(x), 0.))` is NaN at x <= 0: the zero "
@@ -151,6 +175,8 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     scans, stress = _evidence(results_dir) if results_dir.is_dir() else ([], [])
     title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", patch_subject(texts[0]))
     lines = [f"# {title}", ""]
+    if "review" in ctx:
+        lines += [ctx["review"], ""]
     lines += ["## Problem", "", ctx["problem"], "", "## Root cause", "", ctx["root_cause"], "",
               "## Why this fix and not the reported one", "", ctx["why"], "", "## The change", ""]
     for p, t in zip(patches, texts, strict=True):
@@ -158,9 +184,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
                   patch_message(t), ""]
     tests = sorted({t for p in patches for t in p.bazel_targets})
     lines += ["## Tests added", "", *(f"- `{t}`" for t in tests), "",
-              "The test modules are the HLO fixtures of xla-harness (`tests/hlo/`); the harness's CI "
-              "checks that the expected pairs written in the C++ tests equal its Python model of "
-              "the patched tracing.", "", "## Evidence", ""]
+              *([ctx["tests_note"], ""] if "tests_note" in ctx else []), "## Evidence", ""]
     if scans:
         lines += ["Scanner findings (`xla-harness scan`):", "", *(f"- {s}" for s in scans), ""]
     else:
@@ -170,6 +194,15 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
                   *stress, ""]
     else:
         lines += ["No stress runs are recorded under results/ yet: no before/after comparison is claimed.", ""]
+    if "run_where" in ctx:
+        lines += ["## What was run where", "", ctx["run_where"], ""]
+        if up.bases:
+            lines += ["| base | series | applies | compiles | tests pass | command |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            yes = {True: "yes", False: "no"}
+            lines += [f"| {b.commit[:12]} ({b.what}) | {b.series} | {yes[b.applies]} | {yes[b.compiles]} | "
+                      f"{yes[b.tests_pass]} | `{b.command}` |" for b in up.bases]
+            lines += [""]
     lines += ["## Risk", "", ctx["risk"], "", "## How to reproduce", "",
               "```", "git am series.mbox", *(f"{c}" for p in patches for c in p.validate), "```", "",
               "Upstream status: " + "; ".join(f"{p.file}: {p.status}" for p in patches), "",

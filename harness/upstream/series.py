@@ -19,6 +19,16 @@ Schema (version 1)::
     links = ["https://..."]      # upstream issues / PRs
     validate = ["..."]           # commands that validate the patch (shown, not run blindly)
     bazel_targets = ["//..."]    # test targets the patch touches (the build pipeline runs them)
+
+    [[upstream.<name>.bases]]    # optional: what was run on which upstream commit
+    commit = "<40 hex digits>"
+    what = "..."                 # which commit this is, in words
+    series = "default"           # the series that was run
+    applies = true               # git apply of the whole series
+    compiles = true              # the patched files compile (make xla-test)
+    tests_pass = true            # their unit tests pass
+    command = "make xla-test ..."
+    evidence = "results/..."     # the log of that run
 """
 
 from __future__ import annotations
@@ -50,6 +60,18 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class BaseCheck:
+    commit: str
+    what: str
+    series: str
+    applies: bool
+    compiles: bool
+    tests_pass: bool
+    command: str
+    evidence: str
+
+
+@dataclass(frozen=True)
 class Upstream:
     name: str
     clone_url: str
@@ -58,6 +80,7 @@ class Upstream:
     base_sha256: str = ""
     checked_against: str = ""
     patches: tuple[Patch, ...] = ()
+    bases: tuple[BaseCheck, ...] = ()
 
     def select(self, series: str) -> tuple[Patch, ...]:
         """Patches applied for ``series``: default only, or default + experimental."""
@@ -102,6 +125,28 @@ def _strs(table: dict, key: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise HarnessError(f"{where}: '{key}' must be a list of strings")
     return tuple(value)
+
+
+def _bases(table: dict, where: str) -> tuple[BaseCheck, ...]:
+    raw = table.get("bases", [])
+    if not isinstance(raw, list):
+        raise HarnessError(f"{where}: 'bases' must be an array of tables")
+    out = []
+    for i, b in enumerate(raw):
+        bw = f"{where}.bases[{i}]"
+        flags = {k: b.get(k) for k in ("applies", "compiles", "tests_pass")}
+        bad = [k for k, v in flags.items() if not isinstance(v, bool)]
+        if bad:
+            raise HarnessError(f"{bw}: '{bad[0]}' must be true or false")
+        commit = _str(b, "commit", bw)
+        if len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
+            raise HarnessError(f"{bw}: 'commit' must be 40 lowercase hex digits")
+        series = _str(b, "series", bw)
+        if series not in SERIES_KINDS:
+            raise HarnessError(f"{bw}: series must be one of {', '.join(SERIES_KINDS)}, not {series!r}")
+        out.append(BaseCheck(commit=commit, what=_str(b, "what", bw), series=series, command=_str(b, "command", bw),
+                             evidence=_str(b, "evidence", bw, required=False), **flags))
+    return tuple(out)
 
 
 def load_series(path: Path | str | None = None, check_files: bool = True) -> Series:
@@ -153,5 +198,6 @@ def load_series(path: Path | str | None = None, check_files: bool = True) -> Ser
             base_sha256=_str(table, "base_sha256", where, required=False),
             checked_against=_str(table, "checked_against", where, required=False),
             patches=tuple(patches),
+            bases=_bases(table, where),
         )
     return Series(root=root, upstreams=upstreams)

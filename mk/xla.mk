@@ -1,0 +1,14 @@
+# XLA's own unit tests for the patch series, compiled against the XLA inside a pinned
+# tf-nightly wheel (no Bazel). Needs g++ and gtest/gmock (apt-get install -y libgtest-dev
+# libgmock-dev); downloads the wheel once into ~/.cache/xla-harness/.
+#   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1] [FILTER=gtest-filter]
+#   make xla-mutants XLA_SRC=dir
+# Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree).
+.PHONY: xla-test xla-mutants
+
+xla-test: setup
+	$(PY) -m harness.upstream.xlatest test --series $(or $(SERIES),default) \
+	  $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(STOCK),--stock-sources) $(if $(FILTER),--filter '$(FILTER)')
+
+xla-mutants: setup
+	$(PY) -m harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))
