@@ -588,3 +588,55 @@ def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
     assert "quick test ran" not in dry.stdout  # a dry run only shows it
     plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=True)
     assert "not checked first: the quick XLA test (no XLA_SRC=dir given)" in plain.stdout
+
+
+# ----------------------------------------------------------------------------- bazelisk, free-threaded Python
+
+PLAIN_BAZEL = "#!/bin/sh\necho 'bazel 6.5.0'\n"  # a plain Bazel: ignores USE_BAZEL_VERSION and .bazelversion
+
+
+def test_a_plain_bazel_of_another_version_is_refused(world, capsys, monkeypatch):
+    bindir = world["tmp"] / "plain-bin"
+    bindir.mkdir()
+    (bindir / "bazel").write_text(PLAIN_BAZEL)
+    (bindir / "bazel").chmod(0o755)
+    with monkeypatch.context() as m:  # only this plain bazel can be found
+        m.setattr(bj.shutil, "which", lambda name: str(bindir / name) if (bindir / name).exists() else None)
+        assert bj.main([*world["args"], "--to", "bazel"]) == 2
+        err = _one_error(capsys)
+        assert f"{bindir / 'bazel'} runs Bazel 6.5.0" in err and "no Bazel 7.7.0" in err and "bazelisk" in err
+        assert not (world["work"] / "stamps" / "bazel.json").exists()
+        # bazelisk installed as `bazel` (as its packages do) is accepted.
+        (bindir / "bazel").write_text((world["tmp"] / "bin" / "bazelisk").read_text())
+        assert bj.main([*world["args"], "--to", "bazel"]) == 0, capsys.readouterr().err
+
+
+def _free_threaded(tmp_path) -> str:
+    exe = tmp_path / "python3t"
+    exe.write_text(
+        "#!" + sys.executable + "\n"
+        "import sys, sysconfig\n"
+        "_get = sysconfig.get_config_var\n"
+        "sysconfig.get_config_var = lambda name: 1 if name == 'Py_GIL_DISABLED' else _get(name)\n"
+        "assert sys.argv[1] == '-c'\n"
+        "code = sys.argv[2]\n"
+        "sys.argv = ['-c', *sys.argv[3:]]\n"
+        "exec(code)\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_free_threaded_python_builds_the_ft_variant(tmp_path, capsys):
+    py = _free_threaded(tmp_path)
+    ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert bj._python_version(py) == f"{ver}-ft"
+    (tmp_path / "build").mkdir()
+    (tmp_path / f"build/requirements_lock_{ver.replace('.', '_')}.txt").write_text("")
+    with pytest.raises(HarnessError, match=rf"no build/requirements_lock for Python {ver}-ft; it builds for {ver} \("):
+        bj.check_lock_file(tmp_path, f"{ver}-ft")
+    (tmp_path / f"build/requirements_lock_{ver.replace('.', '_')}_ft.txt").write_text("")
+    bj.check_lock_file(tmp_path, f"{ver}-ft")
+    assert '--@rules_python//python/config_settings:py_freethreaded="yes"' in bj.bazel_test_argv(
+        "b", [], ["//t:x"], f"{ver}-ft")
+    assert bj.main(["--dry-run", "--python", py, "--work-dir", str(tmp_path / "w")]) == 0
+    assert f"--python_version={ver}-ft" in capsys.readouterr().out

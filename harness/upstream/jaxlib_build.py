@@ -415,15 +415,25 @@ def stage_prepare(ctx: Ctx, run: Runner) -> dict:
     return out
 
 
-def find_bazelisk() -> list[str] | None:
-    """bazelisk (or a bazel that is bazelisk) on PATH, else `npx @bazel/bazelisk`, else None."""
-    for name in ("bazelisk", "bazel"):
-        p = shutil.which(name)
-        if p:
-            return [p]
+def find_bazelisk(version: str = "") -> list[str] | None:
+    """bazelisk (or a bazel that is bazelisk) on PATH, else `npx @bazel/bazelisk`, else None.
+    With ``version``, a candidate must run that Bazel version when USE_BAZEL_VERSION asks for it
+    (bazelisk does; a plain `bazel` ignores it): HarnessError names each one refused."""
+    candidates = [[p] for p in (shutil.which(n) for n in ("bazelisk", "bazel")) if p]
     if shutil.which("npx"):
-        return ["npx", "--yes", "@bazel/bazelisk"]
-    return None
+        candidates.append(["npx", "--yes", "@bazel/bazelisk"])
+    if not version:
+        return candidates[0] if candidates else None
+    refused = []
+    for cmd in candidates:
+        got = _bazel_reports(cmd, version)
+        if got == version:
+            return cmd
+        refused.append(f"{' '.join(cmd)} runs Bazel {got or '(none: --version failed)'}")
+    if not refused:
+        return None
+    raise HarnessError(f"no Bazel {version} (.bazelversion) available: {'; '.join(refused)}; a plain `bazel` "
+                       "ignores .bazelversion: install bazelisk (README, 'Getting bazelisk')")
 
 
 NO_BAZELISK = ("bazelisk not found on PATH and npx is missing; install it with "
@@ -441,11 +451,14 @@ def bazel_version_of(tree: Path) -> str:
 
 
 def stage_bazel(ctx: Ctx, run: Runner) -> dict:
-    cmd = find_bazelisk()
-    if cmd is None:
-        raise HarnessError(f"bazel: {NO_BAZELISK}")
     jax_tree = Path(ctx.out("jax_tree", "<jax tree>"))
     version = bazel_version_of(jax_tree) if not ctx.dry_run else f"<{jax_tree}/.bazelversion>"
+    try:
+        cmd = find_bazelisk("" if ctx.dry_run else version)
+    except HarnessError as exc:
+        raise HarnessError(f"bazel: {exc}") from None
+    if cmd is None:
+        raise HarnessError(f"bazel: {NO_BAZELISK}")
     wrapper = ctx.work / "bin" / "bazelisk"
     # The wrapper does not pin a version itself: each stage sets USE_BAZEL_VERSION from the
     # .bazelversion of the tree it builds in (jax's for the wheels, XLA's own for its tests).
@@ -458,17 +471,17 @@ def stage_bazel(ctx: Ctx, run: Runner) -> dict:
     run([str(wrapper), "--version"], jax_tree, "bazel", env={"USE_BAZEL_VERSION": version},
         what=f"bazelisk --version (Bazel {version or 'default'})")
     if not ctx.dry_run and version:
-        got = _bazel_reports(str(wrapper), version)
+        got = _bazel_reports([str(wrapper)], version)
         if got != version:
-            raise HarnessError(f"bazel: {' '.join(cmd)} runs Bazel {got or '(unknown version)'}, but "
-                               f"{jax_tree}/.bazelversion asks for {version}; use bazelisk")
+            raise HarnessError(f"bazel: {wrapper} runs Bazel {got or '(unknown version)'}, but "
+                               f"{jax_tree}/.bazelversion asks for {version}")
     return {"bazel": str(wrapper), "bazel_version": version}
 
 
-def _bazel_reports(bazel: str, version: str) -> str:
+def _bazel_reports(bazel: list[str], version: str) -> str:
     """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable)."""
     try:
-        res = subprocess.run([bazel, "--version"], capture_output=True, text=True, timeout=600,
+        res = subprocess.run([*bazel, "--version"], capture_output=True, text=True, timeout=600,
                              env={**os.environ, "USE_BAZEL_VERSION": version})
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -479,15 +492,19 @@ def _bazel_reports(bazel: str, version: str) -> str:
 MIN_PYTHON = (3, 12)  # jax and jaxlib 0.12.0.1: Requires-Python >= 3.12
 
 
+# The version as jax's build.py takes it: X.Y, or X.Y-ft for a free-threaded (GIL-disabled) build.
+_PYVER_PROBE = ("import sys, sysconfig; ft = '-ft' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''; "
+                "print(f'{sys.version_info[0]}.{sys.version_info[1]}{ft}')")
+
+
 def _python_version(python: str) -> str:
     try:
-        out = subprocess.run([python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+        out = subprocess.run([python, "-c", _PYVER_PROBE], capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         out = ""
-    if not re.fullmatch(r"\d+\.\d+", out):
+    if not re.fullmatch(r"\d+\.\d+(-ft)?", out):
         raise HarnessError(f"cannot run {python} to read its version")
-    if tuple(int(x) for x in out.split(".")) < MIN_PYTHON:
+    if tuple(int(x) for x in out.removesuffix("-ft").split(".")) < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
         raise HarnessError(f"{python} is Python {out}; building jaxlib {DEFAULT_JAX} needs Python >= {need} "
                            "(--python to choose another interpreter)")
@@ -496,9 +513,9 @@ def _python_version(python: str) -> str:
 
 def check_lock_file(jax_tree: Path, pyver: str) -> None:
     """jax builds with a hermetic Python only for versions it has a requirements lock for."""
-    if (jax_tree / "build" / f"requirements_lock_{pyver.replace('.', '_')}.txt").is_file():
+    if (jax_tree / "build" / f"requirements_lock_{pyver.replace('.', '_').replace('-', '_')}.txt").is_file():
         return
-    have = sorted(p.stem.removeprefix("requirements_lock_").replace("_", ".")
+    have = sorted(re.sub(r"_ft$", "-ft", p.stem.removeprefix("requirements_lock_")).replace("_", ".")
                   for p in (jax_tree / "build").glob("requirements_lock_*.txt"))
     raise HarnessError(f"this jax tag has no build/requirements_lock for Python {pyver}; it builds for "
                        f"{', '.join(have) or 'no Python version'} (--python to choose another interpreter)")
