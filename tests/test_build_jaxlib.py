@@ -90,6 +90,10 @@ def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
     assert "configure.py" not in out and out.index("preflight:") < out.index("resolve:")
     assert "git apply patches/xla/0001-instruction-fusion" in out
     assert " test --repo_env=HERMETIC_PYTHON_VERSION=" in out and "@xla//xla/service:instruction_fusion_test" in out
+    # The new order: target check in prepare, dirty check before the build, XLA tests in the jax tree.
+    assert out.index("defines //xla/service:instruction_fusion_test") < out.index("\nbazel:")
+    assert out.index("have no local changes") < out.index("build/build.py build")
+    assert f"{work}/bin/bazelisk --output_user_root={work}/bazel-root test" in out
     assert not work.exists()
 
 

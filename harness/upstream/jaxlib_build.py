@@ -463,7 +463,8 @@ def stage_bazel(ctx: Ctx, run: Runner) -> dict:
     # The wrapper does not pin a version itself: each stage sets USE_BAZEL_VERSION from the
     # .bazelversion of the tree it builds in (jax's for the wheels, XLA's own for its tests).
     if ctx.dry_run:
-        print(f"  [bazel] write {wrapper}: exec {' '.join(cmd)} \"$@\"")
+        print(f"  [bazel] write {wrapper}: exec {' '.join(cmd)} \"$@\"; the Bazel it runs must report the "
+              "version .bazelversion names (a plain bazel of another version is refused)")
     else:
         wrapper.parent.mkdir(parents=True, exist_ok=True)
         wrapper.write_text("#!/bin/sh\nexec " + " ".join(_quote(c) for c in cmd) + ' "$@"\n')
@@ -663,6 +664,7 @@ def stage_test(ctx: Ctx, run: Runner) -> dict:
               "--out", str(out)], REPO, "test", what="stress matrix", check=False)
     results.append(("stress matrix", rc))
     if ctx.dry_run:
+        print("  [test] each of these runs whatever the others gave; each result is printed; a failure: exit 1")
         return {}
     for what, rc in results:
         print(f"test: {what}: {'passed' if rc == 0 else f'FAILED (exit {rc})'}")
