@@ -5,11 +5,12 @@
 #   make build-and-test [DRY_RUN=1] [CUDA=1 [CUDA_MAJOR=12|13]] [SERIES=experimental] [FROM=stage] [TO=stage]
 #                       [XLA_SRC=dir]
 # The work dir is ~/.cache/xla-harness unless XLA_HARNESS_WORK (or WORK_DIR=...) says otherwise.
+XLA_QUICK_TEST ?= xla-test
 .PHONY: build-and-test
 build-and-test: setup
-	@if [ -n "$(XLA_SRC)" ] && $(MAKE) -s -n xla-test XLA_SRC="$(XLA_SRC)" >/dev/null 2>&1; then \
-	  echo "quick XLA test first: make xla-test XLA_SRC=$(XLA_SRC)"; \
-	  $(if $(DRY_RUN),:,$(MAKE) --no-print-directory xla-test XLA_SRC="$(XLA_SRC)") || exit $$?; \
+	@if [ -n "$(XLA_SRC)" ] && $(MAKE) -s -n $(XLA_QUICK_TEST) XLA_SRC="$(XLA_SRC)" >/dev/null 2>&1; then \
+	  echo "quick XLA test first: make $(XLA_QUICK_TEST) XLA_SRC=$(XLA_SRC)"; \
+	  $(if $(DRY_RUN),:,$(MAKE) --no-print-directory $(XLA_QUICK_TEST) XLA_SRC="$(XLA_SRC)") || exit $$?; \
 	else \
 	  echo "not checked first: the quick XLA test ($(if $(XLA_SRC),no xla-test target,no XLA_SRC=dir given))"; \
 	fi

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.upstream.patchcheck import preimage_tree
+from harness.upstream.patchcheck import parse_patch, preimage_tree
+from harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 from harness.upstream import jaxlib_build as bj  # noqa: E402
@@ -158,6 +159,32 @@ xla_cc_test(
 """
 
 
+def _series_base_tree(root: Path) -> None:
+    """Sources every XLA patch applies to in series order (default, then experimental): per file,
+    the pre-images of each patch's hunks, in order, each once; a later patch finds its context
+    (an earlier one's post-image) in its own chunk."""
+    chunks: dict[str, list[str]] = {}
+    for patch in load_series().upstream("xla").patches:
+        for h in parse_patch(patch.path(ROOT / "patches").read_text()):
+            if not h.creates_file and h.preimage not in chunks.setdefault(h.file, []):
+                chunks[h.file].append(h.preimage)
+    for rel, parts in chunks.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("".join(parts))
+
+
+def _write_build_files(xla_dir: Path) -> None:
+    """BUILD files that define every Bazel target series.toml names for XLA (as the real tree does)."""
+    by_pkg: dict[str, list[str]] = {}
+    for t in sorted({t for p in load_series().upstream("xla").patches for t in p.bazel_targets}):
+        pkg, name = t.removeprefix("//").split(":")
+        by_pkg.setdefault(pkg, []).append(name)
+    for pkg, names in by_pkg.items():
+        (xla_dir / pkg).mkdir(parents=True, exist_ok=True)
+        (xla_dir / pkg / "BUILD").write_text(XLA_BUILD + "".join(
+            f'\nxla_cc_test(\n    name = "{n}",\n    srcs = ["{n}.cc"],\n)\n' for n in names if n != "alias_info_test"))
+
+
 def _git(cwd, *args):
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
                    capture_output=True)
@@ -167,10 +194,10 @@ def _git(cwd, *args):
 def world(tmp_path, monkeypatch):
     """A fake jax repo tagged jax-v0.12.0.1, an XLA tarball the series applies to, a fake bazelisk."""
     xla_dir = tmp_path / "xla-src" / f"xla-{COMMIT}"
-    preimage_tree(P1.read_text(), xla_dir)
+    _series_base_tree(xla_dir)
     (xla_dir / "README.md").write_text("fake xla\n")
     (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
-    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD)
+    _write_build_files(xla_dir)
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -216,8 +243,8 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     work = world["work"]
     tree = next((work / "trees").glob("xla-0123456789ab-*"))
     # The default series really was applied to the fetched XLA sources.
-    assert "IsNoOpForAliasAnalysis(\n    const HloInstruction* instruction) const {" in \
-        (tree / "xla/hlo/analysis/alias_info.cc").read_text()
+    assert "// Only a dynamic-update-slice gets the index checks below." in \
+        (tree / "xla/service/instruction_fusion.cc").read_text()
     recs = _records(world)
     build = next(r for r in recs if r["tool"] == "build.py")
     assert build["argv"][:2] == ["build", "--wheels=jaxlib"]
@@ -279,13 +306,13 @@ def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert test["cwd"] == build["cwd"] and Path(test["cwd"]).name.startswith("jax-")
     assert test["USE_BAZEL_VERSION"] == build["USE_BAZEL_VERSION"] == "7.7.0"
     assert test["startup"] == build["startup"]
-    assert test["argv"][-1] == "@xla//xla/hlo/analysis:alias_info_test"
+    assert test["argv"][-1] == "@xla" + bj.series_bazel_targets("default")[-1]
     pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert f"--repo_env=HERMETIC_PYTHON_VERSION={pyver}" in test["argv"]
     assert not list((world["work"] / "trees").glob("xla-*/xla_configure.bazelrc"))  # no configure.py step
     assert list(res.glob("default-cpu-*/stress.jsonl"))
     out = capsys.readouterr().out
-    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: passed" in out
+    assert f"bazel test @xla{bj.series_bazel_targets('default')[-1]}: passed" in out
 
 
 def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tmp_path, monkeypatch):
@@ -297,7 +324,7 @@ def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tm
     rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
     cap = capsys.readouterr()
     assert rc == 1, cap.err  # tests found a problem: exit 1, not a crash
-    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: FAILED (exit 3)" in cap.out
+    assert f"bazel test @xla{bj.series_bazel_targets('default')[-1]}: FAILED (exit 3)" in cap.out
     assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
     ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
     assert ran == [["-m", "pytest", "-q"], ["-m", "harness.cli", "stress"]]  # both ran after the failure
@@ -510,8 +537,11 @@ def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(wo
 
 
 def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, capsys):
+    target = bj.series_bazel_targets("default")[0]
+    pkg, name = target.removeprefix("//").split(":")
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
-    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD.replace('"alias_info_test"', '"other_test"'))
+    build = xla_dir / pkg / "BUILD"
+    build.write_text(build.read_text().replace(f'"{name}"', '"other_test"'))
     with tarfile.open(world["tarball"], "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
     sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
@@ -519,7 +549,7 @@ def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, c
     _git(world["jax"], "commit", "-qam", "new pin")
     _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
     assert bj.main(world["args"]) == 2
-    assert "prepare: //xla/hlo/analysis:alias_info_test (series.toml) is not defined in " in _one_error(capsys)
+    assert f"prepare: {target} (series.toml) is not defined in " in _one_error(capsys)
     assert not (world["work"] / "stamps" / "prepare.json").exists()
     assert not [r for r in _records(world) if r["tool"] == "build.py"]
 
@@ -560,23 +590,26 @@ def test_jax_sdist_sha256_is_verified_against_series_toml(tmp_path, capsys):
     assert not venv.exists()
 
 
-FAKE_XLA_MK = """.PHONY: xla-test
-xla-test:
+FAKE_XLA_MK = """.PHONY: stand-in-xla-test
+stand-in-xla-test:
 \t@echo "quick test ran on $(XLA_SRC)"; exit 3
 """
 
 
 def _make_build_and_test(tmp_path, *args, xla_mk: bool):
-    """`make build-and-test` of this checkout; an extra makefile (MAKEFILES) stands in for the
-    `xla-test` target, and -o keeps `setup` from rebuilding .venv."""
+    """`make build-and-test` of this checkout; an extra makefile (MAKEFILES) defines a stand-in for
+    the `xla-test` target (XLA_QUICK_TEST names it), and -o keeps `setup` from rebuilding .venv."""
     import re as _re
 
     pin = _re.search(r"^JAX_PIN\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), _re.M).group(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    target = "xla-test"
     if xla_mk:
         (tmp_path / "xla.mk").write_text(FAKE_XLA_MK)
         env["MAKEFILES"] = str(tmp_path / "xla.mk")
+        target = "stand-in-xla-test"
     return subprocess.run(["make", "--no-print-directory", "-o", f".venv/.setup-{pin}", "build-and-test",
+                           f"XLA_QUICK_TEST={target}",
                            f"WORK_DIR={tmp_path / 'work'}", f"PY={sys.executable}", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -588,7 +621,7 @@ def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
     assert not (tmp_path / "work").exists()  # the pipeline never started
     dry = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", "DRY_RUN=1", xla_mk=True)
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.index("quick XLA test first: make xla-test XLA_SRC=/src/xla") < dry.stdout.index("plan:")
+    assert dry.stdout.index("quick XLA test first: make stand-in-xla-test XLA_SRC=/src/xla") < dry.stdout.index("plan:")
     assert "quick test ran" not in dry.stdout  # a dry run only shows it
     plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=True)
     assert "not checked first: the quick XLA test (no XLA_SRC=dir given)" in plain.stdout
