@@ -677,3 +677,22 @@ def test_free_threaded_python_builds_the_ft_variant(tmp_path, capsys):
         "b", [], ["//t:x"], f"{ver}-ft")
     assert bj.main(["--dry-run", "--python", py, "--work-dir", str(tmp_path / "w")]) == 0
     assert f"--python_version={ver}-ft" in capsys.readouterr().out
+
+
+def test_disk_check_measures_bazels_output_root(tmp_path, monkeypatch, capsys):
+    """Where WORK/bazel-root exists (a link to a bigger disk, say), that is the filesystem measured."""
+    work = tmp_path / "work"
+    (tmp_path / "big").mkdir()
+    work.mkdir()
+    (work / "bazel-root").symlink_to(tmp_path / "big")
+    probed = []
+    real = shutil.disk_usage
+
+    def usage(path):
+        probed.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(bj.shutil, "disk_usage", usage)
+    assert bj.main(["--dry-run", "--work-dir", str(work), "--min-free-gb", "0"]) == 0
+    assert probed == [work / "bazel-root"]
+    assert f"free disk for {work / 'bazel-root'}" in capsys.readouterr().out

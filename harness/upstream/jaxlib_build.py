@@ -156,7 +156,11 @@ def bazel_startup(work: Path) -> list[str]:
     """Bazel startup options of every Bazel call of the pipeline (the build and the tests): the
     output root (output bases, external repositories, the hermetic toolchains) lives in the work
     dir, on the filesystem the free-disk check measures, and both calls share it."""
-    return [f"--output_user_root={work / 'bazel-root'}"]
+    return [f"--output_user_root={bazel_output_root(work)}"]
+
+
+def bazel_output_root(work: Path) -> Path:
+    return work / "bazel-root"
 
 
 _LABEL = re.compile(r"^//(?P<pkg>[\w./+-]*)(?::(?P<name>[\w./+-]+))?$")
@@ -524,7 +528,7 @@ def check_lock_file(jax_tree: Path, pyver: str) -> None:
 
 def check_free_disk(path: Path, need_gb: float) -> None:
     probe = path
-    while not probe.exists():  # measure the filesystem the work dir will live on, create nothing
+    while not probe.exists():  # measure the filesystem the path will live on, create nothing
         probe = probe.parent
     free = shutil.disk_usage(probe).free / 2**30
     if free < need_gb:
@@ -548,8 +552,8 @@ def preflight(ctx: Ctx, stages: tuple[str, ...]) -> list[str]:
         return "bazelisk: " + " ".join(cmd)
 
     def disk() -> str:
-        check_free_disk(ctx.work, need)
-        return f"free disk for {ctx.work}: >= {need:g} GiB"
+        check_free_disk(bazel_output_root(ctx.work), need)
+        return f"free disk for {bazel_output_root(ctx.work)} (Bazel's output root; caches beside it): >= {need:g} GiB"
 
     checks = [python]
     if {"bazel", "build", "test"} & set(stages):
@@ -577,7 +581,7 @@ def stage_build(ctx: Ctx, run: Runner) -> dict:
         print(f"  [build] check that {ctx.out('xla_tree', '<xla tree>')} and {jax_tree} have no local changes")
     else:
         check_lock_file(jax_tree, pyver)
-        check_free_disk(ctx.work, ctx.min_free_gb * (2 if ctx.cuda else 1))
+        check_free_disk(bazel_output_root(ctx.work), ctx.min_free_gb * (2 if ctx.cuda else 1))
         shutil.rmtree(out, ignore_errors=True)
     run(argv, jax_tree, "build", env={"USE_BAZEL_VERSION": version}, what="jax build/build.py")
     if not ctx.dry_run and not list(out.glob("*.whl")):
