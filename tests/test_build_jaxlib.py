@@ -119,20 +119,23 @@ sys.exit(1 if os.environ.get("FAKE_BUILD_FAIL") else 0)
 '''
 
 FAKE_BAZELISK = r'''#!{python}
-# Behaves as bazelisk does where the pipeline depends on it: the version comes from USE_BAZEL_VERSION,
-# else from the first line of the workspace's .bazelversion that is neither empty nor a comment;
-# an invalid version string is refused; startup options come before the command.
+# Behaves as bazelisk 1.28.1 (npm @bazel/bazelisk) does where the pipeline depends on it: the version is
+# USE_BAZEL_VERSION as given, else the first line of the workspace's .bazelversion as it stands (no
+# comment or blank line skipped, no spaces trimmed; an empty one means "latest", which needs the
+# network); a string that is not a version is refused with "invalid version"; startup options come
+# before the command.
 import json, os, pathlib, re, sys
 version = os.environ.get("USE_BAZEL_VERSION")
 if version is None:
     d = pathlib.Path.cwd()
-    while d != d.parent and not (d / ".bazelversion").is_file():
+    while d != d.parent and not any((d / m).is_file() for m in ("WORKSPACE", "MODULE.bazel", "WORKSPACE.bazel")):
         d = d.parent
     f = d / ".bazelversion"
-    lines = [ln.strip() for ln in f.read_text().splitlines()] if f.is_file() else []
-    version = next((ln for ln in lines if ln and not ln.startswith("#")), "7.0.0")
+    version = (f.read_text().split("\n", 1)[0] if f.is_file() else "") or "latest"
+if version == "latest":
+    sys.exit("could not resolve the version 'latest' to an actual version number: no network")
 if not re.fullmatch(r"\d+\.\d+\.\d+(rc\d+)?", version):
-    sys.exit(f"could not resolve the version: invalid version {{version!r}}")
+    sys.exit(f"could not resolve the version {{version!r}} to an actual version number: invalid version")
 args = sys.argv[1:]
 n = next((i for i, a in enumerate(args) if not a.startswith("--")), len(args))
 startup, rest = args[:n], args[n:]
@@ -520,6 +523,8 @@ def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, caps
 
 
 def test_bazel_version_is_the_first_line_that_is_not_a_comment(tmp_path):
+    """Lenient where bazelisk is strict (it takes the first line as it stands); the pipeline passes
+    the result as USE_BAZEL_VERSION, so bazelisk never reads the file itself."""
     (tmp_path / ".bazelversion").write_text("# pinned for CI\n\n  7.7.0  \n# NOTE: keep in sync\n8.0.0\n")
     assert bj.bazel_version_of(tmp_path) == "7.7.0"
     (tmp_path / ".bazelversion").write_text("# only a comment\n")
