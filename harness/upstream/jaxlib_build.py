@@ -484,9 +484,10 @@ def stage_bazel(ctx: Ctx, run: Runner) -> dict:
 
 
 def _bazel_reports(bazel: list[str], version: str) -> str:
-    """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable)."""
+    """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable); bazelisk
+    downloads that Bazel first, hence the long timeout."""
     try:
-        res = subprocess.run([*bazel, "--version"], capture_output=True, text=True, timeout=600,
+        res = subprocess.run([*bazel, "--version"], capture_output=True, text=True, timeout=1800,
                              env={**os.environ, "USE_BAZEL_VERSION": version})
     except (OSError, subprocess.SubprocessError):
         return ""
