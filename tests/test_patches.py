@@ -209,6 +209,11 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     assert "//xla/service:instruction_fusion_test" in desc
     assert "https://github.com/openxla/xla/pull/38607" in desc.split("## Root cause")[0]  # the review, up front
     assert "results/cpu/scan/" in desc  # committed scanner evidence is cited
+    assert "## What was run where" in desc and "not run" in desc.lower()
+    # the committed xla-test logs are cited with their verdicts, per base
+    for b in load_series().upstream("xla").bases:
+        assert b.commit[:12] in desc
+    assert re.search(r"results/xla/\w+/xla-test\.log`: instruction_fusion_test: passed", desc)
     assert "(jax 0.12.0.1" in desc  # stress tables carry their environment line
     assert "- [ ]" in (out / "CHECKLIST.md").read_text()
     # The mbox is what git am takes.
