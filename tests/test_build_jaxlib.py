@@ -18,7 +18,6 @@ from harness.upstream.patchcheck import preimage_tree
 ROOT = Path(__file__).resolve().parent.parent
 from harness.upstream import jaxlib_build as bj  # noqa: E402
 
-P1 = ROOT / "patches/xla/0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -143,13 +142,13 @@ if rest[:1] == ["test"] and os.environ.get("FAKE_BAZEL_TEST_FAIL"):
 XLA_BUILD = """load("//xla:xla.default.bzl", "xla_cc_test")
 
 cc_library(
-    name = "alias_info",
-    srcs = ["alias_info.cc"],
+    name = "instruction_fusion",
+    srcs = ["instruction_fusion.cc"],
 )
 
 xla_cc_test(
-    name = "alias_info_test",
-    srcs = ["alias_info_test.cc"],
+    name = "instruction_fusion_test",
+    srcs = ["instruction_fusion_test.cc"],
 )
 """
 
@@ -163,10 +162,22 @@ def _git(cwd, *args):
 def world(tmp_path, monkeypatch):
     """A fake jax repo tagged jax-v0.12.0.1, an XLA tarball the series applies to, a fake bazelisk."""
     xla_dir = tmp_path / "xla-src" / f"xla-{COMMIT}"
-    preimage_tree(P1.read_text(), xla_dir)
+    # Per file, the pre-images of every XLA patch touching it, in series order: the default and
+    # the experimental series both apply (a later patch's pre-image holds the earlier output).
+    for i, patch in enumerate(sorted((ROOT / "patches/xla").glob("*.patch"))):
+        part = tmp_path / f"xla-pre{i}"
+        preimage_tree(patch.read_text(), part)
+        for f in part.rglob("*"):
+            if f.is_file():
+                dst = xla_dir / f.relative_to(part)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with dst.open("a") as out:
+                    out.write(f.read_text())
     (xla_dir / "README.md").write_text("fake xla\n")
     (xla_dir / ".bazelversion").write_text("7.4.1\n")  # XLA pins its own Bazel, unlike jax's
-    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD)
+    (xla_dir / "xla/service/BUILD").write_text(XLA_BUILD)
+    (xla_dir / "xla/hlo/analysis/BUILD").write_text(  # the experimental patches' test target
+        XLA_BUILD.replace("instruction_fusion", "alias_info"))
     tarball = tmp_path / f"xla-{COMMIT}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
@@ -212,8 +223,8 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     work = world["work"]
     tree = next((work / "trees").glob("xla-0123456789ab-*"))
     # The default series really was applied to the fetched XLA sources.
-    assert "IsNoOpForAliasAnalysis(\n    const HloInstruction* instruction) const {" in \
-        (tree / "xla/hlo/analysis/alias_info.cc").read_text()
+    assert "in_place_op->opcode() != HloOpcode::kDynamicUpdateSlice" in \
+        (tree / "xla/service/instruction_fusion.cc").read_text()
     recs = _records(world)
     build = next(r for r in recs if r["tool"] == "build.py")
     assert build["argv"][:2] == ["build", "--wheels=jaxlib"]
@@ -275,13 +286,13 @@ def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert test["cwd"] == build["cwd"] and Path(test["cwd"]).name.startswith("jax-")
     assert test["USE_BAZEL_VERSION"] == build["USE_BAZEL_VERSION"] == "7.7.0"
     assert test["startup"] == build["startup"]
-    assert test["argv"][-1] == "@xla//xla/hlo/analysis:alias_info_test"
+    assert test["argv"][-1] == "@xla//xla/service:instruction_fusion_test"
     pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert f"--repo_env=HERMETIC_PYTHON_VERSION={pyver}" in test["argv"]
     assert not list((world["work"] / "trees").glob("xla-*/xla_configure.bazelrc"))  # no configure.py step
     assert list(res.glob("default-cpu-*/stress.jsonl"))
     out = capsys.readouterr().out
-    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: passed" in out
+    assert "bazel test @xla//xla/service:instruction_fusion_test: passed" in out
 
 
 def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tmp_path, monkeypatch):
@@ -293,7 +304,7 @@ def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tm
     rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
     cap = capsys.readouterr()
     assert rc == 1, cap.err  # tests found a problem: exit 1, not a crash
-    assert "bazel test @xla//xla/hlo/analysis:alias_info_test: FAILED (exit 3)" in cap.out
+    assert "bazel test @xla//xla/service:instruction_fusion_test: FAILED (exit 3)" in cap.out
     assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
     ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
     assert ran == [["-m", "pytest", "-q"], ["-m", "harness.cli", "stress"]]  # both ran after the failure
@@ -507,7 +518,7 @@ def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(wo
 
 def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, capsys):
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
-    (xla_dir / "xla/hlo/analysis/BUILD").write_text(XLA_BUILD.replace('"alias_info_test"', '"other_test"'))
+    (xla_dir / "xla/service/BUILD").write_text(XLA_BUILD.replace('"instruction_fusion_test"', '"other_test"'))
     with tarfile.open(world["tarball"], "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
     sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()
@@ -515,7 +526,7 @@ def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, c
     _git(world["jax"], "commit", "-qam", "new pin")
     _git(world["jax"], "tag", "-f", "jax-v0.12.0.1")
     assert bj.main(world["args"]) == 2
-    assert "prepare: //xla/hlo/analysis:alias_info_test (series.toml) is not defined in " in _one_error(capsys)
+    assert "prepare: //xla/service:instruction_fusion_test (series.toml) is not defined in " in _one_error(capsys)
     assert not (world["work"] / "stamps" / "prepare.json").exists()
     assert not [r for r in _records(world) if r["tool"] == "build.py"]
 
@@ -532,11 +543,11 @@ def test_an_edited_tree_is_never_built(world, capsys):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     n = len([r for r in _records(world) if r["tool"] == "build.py"])
     tree = next((world["work"] / "trees").glob("xla-*"))
-    (tree / "xla/hlo/analysis/alias_info.cc").write_text("// edited after prepare\n")
+    (tree / "xla/service/instruction_fusion.cc").write_text("// edited after prepare\n")
     capsys.readouterr()
     assert bj.main([*world["args"], "--from", "build", "--to", "build"]) == 2
     err = _one_error(capsys)
-    assert "build: " in err and "has local changes" in err and "alias_info.cc" in err
+    assert "build: " in err and "has local changes" in err and "instruction_fusion.cc" in err
     assert len([r for r in _records(world) if r["tool"] == "build.py"]) == n  # build.py never started
 
 
@@ -579,12 +590,13 @@ def _make_build_and_test(tmp_path, *args, xla_mk: bool):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="not checked: no make on PATH")
 def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
-    res = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", xla_mk=True)
-    assert res.returncode != 0 and "quick test ran on /src/xla" in res.stdout
+    # the real `make xla-test` (mk/xla.mk) runs first and fails on a tree that does not exist
+    res = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", xla_mk=False)
+    assert res.returncode != 0 and "error: XLA_SRC /src/xla is not a directory" in res.stderr
     assert not (tmp_path / "work").exists()  # the pipeline never started
     dry = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", "DRY_RUN=1", xla_mk=True)
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.index("quick XLA test first: make xla-test XLA_SRC=/src/xla") < dry.stdout.index("plan:")
     assert "quick test ran" not in dry.stdout  # a dry run only shows it
-    plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=True)
+    plain = _make_build_and_test(tmp_path, "DRY_RUN=1", xla_mk=False)
     assert "not checked first: the quick XLA test (no XLA_SRC=dir given)" in plain.stdout
