@@ -62,7 +62,8 @@ status = "s"
     (lambda t: t.replace("schema = 1", "schema = 2"), "'schema = 1' is required"),
     (lambda t: t.replace('series = "default"', 'series = "stable"'), "series must be one of"),
     (lambda t: t.replace('purpose = "p"\n', ""), "'purpose' must be a non-empty string"),
-    (lambda t: t.replace("[upstream.xla]", "[upstream.llvm]").replace("upstream.xla.patches", "upstream.llvm.patches"), "unknown upstream"),
+    (lambda t: t.replace("[upstream.xla]", "[upstream.llvm]").replace("upstream.xla.patches", "upstream.llvm.patches"),
+     "unknown upstream"),
     (lambda t: t + "\n[oops\n", "malformed TOML"),
     (lambda t: t.replace("0001-x.patch", "0009-missing.patch"), "patch file xla/0009-missing.patch is missing"),
 ])
