@@ -78,6 +78,36 @@ def test_series_schema_errors(tmp_path, mutate, needle):
         load_series(f)
 
 
+BASE = """
+[[upstream.xla.bases]]
+commit = "131bf41acb4650e4391a640c3f1859c1c86ad74b"
+what = "w"
+series = "default"
+applies = true
+compiles = true
+tests_pass = false
+command = "make xla-test XLA_SRC=x"
+"""
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda t: t.replace("tests_pass = false", 'tests_pass = "no"'), "'tests_pass' must be true or false"),
+    (lambda t: t.replace("131bf41acb4650e4391a640c3f1859c1c86ad74b", "131bf41a"), "40 lowercase hex digits"),
+    (lambda t: t.replace('series = "default"\napplies', 'series = "nightly"\napplies'), "series must be one of"),
+    (lambda t: t.replace('command = "make xla-test XLA_SRC=x"', ""), "'command' must be a non-empty string"),
+])
+def test_series_bases_schema(tmp_path, mutate, needle):
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / "0001-x.patch").write_text("")
+    f = tmp_path / "series.toml"
+    f.write_text(GOOD + BASE)
+    (base,) = load_series(f).upstream("xla").bases
+    assert (base.applies, base.compiles, base.tests_pass, base.evidence) == (True, True, False, "")
+    f.write_text(mutate(GOOD + BASE))
+    with pytest.raises(HarnessError, match=re.escape(needle)):
+        load_series(f)
+
+
 # ----------------------------------------------------------------------------- applying
 
 
