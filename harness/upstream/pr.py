@@ -59,8 +59,14 @@ CONTEXT = {
         "risk": (
             "Fewer fusions where an in-place op other than dynamic-update-slice (scatter in "
             "practice) has a producer with a non-elementwise op: an extra materialized buffer for "
-            "such producers. How many fusion decisions change over real programs (the blast "
-            "radius) has not been measured yet."),
+            "such producers. Blast radius, measured with the generic decision function over the "
+            "53 pre-fusion modules XLA's CPU pipeline dumps for 18 JAX programs (embedding and "
+            "segment-sum gradients, scatter-add, scans, cache updates, MLP, sort, conv): 83 "
+            "(producer, in-place consumer) pairs, 8 decisions change, all a scatter-add whose "
+            "in-place operand is `broadcast(constant)` (a zero-initialised gradient buffer). Those "
+            "8 are needless refusals (a broadcast of a scalar reads no buffer the scatter writes); "
+            "exempting such broadcasts is an open refinement. No TPU pre-fusion modules were "
+            "available to measure."),
         "tests_note": (
             "New `InstructionFusionTest` cases: the #35409 shape through the pass (w -> transpose "
             "-> scatter-add, w -> dot); transpose into a scatter and a producer fusion into a "
