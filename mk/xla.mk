@@ -4,7 +4,7 @@
 #   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1] [FILTER=gtest-filter]
 #   make xla-mutants XLA_SRC=dir
 # Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree).
-.PHONY: xla-test xla-mutants
+.PHONY: xla-test xla-mutants xla-blast-radius
 
 xla-test: setup
 	$(PY) -m harness.upstream.xlatest test --series $(or $(SERIES),default) \
@@ -12,3 +12,14 @@ xla-test: setup
 
 xla-mutants: setup
 	$(PY) -m harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))
+
+# How many fusion decisions the default series changes: the stock and patched
+# ShouldFuseInPlaceOp over pre-fusion modules (default: dumped here from the programs of
+# harness/upstream/prefusion.py on CPU).
+#   make xla-blast-radius XLA_SRC=dir [MODULES=dir]
+PREFUSION_DIR := $(OUT)/prefusion
+xla-blast-radius: setup
+	@if [ -n "$(XLA_SRC)" ] && [ -z "$(MODULES)" ]; then rm -rf $(PREFUSION_DIR) && \
+	  $(PY) -m harness.upstream.prefusion --out $(PREFUSION_DIR) || exit $$?; fi
+	$(PY) -m harness.upstream.xlatest blast-radius $(if $(XLA_SRC),--xla-src $(XLA_SRC)) \
+	  --modules $(or $(MODULES),$(PREFUSION_DIR))

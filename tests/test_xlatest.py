@@ -198,3 +198,23 @@ def test_prepare_tree_applies_the_series_and_can_keep_stock_sources(tmp_path):
     (src / "xla/service/instruction_fusion.h").unlink()
     with pytest.raises(HarnessError, match="instruction_fusion.h is not in the XLA tree"):
         xlatest.prepare_tree(src, DEFAULT_XLA, tmp_path / "u", wheel_inc)
+
+
+def test_compare_decisions_counts_changed_pairs_only():
+    stock = ("m1.before_fusion.txt\tscatter\ttranspose\tallow\n"
+             "m1.before_fusion.txt\tscatter\tnegate\tallow\n"
+             "/d/m2.before_fusion.txt\tdus\tslice\tallow\n"
+             "unparsable\t/d/m3.txt\n")
+    patched = stock.replace("scatter\ttranspose\tallow", "scatter\ttranspose\tforbid")
+    radius = xlatest.compare_decisions(stock, patched, modules=3)
+    assert (radius.modules, radius.modules_with_pairs, radius.pairs) == (3, 2, 3)
+    assert radius.changed == (("m1.before_fusion.txt", "scatter", "transpose", "allow", "forbid"),)
+    assert xlatest.compare_decisions(stock, stock, modules=3).changed == ()
+    with pytest.raises(HarnessError, match="different pairs"):
+        xlatest.compare_decisions(stock, patched.replace("negate", "abs"), modules=3)
+
+
+def test_blast_radius_without_modules_is_one_error(tmp_path, capsys):
+    assert xlatest.main(["blast-radius", "--xla-src", str(tmp_path), "--modules", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no *.before_fusion.txt modules" in err[0]

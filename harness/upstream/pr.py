@@ -35,10 +35,10 @@ CONTEXT = {
             "configurations. The optimized HLO had a fusion whose root is a scatter whose in-place "
             "operand is `transpose(parameter)` (openxla/xla#38597)."),
         "review": (
-            "The review of openxla/xla#38607 (https://github.com/openxla/xla/pull/38607), which "
-            "skipped every transpose and reshape in the in-place tracing: \"most likely not the "
-            "right fix. Instead, such fusions should not be created.\" This change does that, at "
-            "the fusion decision."),
+            "This answers the review of openxla/xla#38607 (https://github.com/openxla/xla/pull/38607): "
+            "\"most likely not the right fix. Instead, such fusions should not be created.\" That "
+            "PR skipped every transpose and reshape when tracing fusion in-place operands; this "
+            "change instead stops the fusion from being created, at the fusion decision."),
         "root_cause": (
             "Generic `InstructionFusion::ShouldFuseInPlaceOp` (xla/service/instruction_fusion.cc) "
             "lets a producer with one non-elementwise op fuse into the in-place operand of an "
@@ -59,8 +59,14 @@ CONTEXT = {
         "risk": (
             "Fewer fusions where an in-place op other than dynamic-update-slice (scatter in "
             "practice) has a producer with a non-elementwise op: an extra materialized buffer for "
-            "such producers. How many fusion decisions change over real programs (the blast "
-            "radius) has not been measured yet."),
+            "such producers. Blast radius, measured with the generic decision function over the "
+            "53 pre-fusion modules XLA's CPU pipeline dumps for 18 JAX programs (embedding and "
+            "segment-sum gradients, scatter-add, scans, cache updates, MLP, sort, conv): 83 "
+            "(producer, in-place consumer) pairs, 8 decisions change, all a scatter-add whose "
+            "in-place operand is `broadcast(constant)` (a zero-initialised gradient buffer). Those "
+            "8 are needless refusals (a broadcast of a scalar reads no buffer the scatter writes); "
+            "exempting such broadcasts is an open refinement. No TPU pre-fusion modules were "
+            "available to measure."),
         "tests_note": (
             "New `InstructionFusionTest` cases: the #35409 shape through the pass (w -> transpose "
             "-> scatter-add, w -> dot); transpose into a scatter and a producer fusion into a "
@@ -146,6 +152,20 @@ def _evidence(results_dir: Path) -> tuple[list[str], list[str]]:
     return scans, stress
 
 
+_XLA_LOG_LINE = re.compile(
+    r"^(== \S+: (?:passed|failed|crashed).*|xla-mutants: \d+ mutants.*|xla-blast-radius: \d+ .*)$", re.M)
+
+
+def _xla_test_evidence(results_dir: Path) -> list[str]:
+    """Verdict lines of the committed `make xla-test` / `xla-mutants` / `xla-blast-radius` logs."""
+    lines = []
+    for f in sorted(results_dir.glob("xla/*/xla-*.log")):
+        found = _XLA_LOG_LINE.findall(f.read_text(encoding="utf-8", errors="replace"))
+        if found:
+            lines.append(f"`{f.relative_to(results_dir.parent)}`: " + "; ".join(x.strip("= ") for x in found))
+    return lines
+
+
 def build_bundle(series: Series, target: str, out: Path, results_dir: Path | None = None) -> Bundle:
     up: Upstream = series.upstream(target)
     patches = up.select("default")
@@ -185,6 +205,11 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     tests = sorted({t for p in patches for t in p.bazel_targets})
     lines += ["## Tests added", "", *(f"- `{t}`" for t in tests), "",
               *([ctx["tests_note"], ""] if "tests_note" in ctx else []), "## Evidence", ""]
+    xla_logs = _xla_test_evidence(results_dir) if results_dir.is_dir() else []
+    if xla_logs:
+        lines += ["XLA unit tests (`make xla-test`, `make xla-mutants`, `make xla-blast-radius`; each log "
+                  "names the wheel, the XLA commit of the patched source and the tools):", "",
+                  *(f"- {x}" for x in xla_logs), ""]
     if scans:
         lines += ["Scanner findings (`xla-harness scan`):", "", *(f"- {s}" for s in scans), ""]
     else:
