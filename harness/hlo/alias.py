@@ -137,13 +137,20 @@ def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
 
 
 def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
+    """Is this transpose/reshape (or bitcast) a bitcast under its layouts (cached on it)."""
+    cached = ins.__dict__.get("_bitcast_equivalent")
+    if cached is not None:
+        return cached
     src, k = comp.operand(ins.operands[0])
     operand = src.shape.subshape(k)
     if ins.opcode == "transpose":
-        return transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
-    if ins.opcode == "reshape":
-        return reshape_is_bitcast(operand, ins.shape)
-    return ins.opcode == "bitcast"
+        result = transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
+    elif ins.opcode == "reshape":
+        result = reshape_is_bitcast(operand, ins.shape)
+    else:
+        result = ins.opcode == "bitcast"
+    ins.__dict__["_bitcast_equivalent"] = result
+    return result
 
 
 def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cpu") -> bool:
@@ -196,7 +203,7 @@ def _default_pairs(n: int) -> list[Pair]:
 
 
 def _annotated(ins: Instruction) -> list[Pair]:
-    return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing()]
+    return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing() if op >= 0]
 
 
 def _collective_permute_pairs(ins: Instruction, comp: Computation | None, start: bool) -> list[Pair]:
@@ -282,6 +289,26 @@ def _cache(module: HloModule) -> dict:
     return cache
 
 
+def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
+    """The simplest model with the same answer for this computation: without reshapes (nested
+    fusions included) the backend rules agree; without transposes and reshapes the policies do."""
+    cache = _cache(module)
+    ops = cache.get(("ops", comp_name))
+    if ops is None:  # opcodes of every computation with its nested fusions', callees first
+        for comp in module.computations:
+            own = {i.opcode for i in comp.instructions}
+            for i in comp.instructions:
+                if i.opcode == "fusion" and i.called:
+                    own |= cache.get(("ops", i.called[0]), set())
+            cache[("ops", comp.name)] = frozenset(own)
+        ops = cache[("ops", comp_name)]
+    if "reshape" not in ops:
+        model = Model(model.policy, "cpu")
+        if "transpose" not in ops:
+            model = Model("stock", "cpu")
+    return model
+
+
 def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
     """Compute the pairs of every fusion nested under ``fusion`` first, innermost first,
     with an explicit stack (no recursion, whatever the nesting depth)."""
@@ -351,7 +378,7 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
     if fusion.opcode != "fusion" or not fusion.called:
         raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    model = Model(policy, backend)
+    model = _effective(module, fusion.called[0], Model(policy, backend))
     _ensure_nested(module, fusion, model)
     out = list(_cache(module)[(fusion.called[0], model)])
     for out_index, op, op_index in fusion.output_to_operand_aliasing():

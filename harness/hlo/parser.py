@@ -100,7 +100,7 @@ _WS = re.compile(r"\s*")
 _BRACKETS = re.compile(r'[{}()\[\]"]')
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
 # An array shape with an optional layout (no nested braces inside a layout), in one match.
-_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}:]*)(?::([^}]*))?\})?")
+_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
 
 
 def _match_brace(text: str, i: int, open_ch: str = "", close_ch: str = "") -> int:
@@ -142,10 +142,17 @@ def _skip_string(text: str, i: int) -> int:
         i = m.end()
 
 
+_SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
+
+
 def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     m = _ARRAY_FAST.match(text, i)
     if m is None:
         raise ValueError(f"expected a shape near {text[i:i + 30]!r}")
+    key = m.group()
+    shape = _SHAPE_CACHE.get(key)
+    if shape is not None:
+        return shape, m.end()
     etype, dims_text, main, extra = m.groups()
     if dims_text.isdigit():
         dims: tuple[int, ...] = (int(dims_text),)
@@ -157,12 +164,18 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     if main is not None:
         main = main.strip()
         m2m = tuple(int(x) for x in main.split(",")) if main else ()
-    return Shape(etype, dims, m2m, None, extra or ""), m.end()
+    shape = Shape(etype, dims, m2m, None, extra or "")
+    if len(_SHAPE_CACHE) < 100_000:
+        _SHAPE_CACHE[key] = shape
+    return shape, m.end()
 
 
 def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
     """Parse a shape starting at text[i]; return it and the index after it.
     Tuples are read with an explicit stack, so any nesting depth is fine."""
+    c = text[i:i + 1]
+    if c.isalpha() and not text.startswith("b(", i):  # the common case: one array shape
+        return _array_shape(text, i)
     stack: list[list[Shape]] = []
     while True:
         i = _WS.match(text, i).end()
@@ -319,8 +332,8 @@ class HloModule:
 
 
 _IDX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
-_OTOA_ONE = re.compile(rf"\s*({_IDX})\s*:\s*\(\s*(\d+)\s*,\s*({_IDX})\s*\)\s*")
-_OTOA_RE = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
+_OTOA_ONE = re.compile(rf"\s*({_IDX})\s*:\s*\(\s*(-?\d+)\s*,\s*({_IDX})\s*\)\s*")
+_OTOA_RE = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(-?\d+)\s*,\s*\{([\d,\s]*)\}")
 
 
 def _index(text: str) -> tuple[int, ...]:
@@ -410,14 +423,26 @@ def _operand_name(text: str) -> str:
     return m.group(1)
 
 
-def _parse_operands(inner: str) -> list[str]:
+_ITEM = r"\s*(?:[a-z][a-z0-9]*\[[^\]\[{}()]*\](?:\{[^{}()]*\})?\s+)?%?[A-Za-z_][\w.\-]*(?:#\d+)*\s*"
+_OPERAND_LIST = re.compile(rf"(?:{_ITEM},)*{_ITEM}")
+_LIST_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*(?:,|$)")
+
+
+def _parse_operands(inner: str, scope: _Scope | None = None, depth: int = 0) -> list[str]:
     if not inner.strip():
         return []
-    if ("%" in inner and "(" not in inner and '"' not in inner
-            and inner.count("%") == inner.count(",") + 1):
-        return _PCT_NAME.findall(inner)  # every operand is '%a' or 'f32[2] %a' with a 1-d shape
+    if "(" not in inner and '"' not in inner and _OPERAND_LIST.fullmatch(inner):
+        return _LIST_NAME.findall(inner)  # 'f32[2,3]{1,0} %a, b#1, ...': array shapes or none
     if "[" in inner or "(" in inner or "{" in inner or '"' in inner:
-        return [_operand_name(p) for p in _split_top(inner)]
+        out = []
+        for p in _split_top(inner):
+            try:
+                out.append(_operand_name(p))
+            except ValueError:
+                if scope is None or "(" not in p:
+                    raise
+                out.append(_nested_operand(p, scope, depth))
+        return out
     out = []
     for p in inner.split(","):  # untyped operands: 'a, b' or '%a, %b'
         m = _OPERAND_NAME.fullmatch(p.strip())
@@ -471,7 +496,7 @@ def _attr_end(text: str, i: int) -> int:
     if not s:
         j = _WS.match(text, eol).end()
         return eol if not text.startswith(",", j) else _skip_attributes(text, i)
-    if (s[0] == "," and s[-1] != "," and seg.count("{") == seg.count("}") and seg.count("(") == seg.count(")")
+    if (s[0] == "," and s[-1] not in ",=" and seg.count("{") == seg.count("}") and seg.count("(") == seg.count(")")
             and seg.count("[") == seg.count("]") and (seg.count('"') - seg.count('\\"')) % 2 == 0
             and not text.startswith(",", _WS.match(text, eol).end())):
         return eol
@@ -610,7 +635,7 @@ class _Reader:
             if nm.group(1):
                 self.pos = nm.end()
                 break
-            ins = self.instruction(nm, by_name, defined)
+            ins = self.instruction(nm, instructions, by_name, defined)
             if ins.is_root:
                 if root is not None:
                     raise _At(ins.line, f"computation {name} has a second ROOT {ins.name!r} "
@@ -648,52 +673,92 @@ class _Reader:
         self.pos = end
         return value.strip().strip('"')
 
-    def instruction(self, head: re.Match, defined_ins: dict[str, Instruction],
+    def instruction(self, head: re.Match, instructions: list[Instruction], defined_ins: dict[str, Instruction],
                     defined_comps: dict[str, Computation]) -> Instruction:
-        text = self.text
         is_root, name = bool(head.group(2)), head.group(3)
         self.pos = head.start(3)
         line = self.line_at(self.pos)
         if name in defined_ins:
             raise _At(line, f"instruction name {name!r} is used twice (first at line {defined_ins[name].line})")
-        i = head.end()
-        shape: Shape | None = None
-        if text.startswith("b(", i) or not _OPCODE.match(text, i):  # no shape: XLA infers it for some ops
-            shape, i = parse_shape(text, i)
-        m = _OPCODE.match(text, i)
-        if m is None:
-            raise ValueError(f"expected an opcode near {text[i:i + 30]!r}")
-        opcode = m.group(1)
-        open_at = m.end() - 1
-        j = text.find(")", open_at)
-        inner = text[open_at + 1:j] if j > 0 else ""
-        if j > 0 and "(" not in inner and '"' not in inner:
-            close = j + 1  # the common case: no nested parentheses in the operand list
-        else:
-            close = _match_brace(text, open_at)
-            inner = text[open_at + 1:close - 1]
-        literal = ""
-        if opcode in _LITERAL_OPCODES:
-            operands: list[str] = []
-            literal = inner.strip()
-        else:
-            operands = _parse_operands(inner)
-        end = _attr_end(text, close)
-        rest = text[close:end]
-        self.pos = end
-        called: list[str] = []
-        if "=" in rest:
-            for cm in _CALL_RE.finditer(rest):
-                called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
-        async_wrapped = ""
-        if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
-            async_wrapped, _, kind = opcode.rpartition("-")
-            opcode = "async-" + kind
-        if shape is None:
-            shape = _infer_shape(opcode, operands, rest, defined_ins)
-        ins = Instruction(name, shape, opcode, operands, rest, is_root, line, literal, called, async_wrapped)
-        _check_instruction(ins, defined_ins, defined_comps)
+        scope = _Scope(instructions, defined_ins, defined_comps, line)
+        ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
+
+
+@dataclass
+class _Scope:
+    """Where an instruction is being defined: the computation so far, the computations before."""
+
+    instructions: list[Instruction]
+    defined: dict[str, Instruction]
+    comps: dict[str, Computation]
+    line: int
+
+
+_MAX_NESTING = 64  # nested instructions as operands, 'add(f32[] constant(0), x)' (XLA caps this too)
+
+
+def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
+         nested: bool = False) -> tuple[Instruction, int]:
+    """Read 'shape opcode(operands), attrs' at text[i]; the instruction and the index after it.
+    A nested instruction (an operand written as an instruction) takes the rest of its text."""
+    shape: Shape | None = None
+    if text.startswith("b(", i) or not _OPCODE.match(text, i):  # no shape: XLA infers it for some ops
+        shape, i = parse_shape(text, i)
+    m = _OPCODE.match(text, i)
+    if m is None:
+        raise ValueError(f"expected an opcode near {text[i:i + 30]!r}")
+    opcode = m.group(1)
+    open_at = m.end() - 1
+    j = text.find(")", open_at)
+    inner = text[open_at + 1:j] if j > 0 else ""
+    if j > 0 and "(" not in inner and '"' not in inner:
+        close = j + 1  # the common case: no nested parentheses in the operand list
+    else:
+        close = _match_brace(text, open_at)
+        inner = text[open_at + 1:close - 1]
+    literal = ""
+    if opcode in _LITERAL_OPCODES:
+        operands: list[str] = []
+        literal = inner.strip()
+    else:
+        operands = _parse_operands(inner, scope, depth)
+    end = len(text) if nested else _attr_end(text, close)
+    rest = text[close:end]
+    called: list[str] = []
+    if "=" in rest:
+        for cm in _CALL_RE.finditer(rest):
+            called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
+    async_wrapped = ""
+    if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
+        async_wrapped, _, kind = opcode.rpartition("-")
+        opcode = "async-" + kind
+    if shape is None:
+        shape = _infer_shape(opcode, operands, rest, scope)
+    ins = Instruction(name, shape, opcode, operands, rest, is_root, scope.line, literal, called, async_wrapped)
+    _check_instruction(ins, scope.defined, scope.comps)
+    return ins, end
+
+
+def _nested_operand(part: str, scope: _Scope, depth: int) -> str:
+    """An operand written as an instruction: define it (named as XLA does, 'opcode.anon',
+    made unique) before the instruction using it; return its name."""
+    if depth >= _MAX_NESTING:
+        raise ValueError(f"instructions nested deeper than {_MAX_NESTING} levels")
+    text = part.strip()
+    k = 0 if _OPCODE.match(text) else parse_shape(text)[1]
+    m = _OPCODE.match(text, k)
+    if m is None:
+        raise ValueError(f"bad operand {text!r}")
+    base = f"{m.group(1)}.anon"
+    name, n = base, 0
+    while name in scope.defined:
+        n += 1
+        name = f"{base}.{n}"
+    ins, _ = _rhs(text, 0, name, False, scope, depth + 1, nested=True)
+    scope.instructions.append(ins)
+    scope.defined[name] = ins
+    return name
 
 
 _SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
@@ -703,9 +768,11 @@ _SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "
                        "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
 
 
-def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict[str, Instruction]) -> Shape:
+def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope) -> Shape:
     """The shape XLA infers for an instruction written without one (the ops the scanner
     follows; others are refused rather than guessed)."""
+    defined = scope.defined
+
     def of(ref: str) -> Shape:
         base, index = split_ref(ref)
         if base not in defined:
@@ -714,12 +781,23 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict
 
     if opcode == "tuple":
         return Shape("tuple", tuple_shapes=tuple(of(o) for o in operands))
+    by_operand = {"while": 0, "select": 1, "compare": 0}
+    if opcode in by_operand and len(operands) > by_operand[opcode]:
+        s = of(operands[by_operand[opcode]])
+        return Shape("pred", s.dims) if opcode == "compare" else s
     if opcode == "get-tuple-element" and len(operands) == 1:
         m = re.search(r"\bindex=(\d+)", attr_text)
         if m:
             return of(operands[0]).subshape((int(m.group(1)),))
     if opcode in _SAME_SHAPE_OPCODES and operands:
         return of(operands[0])
+    if opcode == "after-all":
+        return Shape("token")
+    if opcode == "call":
+        m = _CALL_RE.search(attr_text)
+        callee = scope.comps.get(m.group(2).lstrip("%")) if m else None
+        if callee is not None:
+            return callee.root.shape
     raise ValueError(f"a {opcode} written without a shape is not supported here")
 
 
