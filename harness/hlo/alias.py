@@ -27,7 +27,7 @@ bitcast and every reshape (``GpuAliasInfo``). On top of that, the policy:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness.errors import HarnessError
 from harness.hlo.parser import Computation, HloModule, Instruction, Shape
@@ -36,8 +36,7 @@ POLICIES = ("stock", "proposed", "layout-aware")
 BACKEND_RULES = ("cpu", "gpu")  # whose IsNoOpForAliasAnalysis: bitcast / bitcast + reshape
 
 
-@dataclass(frozen=True)
-class InPlacePair:
+class InPlacePair(NamedTuple):
     operand_index: int  # fusion operand (= fused parameter) number
     operand_shape_index: tuple[int, ...]
     output_index: tuple[int, ...]
@@ -169,8 +168,7 @@ def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cp
 # ----------------------------------------------------------------------------- tracing
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     """One alias model: a policy on top of a backend's no-op rule."""
 
     policy: str = "stock"
@@ -203,6 +201,8 @@ def _default_pairs(n: int) -> list[Pair]:
 
 
 def _annotated(ins: Instruction) -> list[Pair]:
+    if "output_to_operand_aliasing" not in ins.attr_text:
+        return []
     return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing() if op >= 0]
 
 
@@ -309,10 +309,17 @@ def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
     return model
 
 
+def effective_backend(module: HloModule, comp_name: str, backend: str) -> str:
+    """The backend rule that gives the same pairs for this computation (cpu when it has no reshape)."""
+    return _effective(module, comp_name, Model("proposed", backend)).backend
+
+
 def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
     """Compute the pairs of every fusion nested under ``fusion`` first, innermost first,
     with an explicit stack (no recursion, whatever the nesting depth)."""
     cache = _cache(module)
+    if (fusion.called[0], model) in cache:
+        return
     stack = [fusion]
     while stack:
         top = stack[-1]
@@ -381,8 +388,9 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
     model = _effective(module, fusion.called[0], Model(policy, backend))
     _ensure_nested(module, fusion, model)
     out = list(_cache(module)[(fusion.called[0], model)])
-    for out_index, op, op_index in fusion.output_to_operand_aliasing():
-        out.append(InPlacePair(op, op_index, out_index, ()))
+    if "output_to_operand_aliasing" in fusion.attr_text:
+        for out_index, op, op_index in fusion.output_to_operand_aliasing():
+            out.append(InPlacePair(op, op_index, out_index, ()))
     return out
 
 

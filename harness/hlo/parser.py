@@ -28,6 +28,7 @@ about a second.
 from __future__ import annotations
 
 import functools
+import gc
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +249,10 @@ class Instruction:
         return self.attrs.get("kind")
 
     def int_list(self, key: str) -> tuple[int, ...]:
+        """``dimensions={1,0}`` -> (1, 0); a direct search when the key occurs once."""
+        found = re.findall(rf"(?:^|,)\s*{re.escape(key)}\s*=\s*\{{([\d,\s]*)\}}", self.attr_text)
+        if len(found) == 1 and self.attr_text.count(key + "=") == 1:
+            return tuple(int(x) for x in found[0].split(",") if x.strip())
         v = self.attrs.get(key, "").strip().strip("{}")
         return tuple(int(x) for x in v.split(",") if x.strip())
 
@@ -507,6 +512,10 @@ def _attr_end(text: str, i: int) -> int:
 
 
 _HEADER = re.compile(r"HloModule\b\s*")
+_FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\n]*\](?:\{{[^{{}}\n]*\}})?)"
+                        r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)")
+_NAME_REF = re.compile(r"[A-Za-z_][\w.\-]*(?:#\d+)*")
+_CALLS_HINT = re.compile(r"calls=|to_apply=|body=|condition=|_computation")
 _SECTION = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\b")
 _SECTION_ENTRY = re.compile(r"\s*\d+\s+")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?%?({_NAME})\s*")
@@ -626,7 +635,13 @@ class _Reader:
         instructions: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
+        fast_line = _FAST_LINE.match
         while True:
+            fm = fast_line(text, self.pos)
+            ins = self._fast_instruction(fm, by_name, defined) if fm is not None else None
+            if ins is not None:
+                root = _add(name, ins, root, instructions, by_name)
+                continue
             nm = _NEXT.match(text, self.pos)
             if nm is None:
                 if self.at_end():
@@ -635,17 +650,56 @@ class _Reader:
             if nm.group(1):
                 self.pos = nm.end()
                 break
-            ins = self.instruction(nm, instructions, by_name, defined)
-            if ins.is_root:
-                if root is not None:
-                    raise _At(ins.line, f"computation {name} has a second ROOT {ins.name!r} "
-                                        f"(the first is {root.name!r})")
-                root = ins
-            instructions.append(ins)
-            by_name[ins.name] = ins
+            root = _add(name, self.instruction(nm, instructions, by_name, defined), root, instructions, by_name)
         if not instructions:
             raise _At(line, f"computation {name} has no instructions")
         return Computation(name, instructions, is_entry, line, self._thread(name), by_name)
+
+    def _fast_instruction(self, fm: re.Match, by_name: dict[str, Instruction],
+                          comps: dict[str, Computation]) -> Instruction | None:
+        """The common one-line instruction 'name = f32[..]{..} op(a, b), attrs' read from one
+        regex match; None when the line is anything else (the general reader takes it)."""
+        root, name, shape_text, opcode, inner, rest = fm.groups()
+        text = self.text
+        end = fm.end()
+        s = rest.strip()
+        if s and (s[0] != "," or s[-1] in ",=" or rest.count("{") != rest.count("}")
+                  or rest.count("(") != rest.count(")") or rest.count("[") != rest.count("]")
+                  or (rest.count('"') - rest.count('\\"')) % 2):
+            return None
+        nxt = _WS.match(text, end).end()
+        if text.startswith(",", nxt) or name in by_name:
+            return None
+        if opcode in _LITERAL_OPCODES:
+            operands: list[str] = []
+            literal = inner.strip()
+        else:
+            literal = ""
+            if not inner.strip():
+                operands = []
+            elif "[" not in inner and "{" not in inner:
+                operands = [p.strip().lstrip("%") for p in inner.split(",")]
+                if not all(_NAME_REF.fullmatch(o) for o in operands):
+                    return None
+            elif _OPERAND_LIST.fullmatch(inner):
+                operands = _LIST_NAME.findall(inner)
+            else:
+                return None
+        shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
+        called: list[str] = []
+        if "=" in rest and _CALLS_HINT.search(rest):
+            for cm in _CALL_RE.finditer(rest):
+                called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
+        async_wrapped = ""
+        if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
+            async_wrapped, _, kind = opcode.rpartition("-")
+            opcode = "async-" + kind
+        line = self.line_at(fm.start(2))
+        ins = Instruction(name, shape, opcode, operands, rest, bool(root), line, literal, called, async_wrapped)
+        self.pos = fm.start(2)
+        _check_instruction(ins, by_name, comps)
+        self.pos = end
+        return ins
 
     def _signature(self, name: str, i: int) -> int:
         """Skip '(params) -> shape' if present and the '{'; the index after it."""
@@ -683,6 +737,18 @@ class _Reader:
         scope = _Scope(instructions, defined_ins, defined_comps, line)
         ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
+
+
+def _add(comp: str, ins: Instruction, root: Instruction | None, instructions: list[Instruction],
+         by_name: dict[str, Instruction]) -> Instruction | None:
+    """Append an instruction to its computation; the ROOT so far (a second one is an error)."""
+    if ins.is_root:
+        if root is not None:
+            raise _At(ins.line, f"computation {comp} has a second ROOT {ins.name!r} (the first is {root.name!r})")
+        root = ins
+    instructions.append(ins)
+    by_name[ins.name] = ins
+    return root
 
 
 @dataclass
@@ -871,6 +937,8 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
     if not text.strip():
         raise HloParseError(f"{filename}:1: empty file, no HloModule")
     reader = _Reader(_strip_comments(text), filename)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the reader makes many small acyclic objects; collecting while it runs only costs time
     try:
         return reader.modules()
     except _At as exc:
@@ -884,6 +952,9 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
             raise HloParseError(f"{filename}:{last}: truncated module: the text ends inside "
                                 f"an instruction or computation ({exc})") from None
         raise HloParseError(f"{filename}:{line}: {exc}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _looks_cut(text: str, pos: int) -> bool:
