@@ -305,7 +305,16 @@ def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
     if "reshape" not in ops:
         model = Model(model.policy, "cpu")
         if "transpose" not in ops:
-            model = Model("stock", "cpu")
+            return Model("stock", "cpu")
+    if model.policy == "layout-aware" and "fusion" not in ops:
+        # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
+        comp = module.computation(comp_name)
+        movers = [i for i in comp.instructions if i.opcode in ("transpose", "reshape") and i.operands]
+        same = {is_bitcast_equivalent(i, comp) for i in movers}
+        if same == {True}:
+            model = Model("proposed", model.backend)
+        elif same == {False}:
+            model = Model("stock", model.backend)
     return model
 
 

@@ -97,6 +97,7 @@ class Shape:
 
 
 _DIM_RE = re.compile(r"<?=?(\d+|\?)")
+_DIMS_OK = re.compile(r"\s*(?:<=)?\s*(?:\d+|\?)\s*(?:,\s*(?:<=)?\s*(?:\d+|\?)\s*)*")
 _WS = re.compile(r"\s*")
 _BRACKETS = re.compile(r'[{}()\[\]"]')
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
@@ -160,6 +161,8 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     elif not dims_text:
         dims = ()
     else:
+        if not _DIMS_OK.fullmatch(dims_text):
+            raise ValueError(f"bad dimensions [{dims_text}]")
         dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(dims_text))
     m2m = None
     if main is not None:
