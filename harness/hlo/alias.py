@@ -293,6 +293,14 @@ def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
     """The simplest model with the same answer for this computation: without reshapes (nested
     fusions included) the backend rules agree; without transposes and reshapes the policies do."""
     cache = _cache(module)
+    known = cache.get(("effective", comp_name, model))
+    if known is not None:
+        return known
+    result = cache[("effective", comp_name, model)] = _effective_uncached(module, comp_name, model, cache)
+    return result
+
+
+def _effective_uncached(module: HloModule, comp_name: str, model: Model, cache: dict) -> Model:
     ops = cache.get(("ops", comp_name))
     if ops is None:  # opcodes of every computation with its nested fusions', callees first
         for comp in module.computations:
