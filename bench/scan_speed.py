@@ -2,8 +2,8 @@
 
 The module has many small fusions of the kinds the scanner looks at (scatter through a
 transpose, dynamic-update-slice, elementwise), metadata on every line like real dumps,
-and one entry computation. Both parsers read the same text in this process.
-Targets: parse+scan < 2 s, and <= 3x the C++ parse.
+and one entry computation. Both parsers read the same text in this process, rounds
+interleaved, best of each. Target: parse+scan <= 1.5x the C++ parse.
 
     python bench/scan_speed.py [--instructions 100000]
 """
@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.hlo.parser import parse_module  # noqa: E402
 from harness.hlo.scan import scan_module  # noqa: E402
 
-META = 'metadata={{op_name="jit(train_step)/jvp(model)/layer_{i}/dot_general" source_file="/src/model.py" source_line={i}}}'
+META = ('metadata={{op_name="jit(train_step)/jvp(model)/layer_{i}/dot_general" source_file="/src/model.py" '
+        'source_line={i}}}')
 
 
 def generate(n_instructions: int) -> str:
@@ -37,7 +38,8 @@ def generate(n_instructions: int) -> str:
             f"%fused_{i} (p0: f32[32,64], p1: s32[8,1], p2: f32[8,32]) -> f32[64,32] {{\n"
             f"  %p0.{i} = f32[32,64]{{1,0}} parameter(0)\n"
             f"  %n.{i} = f32[32,64]{{1,0}} negate(f32[32,64]{{1,0}} %p0.{i}), {meta}\n"
-            f"  %t.{i} = f32[64,32]{{{'0,1' if i % 2 else '1,0'}}} transpose(f32[32,64]{{1,0}} %p0.{i}), dimensions={{1,0}}, {meta}\n"
+            f"  %t.{i} = f32[64,32]{{{'0,1' if i % 2 else '1,0'}}} transpose(f32[32,64]{{1,0}} %p0.{i}), "
+            f"dimensions={{1,0}}, {meta}\n"
             f"  %p1.{i} = s32[8,1]{{1,0}} parameter(1)\n"
             f"  %p2.{i} = f32[8,32]{{1,0}} parameter(2)\n"
             f"  ROOT %sc.{i} = f32[64,32]{{1,0}} scatter(f32[64,32]{{1,0}} %t.{i}, s32[8,1]{{1,0}} %p1.{i}, "
@@ -62,21 +64,24 @@ def main() -> int:
     text = generate(args.instructions)
     from jax._src.lib import hlo as xla_hlo
 
-    t_py, t_cc = [], []
+    t_py, t_cc, cpu_py, cpu_cc = [], [], [], []
     for _ in range(args.repeat):  # interleaved rounds, best of each
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         mod = parse_module(text, "bench")
         findings = scan_module(mod)
         t_py.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        cpu_py.append(time.process_time() - c0)
+        t0, c0 = time.perf_counter(), time.process_time()
         xla_hlo.hlo_module_from_text(text)
         t_cc.append(time.perf_counter() - t0)
+        cpu_cc.append(time.process_time() - c0)
     py, cc = min(t_py), min(t_cc)
     print(f"module: {mod.instruction_count()} instructions, {len(text) / 1e6:.1f} MB of text, "
           f"{len(findings)} in-place fusion outputs ({sum(f.cls == 'hazard' for f in findings)} hazards)")
-    print(f"xla-harness parse+scan: {py:.3f} s (best of {args.repeat}; target < 2 s)")
+    print(f"xla-harness parse+scan: {py:.3f} s (best of {args.repeat})")
     print(f"jaxlib C++ parse:       {cc:.3f} s")
-    print(f"ratio python/c++: {py / cc:.2f}  (target <= 3)")
+    print(f"ratio python/c++: {py / cc:.2f} wall clock, {min(cpu_py) / min(cpu_cc):.2f} process CPU time "
+          "(target <= 1.5; CPU time is the steadier figure on a shared machine)")
     return 0
 
 

@@ -18,7 +18,9 @@ from harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, p
 from harness.hlo.scan import detect_backend, module_json, scan, scan_module
 
 HLO = Path(__file__).resolve().parent / "hlo"
-FIXTURES = sorted(p.stem for p in HLO.glob("*.hlo"))
+# tests/hlo/*.hlo are also the C++ tests of the XLA patch; tests/hlo/scanner/*.hlo are the scanner's own.
+FIXTURE_PATHS = {p.stem: p for p in sorted(HLO.rglob("*.hlo"))}
+FIXTURES = sorted(FIXTURE_PATHS)
 
 # What each fixture must show, stated by hand (independent of the generated JSON):
 # [(class, path)] per in-place fusion output, in scan order.
@@ -61,23 +63,23 @@ def test_every_fixture_is_listed():
 def test_fixture_is_valid_hlo_for_xla(name):
     from jax._src.lib import hlo as xla_hlo  # jaxlib's C++ HLO parser
 
-    xla_hlo.hlo_module_from_text((HLO / f"{name}.hlo").read_text())
+    xla_hlo.hlo_module_from_text(FIXTURE_PATHS[name].read_text())
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_findings(name):
-    mod = parse_file(HLO / f"{name}.hlo")
+    mod = parse_file(FIXTURE_PATHS[name])
     findings, decisions, backend = scan(mod)
     assert [(f.cls, f.path) for f in findings] == INTENDED[name]
     assert [(d.scatter, d.producer) for d in decisions] == INTENDED_DECISIONS.get(name, [])
-    expected = json.loads((HLO / f"{name}.expected.json").read_text())
+    expected = json.loads(FIXTURE_PATHS[name].with_suffix(".expected.json").read_text())
     assert module_json(mod, findings, decisions, backend) == expected
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_policies_are_nested(name):
     """stock finds a subset of layout-aware, which finds a subset of proposed."""
-    mod = parse_file(HLO / f"{name}.hlo")
+    mod = parse_file(FIXTURE_PATHS[name])
     for comp in mod.computations:
         for ins in comp.instructions:
             if ins.opcode != "fusion":
@@ -159,7 +161,7 @@ def test_multi_output_pair_and_hazard_context():
     (f,) = scan_module(parse_file(HLO / "transpose_moves_data.hlo"))
     assert f.source == "w" and f.feeds_dense and f.other_users == ["logits (dot)"]
     # state#1 feeds the hazard, state#0 the dot: another element, not the tied pattern
-    (f,) = scan_module(parse_file(HLO / "tuple_element_source.hlo"))
+    (f,) = scan_module(parse_file(HLO / "scanner" / "tuple_element_source.hlo"))
     assert f.source == "state#1" and not f.feeds_dense and f.other_users == []
 
 

@@ -36,7 +36,9 @@ Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-mo
 def add_arguments(p) -> None:
     from harness.commands.stress import add_model_arguments
 
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="HLO text file or dump directory")
+    # str, not Path: scan isolates each bad file itself (FIFOs and devices included: one error line
+    # each, the other files still scanned) rather than the CLI refusing the whole command.
+    p.add_argument("paths", nargs="*", type=str, metavar="PATH", help="HLO text file or dump directory")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu", "tpu", "unknown"],
@@ -137,7 +139,7 @@ def run(args) -> int:
 
     if not args.paths and not args.model:
         raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
-    targets, errors = _collect_targets(args.paths)
+    targets, errors = _collect_targets([Path(p) for p in args.paths])
     scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
     for path, ba_path in targets:
         try:

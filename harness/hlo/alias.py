@@ -27,7 +27,7 @@ bitcast and every reshape (``GpuAliasInfo``). On top of that, the policy:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from harness.errors import HarnessError
 from harness.hlo.parser import Computation, HloModule, Instruction, Shape
@@ -36,8 +36,7 @@ POLICIES = ("stock", "proposed", "layout-aware")
 BACKEND_RULES = ("cpu", "gpu")  # whose IsNoOpForAliasAnalysis: bitcast / bitcast + reshape
 
 
-@dataclass(frozen=True)
-class InPlacePair:
+class InPlacePair(NamedTuple):
     operand_index: int  # fusion operand (= fused parameter) number
     operand_shape_index: tuple[int, ...]
     output_index: tuple[int, ...]
@@ -137,13 +136,20 @@ def reshape_is_bitcast(operand: Shape, result: Shape) -> bool:
 
 
 def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
+    """Is this transpose/reshape (or bitcast) a bitcast under its layouts (cached on it)."""
+    cached = ins.__dict__.get("_bitcast_equivalent")
+    if cached is not None:
+        return cached
     src, k = comp.operand(ins.operands[0])
     operand = src.shape.subshape(k)
     if ins.opcode == "transpose":
-        return transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
-    if ins.opcode == "reshape":
-        return reshape_is_bitcast(operand, ins.shape)
-    return ins.opcode == "bitcast"
+        result = transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
+    elif ins.opcode == "reshape":
+        result = reshape_is_bitcast(operand, ins.shape)
+    else:
+        result = ins.opcode == "bitcast"
+    ins.__dict__["_bitcast_equivalent"] = result
+    return result
 
 
 def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cpu") -> bool:
@@ -162,8 +168,7 @@ def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cp
 # ----------------------------------------------------------------------------- tracing
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     """One alias model: a policy on top of a backend's no-op rule."""
 
     policy: str = "stock"
@@ -196,7 +201,9 @@ def _default_pairs(n: int) -> list[Pair]:
 
 
 def _annotated(ins: Instruction) -> list[Pair]:
-    return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing()]
+    if "output_to_operand_aliasing" not in ins.attr_text:
+        return []
+    return [(op, op_idx, out) for out, op, op_idx in ins.output_to_operand_aliasing() if op >= 0]
 
 
 def _collective_permute_pairs(ins: Instruction, comp: Computation | None, start: bool) -> list[Pair]:
@@ -282,10 +289,54 @@ def _cache(module: HloModule) -> dict:
     return cache
 
 
+def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
+    """The simplest model with the same answer for this computation: without reshapes (nested
+    fusions included) the backend rules agree; without transposes and reshapes the policies do."""
+    cache = _cache(module)
+    known = cache.get(("effective", comp_name, model))
+    if known is not None:
+        return known
+    result = cache[("effective", comp_name, model)] = _effective_uncached(module, comp_name, model, cache)
+    return result
+
+
+def _effective_uncached(module: HloModule, comp_name: str, model: Model, cache: dict) -> Model:
+    ops = cache.get(("ops", comp_name))
+    if ops is None:  # opcodes of every computation with its nested fusions', callees first
+        for comp in module.computations:
+            own = {i.opcode for i in comp.instructions}
+            for i in comp.instructions:
+                if i.opcode == "fusion" and i.called:
+                    own |= cache.get(("ops", i.called[0]), set())
+            cache[("ops", comp.name)] = frozenset(own)
+        ops = cache[("ops", comp_name)]
+    if "reshape" not in ops:
+        model = Model(model.policy, "cpu")
+        if "transpose" not in ops:
+            return Model("stock", "cpu")
+    if model.policy == "layout-aware" and "fusion" not in ops:
+        # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
+        comp = module.computation(comp_name)
+        movers = [i for i in comp.instructions if i.opcode in ("transpose", "reshape") and i.operands]
+        same = {is_bitcast_equivalent(i, comp) for i in movers}
+        if same == {True}:
+            model = Model("proposed", model.backend)
+        elif same == {False}:
+            model = Model("stock", model.backend)
+    return model
+
+
+def effective_backend(module: HloModule, comp_name: str, backend: str) -> str:
+    """The backend rule that gives the same pairs for this computation (cpu when it has no reshape)."""
+    return _effective(module, comp_name, Model("proposed", backend)).backend
+
+
 def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
     """Compute the pairs of every fusion nested under ``fusion`` first, innermost first,
     with an explicit stack (no recursion, whatever the nesting depth)."""
     cache = _cache(module)
+    if (fusion.called[0], model) in cache:
+        return
     stack = [fusion]
     while stack:
         top = stack[-1]
@@ -351,11 +402,12 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
     if fusion.opcode != "fusion" or not fusion.called:
         raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    model = Model(policy, backend)
+    model = _effective(module, fusion.called[0], Model(policy, backend))
     _ensure_nested(module, fusion, model)
     out = list(_cache(module)[(fusion.called[0], model)])
-    for out_index, op, op_index in fusion.output_to_operand_aliasing():
-        out.append(InPlacePair(op, op_index, out_index, ()))
+    if "output_to_operand_aliasing" in fusion.attr_text:
+        for out_index, op, op_index in fusion.output_to_operand_aliasing():
+            out.append(InPlacePair(op, op_index, out_index, ()))
     return out
 
 

@@ -28,6 +28,7 @@ about a second.
 from __future__ import annotations
 
 import functools
+import gc
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,11 +97,12 @@ class Shape:
 
 
 _DIM_RE = re.compile(r"<?=?(\d+|\?)")
+_DIMS_OK = re.compile(r"\s*(?:<=)?\s*(?:\d+|\?)\s*(?:,\s*(?:<=)?\s*(?:\d+|\?)\s*)*")
 _WS = re.compile(r"\s*")
 _BRACKETS = re.compile(r'[{}()\[\]"]')
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
 # An array shape with an optional layout (no nested braces inside a layout), in one match.
-_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}:]*)(?::([^}]*))?\})?")
+_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
 
 
 def _match_brace(text: str, i: int, open_ch: str = "", close_ch: str = "") -> int:
@@ -142,27 +144,42 @@ def _skip_string(text: str, i: int) -> int:
         i = m.end()
 
 
+_SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
+
+
 def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     m = _ARRAY_FAST.match(text, i)
     if m is None:
         raise ValueError(f"expected a shape near {text[i:i + 30]!r}")
+    key = m.group()
+    shape = _SHAPE_CACHE.get(key)
+    if shape is not None:
+        return shape, m.end()
     etype, dims_text, main, extra = m.groups()
     if dims_text.isdigit():
         dims: tuple[int, ...] = (int(dims_text),)
     elif not dims_text:
         dims = ()
     else:
+        if not _DIMS_OK.fullmatch(dims_text):
+            raise ValueError(f"bad dimensions [{dims_text}]")
         dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(dims_text))
     m2m = None
     if main is not None:
         main = main.strip()
         m2m = tuple(int(x) for x in main.split(",")) if main else ()
-    return Shape(etype, dims, m2m, None, extra or ""), m.end()
+    shape = Shape(etype, dims, m2m, None, extra or "")
+    if len(_SHAPE_CACHE) < 100_000:
+        _SHAPE_CACHE[key] = shape
+    return shape, m.end()
 
 
 def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
     """Parse a shape starting at text[i]; return it and the index after it.
     Tuples are read with an explicit stack, so any nesting depth is fine."""
+    c = text[i:i + 1]
+    if c.isalpha() and not text.startswith("b(", i):  # the common case: one array shape
+        return _array_shape(text, i)
     stack: list[list[Shape]] = []
     while True:
         i = _WS.match(text, i).end()
@@ -235,6 +252,10 @@ class Instruction:
         return self.attrs.get("kind")
 
     def int_list(self, key: str) -> tuple[int, ...]:
+        """``dimensions={1,0}`` -> (1, 0); a direct search when the key occurs once."""
+        found = re.findall(rf"(?:^|,)\s*{re.escape(key)}\s*=\s*\{{([\d,\s]*)\}}", self.attr_text)
+        if len(found) == 1 and self.attr_text.count(key + "=") == 1:
+            return tuple(int(x) for x in found[0].split(",") if x.strip())
         v = self.attrs.get(key, "").strip().strip("{}")
         return tuple(int(x) for x in v.split(",") if x.strip())
 
@@ -319,8 +340,8 @@ class HloModule:
 
 
 _IDX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
-_OTOA_ONE = re.compile(rf"\s*({_IDX})\s*:\s*\(\s*(\d+)\s*,\s*({_IDX})\s*\)\s*")
-_OTOA_RE = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
+_OTOA_ONE = re.compile(rf"\s*({_IDX})\s*:\s*\(\s*(-?\d+)\s*,\s*({_IDX})\s*\)\s*")
+_OTOA_RE = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(-?\d+)\s*,\s*\{([\d,\s]*)\}")
 
 
 def _index(text: str) -> tuple[int, ...]:
@@ -410,14 +431,26 @@ def _operand_name(text: str) -> str:
     return m.group(1)
 
 
-def _parse_operands(inner: str) -> list[str]:
+_ITEM = r"\s*(?:[a-z][a-z0-9]*\[[^\]\[{}()]*\](?:\{[^{}()]*\})?\s+)?%?[A-Za-z_][\w.\-]*(?:#\d+)*\s*"
+_OPERAND_LIST = re.compile(rf"(?:{_ITEM},)*{_ITEM}")
+_LIST_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*(?:,|$)")
+
+
+def _parse_operands(inner: str, scope: _Scope | None = None, depth: int = 0) -> list[str]:
     if not inner.strip():
         return []
-    if ("%" in inner and "(" not in inner and '"' not in inner
-            and inner.count("%") == inner.count(",") + 1):
-        return _PCT_NAME.findall(inner)  # every operand is '%a' or 'f32[2] %a' with a 1-d shape
+    if "(" not in inner and '"' not in inner and _OPERAND_LIST.fullmatch(inner):
+        return _LIST_NAME.findall(inner)  # 'f32[2,3]{1,0} %a, b#1, ...': array shapes or none
     if "[" in inner or "(" in inner or "{" in inner or '"' in inner:
-        return [_operand_name(p) for p in _split_top(inner)]
+        out = []
+        for p in _split_top(inner):
+            try:
+                out.append(_operand_name(p))
+            except ValueError:
+                if scope is None or "(" not in p:
+                    raise
+                out.append(_nested_operand(p, scope, depth))
+        return out
     out = []
     for p in inner.split(","):  # untyped operands: 'a, b' or '%a, %b'
         m = _OPERAND_NAME.fullmatch(p.strip())
@@ -471,7 +504,7 @@ def _attr_end(text: str, i: int) -> int:
     if not s:
         j = _WS.match(text, eol).end()
         return eol if not text.startswith(",", j) else _skip_attributes(text, i)
-    if (s[0] == "," and s[-1] != "," and seg.count("{") == seg.count("}") and seg.count("(") == seg.count(")")
+    if (s[0] == "," and s[-1] not in ",=" and seg.count("{") == seg.count("}") and seg.count("(") == seg.count(")")
             and seg.count("[") == seg.count("]") and (seg.count('"') - seg.count('\\"')) % 2 == 0
             and not text.startswith(",", _WS.match(text, eol).end())):
         return eol
@@ -482,6 +515,10 @@ def _attr_end(text: str, i: int) -> int:
 
 
 _HEADER = re.compile(r"HloModule\b\s*")
+_FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\n]*\](?:\{{[^{{}}\n]*\}})?)"
+                        r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)")
+_NAME_REF = re.compile(r"[A-Za-z_][\w.\-]*(?:#\d+)*")
+_CALLS_HINT = re.compile(r"calls=|to_apply=|body=|condition=|_computation")
 _SECTION = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\b")
 _SECTION_ENTRY = re.compile(r"\s*\d+\s+")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?%?({_NAME})\s*")
@@ -601,7 +638,13 @@ class _Reader:
         instructions: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
+        fast_line = _FAST_LINE.match
         while True:
+            fm = fast_line(text, self.pos)
+            ins = self._fast_instruction(fm, by_name, defined) if fm is not None else None
+            if ins is not None:
+                root = _add(name, ins, root, instructions, by_name)
+                continue
             nm = _NEXT.match(text, self.pos)
             if nm is None:
                 if self.at_end():
@@ -610,17 +653,56 @@ class _Reader:
             if nm.group(1):
                 self.pos = nm.end()
                 break
-            ins = self.instruction(nm, by_name, defined)
-            if ins.is_root:
-                if root is not None:
-                    raise _At(ins.line, f"computation {name} has a second ROOT {ins.name!r} "
-                                        f"(the first is {root.name!r})")
-                root = ins
-            instructions.append(ins)
-            by_name[ins.name] = ins
+            root = _add(name, self.instruction(nm, instructions, by_name, defined), root, instructions, by_name)
         if not instructions:
             raise _At(line, f"computation {name} has no instructions")
         return Computation(name, instructions, is_entry, line, self._thread(name), by_name)
+
+    def _fast_instruction(self, fm: re.Match, by_name: dict[str, Instruction],
+                          comps: dict[str, Computation]) -> Instruction | None:
+        """The common one-line instruction 'name = f32[..]{..} op(a, b), attrs' read from one
+        regex match; None when the line is anything else (the general reader takes it)."""
+        root, name, shape_text, opcode, inner, rest = fm.groups()
+        text = self.text
+        end = fm.end()
+        s = rest.strip()
+        if s and (s[0] != "," or s[-1] in ",=" or rest.count("{") != rest.count("}")
+                  or rest.count("(") != rest.count(")") or rest.count("[") != rest.count("]")
+                  or (rest.count('"') - rest.count('\\"')) % 2):
+            return None
+        nxt = _WS.match(text, end).end()
+        if text.startswith(",", nxt) or name in by_name:
+            return None
+        if opcode in _LITERAL_OPCODES:
+            operands: list[str] = []
+            literal = inner.strip()
+        else:
+            literal = ""
+            if not inner.strip():
+                operands = []
+            elif "[" not in inner and "{" not in inner:
+                operands = [p.strip().lstrip("%") for p in inner.split(",")]
+                if not all(_NAME_REF.fullmatch(o) for o in operands):
+                    return None
+            elif _OPERAND_LIST.fullmatch(inner):
+                operands = _LIST_NAME.findall(inner)
+            else:
+                return None
+        shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
+        called: list[str] = []
+        if "=" in rest and _CALLS_HINT.search(rest):
+            for cm in _CALL_RE.finditer(rest):
+                called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
+        async_wrapped = ""
+        if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
+            async_wrapped, _, kind = opcode.rpartition("-")
+            opcode = "async-" + kind
+        line = self.line_at(fm.start(2))
+        ins = Instruction(name, shape, opcode, operands, rest, bool(root), line, literal, called, async_wrapped)
+        self.pos = fm.start(2)
+        _check_instruction(ins, by_name, comps)
+        self.pos = end
+        return ins
 
     def _signature(self, name: str, i: int) -> int:
         """Skip '(params) -> shape' if present and the '{'; the index after it."""
@@ -648,52 +730,104 @@ class _Reader:
         self.pos = end
         return value.strip().strip('"')
 
-    def instruction(self, head: re.Match, defined_ins: dict[str, Instruction],
+    def instruction(self, head: re.Match, instructions: list[Instruction], defined_ins: dict[str, Instruction],
                     defined_comps: dict[str, Computation]) -> Instruction:
-        text = self.text
         is_root, name = bool(head.group(2)), head.group(3)
         self.pos = head.start(3)
         line = self.line_at(self.pos)
         if name in defined_ins:
             raise _At(line, f"instruction name {name!r} is used twice (first at line {defined_ins[name].line})")
-        i = head.end()
-        shape: Shape | None = None
-        if text.startswith("b(", i) or not _OPCODE.match(text, i):  # no shape: XLA infers it for some ops
-            shape, i = parse_shape(text, i)
-        m = _OPCODE.match(text, i)
-        if m is None:
-            raise ValueError(f"expected an opcode near {text[i:i + 30]!r}")
-        opcode = m.group(1)
-        open_at = m.end() - 1
-        j = text.find(")", open_at)
-        inner = text[open_at + 1:j] if j > 0 else ""
-        if j > 0 and "(" not in inner and '"' not in inner:
-            close = j + 1  # the common case: no nested parentheses in the operand list
-        else:
-            close = _match_brace(text, open_at)
-            inner = text[open_at + 1:close - 1]
-        literal = ""
-        if opcode in _LITERAL_OPCODES:
-            operands: list[str] = []
-            literal = inner.strip()
-        else:
-            operands = _parse_operands(inner)
-        end = _attr_end(text, close)
-        rest = text[close:end]
-        self.pos = end
-        called: list[str] = []
-        if "=" in rest:
-            for cm in _CALL_RE.finditer(rest):
-                called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
-        async_wrapped = ""
-        if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
-            async_wrapped, _, kind = opcode.rpartition("-")
-            opcode = "async-" + kind
-        if shape is None:
-            shape = _infer_shape(opcode, operands, rest, defined_ins)
-        ins = Instruction(name, shape, opcode, operands, rest, is_root, line, literal, called, async_wrapped)
-        _check_instruction(ins, defined_ins, defined_comps)
+        scope = _Scope(instructions, defined_ins, defined_comps, line)
+        ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
+
+
+def _add(comp: str, ins: Instruction, root: Instruction | None, instructions: list[Instruction],
+         by_name: dict[str, Instruction]) -> Instruction | None:
+    """Append an instruction to its computation; the ROOT so far (a second one is an error)."""
+    if ins.is_root:
+        if root is not None:
+            raise _At(ins.line, f"computation {comp} has a second ROOT {ins.name!r} (the first is {root.name!r})")
+        root = ins
+    instructions.append(ins)
+    by_name[ins.name] = ins
+    return root
+
+
+@dataclass
+class _Scope:
+    """Where an instruction is being defined: the computation so far, the computations before."""
+
+    instructions: list[Instruction]
+    defined: dict[str, Instruction]
+    comps: dict[str, Computation]
+    line: int
+
+
+_MAX_NESTING = 64  # nested instructions as operands, 'add(f32[] constant(0), x)' (XLA caps this too)
+
+
+def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
+         nested: bool = False) -> tuple[Instruction, int]:
+    """Read 'shape opcode(operands), attrs' at text[i]; the instruction and the index after it.
+    A nested instruction (an operand written as an instruction) takes the rest of its text."""
+    shape: Shape | None = None
+    if text.startswith("b(", i) or not _OPCODE.match(text, i):  # no shape: XLA infers it for some ops
+        shape, i = parse_shape(text, i)
+    m = _OPCODE.match(text, i)
+    if m is None:
+        raise ValueError(f"expected an opcode near {text[i:i + 30]!r}")
+    opcode = m.group(1)
+    open_at = m.end() - 1
+    j = text.find(")", open_at)
+    inner = text[open_at + 1:j] if j > 0 else ""
+    if j > 0 and "(" not in inner and '"' not in inner:
+        close = j + 1  # the common case: no nested parentheses in the operand list
+    else:
+        close = _match_brace(text, open_at)
+        inner = text[open_at + 1:close - 1]
+    literal = ""
+    if opcode in _LITERAL_OPCODES:
+        operands: list[str] = []
+        literal = inner.strip()
+    else:
+        operands = _parse_operands(inner, scope, depth)
+    end = len(text) if nested else _attr_end(text, close)
+    rest = text[close:end]
+    called: list[str] = []
+    if "=" in rest:
+        for cm in _CALL_RE.finditer(rest):
+            called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
+    async_wrapped = ""
+    if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
+        async_wrapped, _, kind = opcode.rpartition("-")
+        opcode = "async-" + kind
+    if shape is None:
+        shape = _infer_shape(opcode, operands, rest, scope)
+    ins = Instruction(name, shape, opcode, operands, rest, is_root, scope.line, literal, called, async_wrapped)
+    _check_instruction(ins, scope.defined, scope.comps)
+    return ins, end
+
+
+def _nested_operand(part: str, scope: _Scope, depth: int) -> str:
+    """An operand written as an instruction: define it (named as XLA does, 'opcode.anon',
+    made unique) before the instruction using it; return its name."""
+    if depth >= _MAX_NESTING:
+        raise ValueError(f"instructions nested deeper than {_MAX_NESTING} levels")
+    text = part.strip()
+    k = 0 if _OPCODE.match(text) else parse_shape(text)[1]
+    m = _OPCODE.match(text, k)
+    if m is None:
+        raise ValueError(f"bad operand {text!r}")
+    base = f"{m.group(1)}.anon"
+    name, n = base, 0
+    while name in scope.defined:
+        n += 1
+        name = f"{base}.{n}"
+    ins, _ = _rhs(text, 0, name, False, scope, depth + 1, nested=True)
+    scope.instructions.append(ins)
+    scope.defined[name] = ins
+    return name
 
 
 _SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
@@ -703,9 +837,11 @@ _SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "
                        "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
 
 
-def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict[str, Instruction]) -> Shape:
+def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope) -> Shape:
     """The shape XLA infers for an instruction written without one (the ops the scanner
     follows; others are refused rather than guessed)."""
+    defined = scope.defined
+
     def of(ref: str) -> Shape:
         base, index = split_ref(ref)
         if base not in defined:
@@ -714,12 +850,23 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict
 
     if opcode == "tuple":
         return Shape("tuple", tuple_shapes=tuple(of(o) for o in operands))
+    by_operand = {"while": 0, "select": 1, "compare": 0}
+    if opcode in by_operand and len(operands) > by_operand[opcode]:
+        s = of(operands[by_operand[opcode]])
+        return Shape("pred", s.dims) if opcode == "compare" else s
     if opcode == "get-tuple-element" and len(operands) == 1:
         m = re.search(r"\bindex=(\d+)", attr_text)
         if m:
             return of(operands[0]).subshape((int(m.group(1)),))
     if opcode in _SAME_SHAPE_OPCODES and operands:
         return of(operands[0])
+    if opcode == "after-all":
+        return Shape("token")
+    if opcode == "call":
+        m = _CALL_RE.search(attr_text)
+        callee = scope.comps.get(m.group(2).lstrip("%")) if m else None
+        if callee is not None:
+            return callee.root.shape
     raise ValueError(f"a {opcode} written without a shape is not supported here")
 
 
@@ -793,6 +940,8 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
     if not text.strip():
         raise HloParseError(f"{filename}:1: empty file, no HloModule")
     reader = _Reader(_strip_comments(text), filename)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the reader makes many small acyclic objects; collecting while it runs only costs time
     try:
         return reader.modules()
     except _At as exc:
@@ -806,6 +955,9 @@ def parse_modules(text: str, filename: str = "<string>") -> list[HloModule]:
             raise HloParseError(f"{filename}:{last}: truncated module: the text ends inside "
                                 f"an instruction or computation ({exc})") from None
         raise HloParseError(f"{filename}:{line}: {exc}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _looks_cut(text: str, pos: int) -> bool:

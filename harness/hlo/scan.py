@@ -25,6 +25,7 @@ parameter and its other users (the tied-embedding pattern: the same buffer feeds
 
 from __future__ import annotations
 
+import gc
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ RULES_FOR_BACKEND = {"cpu": ("cpu",), "gpu": ("gpu",), "tpu": ("cpu", "gpu"), "u
 _DATA_MOVING_UNARY = ("transpose", "reshape", "copy", "reverse")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Finding:
     fusion: str
     computation: str
@@ -174,7 +175,10 @@ def _classify(module: HloModule, fusion: Instruction, rule: str) -> dict[tuple[i
 def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown"
                 ) -> list[Finding]:
     rules = RULES_FOR_BACKEND[backend]
-    per_rule = {r: _classify(module, fusion, r) for r in rules}
+    per_rule: dict[str, dict] = {}
+    for r in rules:  # rules that agree on this computation are classified once
+        same = alias.effective_backend(module, fusion.called[0], r)
+        per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r)
     findings = []
     for index in sorted(set().union(*(set(v) for v in per_rule.values()))):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
@@ -236,11 +240,17 @@ def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[
         raise HarnessError(f"unknown backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
     findings: list[Finding] = []
     decisions: list[FusionDecisionFinding] = []
-    for comp in module.computations:
-        for ins in comp.instructions:
-            if ins.opcode == "fusion" and ins.called:
-                findings.extend(scan_fusion(module, comp, ins, backend))
-                decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # many small acyclic objects; collecting while scanning only costs time
+    try:
+        for comp in module.computations:
+            for ins in comp.instructions:
+                if ins.opcode == "fusion" and ins.called:
+                    findings.extend(scan_fusion(module, comp, ins, backend))
+                    decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return findings, decisions, backend
 
 

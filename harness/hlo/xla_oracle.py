@@ -189,7 +189,8 @@ def compare(text: str, filename: str = "<string>") -> Verdict:
         reprint = xla_module.to_string()
         xla_ok, xla_err = True, ""
     except Exception as exc:  # noqa: BLE001 - any rejection by XLA counts
-        xla_module, reprint, xla_ok, xla_err = None, "", False, str(exc).splitlines()[0][:200]
+        lines = str(exc).splitlines()  # the first line is generic; the second says where and why
+        xla_module, reprint, xla_ok, xla_err = None, "", False, " ".join(lines[1:3] or lines)[:200]
     try:
         ours = parse_module(text, filename)
         ours_ok, ours_err = True, ""
