@@ -259,11 +259,11 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
 
 
 def test_pr_without_patches_and_without_evidence(tmp_path, capsys):
-    only_xla = tmp_path / "series.toml"
-    text = (PATCHES / "series.toml").read_text()
-    only_xla.write_text(text[:text.index("[upstream.jax]")])
+    series = tmp_path / "series.toml"
+    series.write_text((PATCHES / "series.toml").read_text().split("[upstream.tensorflow]")[0])
     (tmp_path / "xla").symlink_to(PATCHES / "xla")
-    assert main(["pr", "--target", "tensorflow", "--out", str(tmp_path / "o"), "--series-file", str(only_xla)]) == 2
+    (tmp_path / "jax").symlink_to(PATCHES / "jax")
+    assert main(["pr", "--target", "tensorflow", "--out", str(tmp_path / "o"), "--series-file", str(series)]) == 2
     assert capsys.readouterr().err.startswith("error: series.toml has no upstream 'tensorflow'")
     empty = tmp_path / "results"
     empty.mkdir()

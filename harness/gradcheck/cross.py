@@ -77,19 +77,18 @@ def _cell(case: Case, fw, mode: str, ref: Reference) -> Cell:
 
 
 def disagreements(cells: list[Cell]) -> list[str]:
-    """'fw: a!=b' for each framework whose modes give different gradients for one case."""
+    """'fw: a!=b,c' for each framework whose modes b, c give other gradients than its first mode a."""
     out = []
     by_fw: dict[str, list[Cell]] = {}
     for c in cells:
         if c.got:
             by_fw.setdefault(c.framework, []).append(c)
     for fw, cs in by_fw.items():
-        first = cs[0]
-        for other in cs[1:]:
-            a, b = np.asarray(first.got), np.asarray(other.got)
-            if not np.allclose(a, b, rtol=AGREE_RTOL, atol=AGREE_ATOL, equal_nan=True):
-                out.append(f"{fw}: {first.mode}!={other.mode}")
-                break
+        first = np.asarray(cs[0].got)
+        differ = [c.mode for c in cs[1:]
+                  if not np.allclose(first, np.asarray(c.got), rtol=AGREE_RTOL, atol=AGREE_ATOL, equal_nan=True)]
+        if differ:
+            out.append(f"{fw}: {cs[0].mode}!={','.join(differ)}")
     return out
 
 

@@ -89,12 +89,41 @@ CONTEXT = {
         "root_cause": "0 * inf = NaN in the JVP/transpose rules of primitives with singular derivatives.",
         "why": "A zero cotangent wins over an infinite derivative, as JAX already does for symbolic zeros.",
         "risk": "Behind an opt-in config flag; default behaviour is bit-for-bit unchanged.",
+        "tests_note": "The tests run against the patched jax 0.12.0.1 sdist in xla-harness's CI.",
     },
     "tensorflow": {
-        "problem": "tf.where gradients leak NaN from the dead branch under jit_compile=True.",
-        "root_cause": "tf2xla's SqrtGrad/RsqrtGrad/ReciprocalGrad lack the dy == 0 guard of the eager kernels.",
-        "why": "The same select-on-zero guard the eager kernels use.",
-        "risk": "Only changes results where dy == 0 and the derivative is not finite.",
+        "problem": (
+            "The gradient of `tf.where(x > 0, tf.sqrt(x), 0.0)` at x = [-1, 0, 1, 4] is "
+            "[0, 0, 0.5, 0.25] in eager mode and under tf.function, but [nan, nan, 0.5, 0.25] "
+            "under `tf.function(jit_compile=True)`; the same for `tf.math.rsqrt` and "
+            "`tf.math.reciprocal`. A model that guards a singular op with tf.where trains under "
+            "eager and turns NaN as soon as it is compiled with XLA."),
+        "root_cause": (
+            "tf.where sends a zero upstream gradient into the branch it did not select. The CPU and "
+            "GPU kernels of SqrtGrad, RsqrtGrad and ReciprocalGrad "
+            "(tensorflow/core/kernels/cwise_ops_gradients.h) return 0 where that gradient is 0; "
+            "their tf2xla lowerings (tensorflow/compiler/tf2xla/kernels/binary_ops.cc) multiply "
+            "unguarded, and 0 * inf (y == 0, or y == inf for the reciprocal) is NaN."),
+        "why": (
+            "The lowerings take the eager kernels' semantics: select(dy == 0, 0, formula). Nothing "
+            "changes where dy != 0. Ops whose eager kernels have no such guard (TanhGrad, "
+            "SigmoidGrad, SoftplusGrad, the gradient of RealDiv) are left alone, so XLA and eager "
+            "keep agreeing on them; the commit message lists each op of cwise_ops_gradients.h."),
+        "risk": (
+            "Results change only where dy == 0, from NaN or +-0 to +0, as in eager. One select and "
+            "one compare per element, which XLA fuses into the existing elementwise fusion."),
+        "tests_note": (
+            "The test block is run by xla-harness against the installed tensorflow-cpu 2.21.0 with "
+            "the patch's lowerings compiled into an op library (HarnessSqrtGrad etc.): it passes on "
+            "eager kernels and on the patched lowerings and fails on the stock lowerings."),
+        "run_where": (
+            "xla-harness compiled the new lines of binary_ops.cc with g++ against the headers of the "
+            "tensorflow-cpu 2.21.0 wheel, linked them to its libtensorflow_cc.so.2 as ops "
+            "HarnessSqrtGrad etc., and ran them inside that TF under jit_compile=True on x86-64 "
+            "CPU: equal to eager on its whole gradient registry, bitwise at the dead-branch "
+            "points. `git apply --check` passed on the newest TensorFlow texts readable there; "
+            "not run: the v2.21.0 tag and master sources (not readable), a Bazel build of "
+            "TensorFlow, GPU, TPU."),
     },
 }
 
@@ -166,6 +195,20 @@ def _xla_test_evidence(results_dir: Path) -> list[str]:
     return lines
 
 
+def _scan_and_stress_lines(scans: list[str], stress: list[str]) -> list[str]:
+    lines = []
+    if scans:
+        lines += ["Scanner findings (`xla-harness scan`):", "", *(f"- {s}" for s in scans), ""]
+    else:
+        lines += ["No scanner findings are recorded under results/.", ""]
+    if stress:
+        lines += ["Stress tables (`xla-harness stress`; the line under each table is its environment):", "",
+                  *stress, ""]
+    else:
+        lines += ["No stress runs are recorded under results/ yet: no before/after comparison is claimed.", ""]
+    return lines
+
+
 def build_bundle(series: Series, target: str, out: Path, results_dir: Path | None = None) -> Bundle:
     up: Upstream = series.upstream(target)
     patches = up.select("default")
@@ -205,20 +248,20 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     tests = sorted({t for p in patches for t in p.bazel_targets})
     lines += ["## Tests added", "", *(f"- `{t}`" for t in tests), "",
               *([ctx["tests_note"], ""] if "tests_note" in ctx else []), "## Evidence", ""]
-    xla_logs = _xla_test_evidence(results_dir) if results_dir.is_dir() else []
+    xla_logs = _xla_test_evidence(results_dir) if target == "xla" and results_dir.is_dir() else []
     if xla_logs:
         lines += ["XLA unit tests (`make xla-test`, `make xla-mutants`, `make xla-blast-radius`; each log "
                   "names the wheel, the XLA commit of the patched source and the tools):", "",
                   *(f"- {x}" for x in xla_logs), ""]
-    if scans:
-        lines += ["Scanner findings (`xla-harness scan`):", "", *(f"- {s}" for s in scans), ""]
+    grads = sorted(results_dir.rglob("gradcheck*.txt")) if results_dir.is_dir() else []
+    if target == "tensorflow":
+        for f in grads:
+            lines += [f"Gradient table (`xla-harness gradcheck`), `{f.relative_to(results_dir.parent)}`:", "",
+                      "```", f.read_text(encoding="utf-8").rstrip("\n"), "```", ""]
+        if not grads:
+            lines += ["No gradient tables are recorded under results/.", ""]
     else:
-        lines += ["No scanner findings are recorded under results/.", ""]
-    if stress:
-        lines += ["Stress tables (`xla-harness stress`; the line under each table is its environment):", "",
-                  *stress, ""]
-    else:
-        lines += ["No stress runs are recorded under results/ yet: no before/after comparison is claimed.", ""]
+        lines += _scan_and_stress_lines(scans, stress)
     if "run_where" in ctx:
         lines += ["## What was run where", "", ctx["run_where"], ""]
         if up.bases:

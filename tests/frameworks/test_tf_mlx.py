@@ -15,7 +15,7 @@ import pytest
 
 from harness.gradcheck import cross
 from harness.gradcheck.cases import REGISTRY, by_name
-from harness.gradcheck.tf_oplib.build import PATCH, changed_regions
+from harness.gradcheck.tf_oplib.build import PATCH, added_lines
 
 pytestmark = pytest.mark.skipif(not os.environ.get("XLA_HARNESS_FRAMEWORKS_VENV"),
                                 reason="run by `make frameworks-test` in .venv-frameworks")
@@ -115,8 +115,7 @@ def _patch_test_block():
     """The lines the patch adds to TF's binary_ops_test.py, dedented to run here."""
     import textwrap
 
-    (region,) = changed_regions(PATCH.read_text(), "tensorflow/compiler/tests/binary_ops_test.py")
-    return textwrap.dedent(region)
+    return textwrap.dedent(added_lines(PATCH.read_text(), "tensorflow/compiler/tests/binary_ops_test.py"))
 
 
 @pytest.mark.parametrize("mode,patched,passes", [("eager", False, True), ("jit", False, False), ("jit", True, True)])

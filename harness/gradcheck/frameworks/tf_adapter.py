@@ -129,6 +129,7 @@ def gradient(case, mode: str, x: np.ndarray) -> np.ndarray:
 
     if mode not in modes():
         raise ValueError(f"unknown tf mode {mode!r}")
+    oplib()  # before the first XLA compilation, which registers the JIT kernels once
     F = ops(patched=mode == PATCHED_MODE)
 
     def grad(xs):

@@ -58,6 +58,18 @@ def changed_regions(patch_text: str, file: str) -> list[str]:
     return regions
 
 
+def added_lines(patch_text: str, file: str) -> str:
+    """Every line the patch adds to ``file``, in order."""
+    out, current = [], None
+    for line in patch_text.splitlines(keepends=True):
+        m = _DIFF_FILE.match(line.rstrip("\n"))
+        if m:
+            current = m.group(2)
+        elif current == file and line.startswith("+") and not line.startswith("+++"):
+            out.append(line[1:])
+    return "".join(out)
+
+
 def lowerings_source(patch_text: str) -> str:
     """The patch's lowerings with the ops renamed HarnessSqrtGrad etc."""
     regions = changed_regions(patch_text, LOWERINGS_FILE)
