@@ -21,6 +21,7 @@ help:
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
 	@echo "make patches-jax-check  build .venv-jax-patched from the sdist and test both venvs"
+	@echo "make jax-suite JAX_SRC=dir  jax's own test files, masking flag off and on (results in $(OUT)/jax-suite)"
 	@echo "make pr TARGET=xla|jax  write out/pr/<target>/ (mbox, PR.md, CHECKLIST.md)"
 	@echo "make build-and-test [DRY_RUN=1] [CUDA=1]  build jaxlib with the series (needs GitHub)"
 	@echo "make lint       ruff over the package, tests and benchmarks"
