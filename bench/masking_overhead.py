@@ -102,7 +102,10 @@ def transformer_program(vocab=512, d_model=128, layers=2, heads=4, seq=32, batch
         p, o = fresh()
         return jstep.lower(p, o, tokens).compile().as_text().count(" = ")
 
-    return f"transformer (untied, LayerNorm, V={vocab} D={d_model} L={layers})", fresh, call, n_ops
+    def grads():
+        return jax.jit(jax.grad(loss_fn))(init(jax.random.key(0)), tokens)
+
+    return f"transformer (untied, LayerNorm, V={vocab} D={d_model} L={layers})", fresh, call, n_ops, grads
 
 
 def tied_program():
@@ -127,10 +130,37 @@ def tied_program():
         p, o = prog.init(1)
         return prog.step.lower(p, o, np.uint32(1), np.int32(0)).compile().as_text().count(" = ")
 
-    return f"tied embedding ({cfg.label()}, V={cfg.vocab} D={cfg.d_model} L={cfg.layers})", fresh, call, n_ops
+    def grads():
+        import jax
+
+        from harness.programs.tied_embedding import init_params, loss_fn, make_batches
+
+        batches = make_batches(cfg, jax.random.key(2))
+        return jax.jit(jax.grad(loss_fn), static_argnums=2)(init_params(cfg, jax.random.key(1)), batches, cfg)
+
+    return f"tied embedding ({cfg.label()}, V={cfg.vocab} D={cfg.d_model} L={cfg.layers})", fresh, call, n_ops, grads
 
 
-def measure(name, fresh, call, n_ops, rounds: int, steps: int) -> None:
+def gradient_difference(grads) -> str:
+    """How the jitted gradient at one ordinary point differs between flag off and on."""
+    import jax
+    import numpy as np
+
+    flat = {}
+    for flag in (False, True):
+        with jax.zero_cotangent_masking(flag):
+            flat[flag] = np.concatenate([np.ravel(np.asarray(g, np.float64))
+                                         for g in jax.tree_util.tree_leaves(grads())])
+    off, on = flat[False], flat[True]
+    differ = off != on
+    rel = np.abs(on - off)[differ] / np.maximum(np.abs(off[differ]), np.finfo(np.float32).tiny)
+    return (f"{differ.mean():.1%} of {off.size} gradient elements differ; median relative difference of "
+            f"those {np.median(rel) if rel.size else 0:.1e}; max |on - off| / max |off| "
+            f"{np.abs(on - off).max() / np.abs(off).max():.1e}; all finite: off {np.isfinite(off).all()}, "
+            f"on {np.isfinite(on).all()}")
+
+
+def measure(name, fresh, call, n_ops, grads, rounds: int, steps: int) -> None:
     import jax
 
     def timed(flag: bool) -> float:
@@ -163,6 +193,9 @@ def measure(name, fresh, call, n_ops, rounds: int, steps: int) -> None:
           f"({ops[True] - ops[False]:+d})")
     print(f"  ratio on/off: median of per-round ratios {statistics.median(ratios):.3f} "
           f"[95% interval {lo:.3f}, {hi:.3f}]; ratio of medians {statistics.median(on) / statistics.median(off):.3f}")
+    print(f"  jitted gradient, flag on vs off: {gradient_difference(grads)}")
+    print(f"  median ratio in rounds run off-first {statistics.median(ratios[0::2]):.3f}, "
+          f"on-first {statistics.median(ratios[1::2]):.3f} (a gap means the order matters)")
 
 
 def main() -> int:

@@ -91,3 +91,11 @@ def test_run_file_runs_pytest_once_per_flag_and_finds_the_difference(tmp_path):
     assert jaxsuite.differences(runs["off"], runs["on"]) == [
         ("pjit_test.py::pjit_test::test_flag_value_reaches_the_test", "passed", "failed")]
     assert (tmp_path / "res/on/pjit_test.xml").is_file()
+    # a later invocation with --flags on reads the flag-off results back from the junit file
+    assert jaxsuite.earlier_run(tmp_path / "res", entry, "off").outcomes == runs["off"].outcomes
+    assert jaxsuite.earlier_run(tmp_path / "res", jaxsuite.SuiteFile("nn_test.py"), "off") is None
+
+
+def test_main_refuses_unknown_flag_values(tmp_path, capsys):
+    assert jaxsuite.main(["--jax-src", str(tmp_path), "--flags", "maybe"]) == 2
+    assert capsys.readouterr().err.startswith("error: --flags must name off and/or on")

@@ -337,3 +337,18 @@ def test_unreduced_cotangents_on_eight_cpu_devices():
     assert np.all(np.isnan(off[dead])) and np.all(np.isfinite(off[~dead]))
     assert np.all(np.isfinite(on))
     np.testing.assert_allclose(on[~dead], off[~dead], rtol=1e-5)
+
+
+@patched_only
+def test_pow_with_integer_exponents_matches_flag_off():
+    # The masked pow rule keeps the stock rule's dtype promotion and broadcasting (int y, float x).
+    x = jnp.arange(4, dtype=jnp.float32)
+    fns = {
+        "int_power_at_zero": lambda: jax.grad(jax.jit(lambda x, n: x**n))(0.0, 0),
+        "jacrev_int_scalar_y": lambda: jax.jacrev(jax.jit(jax.lax.pow))(x, 2),
+        "int_powers_vector": lambda: jax.grad(lambda z: jnp.sum(jax.lax.pow(z, jnp.arange(0, 2))))(2.0),
+    }
+    for name, fn in fns.items():
+        off, on = _off_and_on(fn)
+        np.testing.assert_array_equal(on, off, err_msg=name)
+    np.testing.assert_array_equal(fns["jacrev_int_scalar_y"](), np.diag(2 * np.arange(4.0)))
