@@ -188,11 +188,14 @@ def results_cases() -> list[Case]:
     out = []
     for name, content in CORRUPT_RESULTS.items():
         for reader, argv in _READERS:
+            if name == "empty" and reader == "stress-resume":
+                continue  # an empty file is a run that has not started: --resume starts it
             out.append(Case(f"results-{name}-{reader}", argv, _results_setup(content), tags={"results"}))
     # Not-a-results-folder inputs.
     for reader, argv in _READERS:
         out.append(Case(f"results-fifo-{reader}", argv, _files(res__stress__jsonl=None, good__stress__jsonl=GOOD)))
-        out.append(Case(f"results-missing-{reader}", argv, _files(good__stress__jsonl=GOOD)))
+        if reader != "stress-resume":  # --resume with nothing to resume starts the run
+            out.append(Case(f"results-missing-{reader}", argv, _files(good__stress__jsonl=GOOD)))
         out.append(Case(f"results-dir-is-file-{reader}", argv, _files(res=GOOD, good__stress__jsonl=GOOD)))
         out.append(Case(f"results-jsonl-is-dir-{reader}", argv,
                         _files(res__stress__jsonl="/", good__stress__jsonl=GOOD)))

@@ -150,11 +150,18 @@ class ProbeLog:
         if path.exists() and path.stat().st_size and not resume:
             raise HarnessError(f"{path} already holds a bisection; pass --resume or choose another --out")
         if path.exists():
-            for line in path.read_text().splitlines():
+            from harness.stress.store import read_regular
+
+            lines = read_regular(path).split(b"\n")
+            for lineno, line in enumerate(lines, 1):
                 try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill: that probe runs again
+                    rec = json.loads(line.decode("utf-8")) if line.strip() else {}
+                except (ValueError, RecursionError):
+                    if lineno == len(lines):
+                        continue  # a last line cut short by a kill: that probe runs again
+                    raise HarnessError(f"{path}:{lineno}: not a JSON line of a probe log") from None
+                if not isinstance(rec, dict):
+                    raise HarnessError(f"{path}:{lineno}: not a probe log record")
                 if rec.get("kind") == "probe":
                     d = frozenset(rec["disabled"])
                     self.known[d] = Probe(d, rec["failing"], rec.get("detail", ""))
