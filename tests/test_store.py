@@ -207,3 +207,15 @@ def test_gaps_of_a_huge_spec_come_from_intervals(tmp_path):
     res = results.read_results(tmp_path / "stress.jsonl")
     assert report.find_gaps(res) == [
         f"stress.jsonl: full/remat=on/f32 seed 1: 4/{10**12} steps (missing from step 2)"]
+
+
+@pytest.mark.parametrize("errno_,text", [(28, "No space left on device"), (30, "Read-only file system")])
+def test_a_failing_write_is_one_clear_error(tmp_path, monkeypatch, errno_, text):
+    p = tmp_path / "stress.jsonl"
+    with results.open_run(p, dict(SPEC), resume=False) as w:
+        def fail(fd):
+            raise OSError(errno_, text)
+
+        monkeypatch.setattr(results.os, "fsync", fail)
+        with pytest.raises(HarnessError, match=f"cannot write results to .*stress.jsonl: {text}"):
+            w.write_header(dict(SPEC), {})
