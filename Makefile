@@ -11,11 +11,12 @@ OUT      ?= out
 # Default stress matrix: the six configurations of jax-ml/jax#35409, sized for a CPU.
 STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,4 --steps 20
 
-.PHONY: help setup stress test lint bench clean
+.PHONY: help setup stress test test-fast lint bench clean
 
 help:
 	@echo "make stress     run the default tied-embedding stress matrix and print the table"
 	@echo "make test       run the test suite (what CI runs)"
+	@echo "make test-fast  the suite without the subprocess end-to-end tests (marked slow)"
 	@echo "make setup      create $(VENV) with a Python >= 3.12 and jax==$(JAX_PIN)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
@@ -47,6 +48,9 @@ stress: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check harness tests bench build

@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -102,15 +103,22 @@ def quiet_broken_pipe() -> int:
     return 141
 
 
-def main(argv: list[str] | None = None) -> int:
+def guarded(entry: Callable[[list[str]], int], argv: list[str] | None = None, strip_debug: bool = False) -> int:
+    """Run an entry point's main under the last-resort handler (``--debug`` shows tracebacks)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    if strip_debug:
+        argv = [a for a in argv if a != "--debug"]
     try:
-        return _main(argv)
+        return entry(argv)
     except BrokenPipeError:
         return quiet_broken_pipe()
     except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback, never exit 1
         return last_resort(exc, debug)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded(_main, argv)
 
 
 def _main(argv: list[str]) -> int:

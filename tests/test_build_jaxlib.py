@@ -260,7 +260,8 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     # Resume: everything is stamped, nothing runs again.
     n = len(_records(world))
     assert bj.main([*world["args"], "--to", "build"]) == 0
-    assert set(capsys.readouterr().out.split()) >= {"resolve:", "skipped"} and "done" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert set(out.split()) >= {"resolve:", "skipped"} and "done" not in out
     assert len(_records(world)) == n
     # Changing the series redoes prepare and what follows, not resolve/fetch.
     assert bj.main([*world["args"], "--to", "build", "--series", "experimental"]) == 0

@@ -100,6 +100,7 @@ def uninterrupted(tmp_path_factory):
     return _steps(out)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_has_no_missing_or_duplicate_steps(tmp_path, uninterrupted):
     out = tmp_path / "o"
     argv, env = _cli("stress", "--out", str(out), *MATRIX)
@@ -121,6 +122,7 @@ def test_resume_after_sigkill_has_no_missing_or_duplicate_steps(tmp_path, uninte
     assert "0/30" in done.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_flushes_prints_partial_table_and_resumes(tmp_path, uninterrupted):
     out = tmp_path / "o"
     argv, env = _cli("stress", "--out", str(out), *MATRIX)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.stress import store as results
 
@@ -37,6 +39,7 @@ def _run_two_processes(out: Path, extra=()):
     return procs, outs
 
 
+@pytest.mark.slow
 def test_two_processes_write_their_own_results_and_merge(tmp_path, capsys):
     out = tmp_path / "run"
     procs, outs = _run_two_processes(out)
@@ -77,6 +80,7 @@ def test_merge_runs_from_several_hosts(tmp_path, capsys):
     assert "seed 1" in text and "seed 2" in text and "0/6" in text
 
 
+@pytest.mark.slow
 def test_coordinator_that_never_comes_up(tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

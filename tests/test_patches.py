@@ -272,6 +272,7 @@ def test_pr_without_patches_and_without_evidence(tmp_path, capsys):
     assert "No stress runs are recorded" in desc and "No scanner findings" in desc
 
 
+@pytest.mark.slow
 def test_make_pr_from_a_fresh_copy(tmp_path):
     """`make pr TARGET=xla` works from the checkout (setup already done by the test run)."""
     if shutil.which("make") is None:

@@ -52,10 +52,23 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
 
 
+def _check_args(args) -> None:
+    """Flag values that would otherwise fail only after minutes of probing."""
+    if not 0.0 <= args.inject_rate <= 1.0:
+        raise HarnessError(f"--inject-rate must be in [0, 1], got {args.inject_rate}")
+    if args.baseline_steps <= 0:
+        raise HarnessError(f"--baseline-steps must be a positive integer, got {args.baseline_steps}")
+    if args.passes is not None and not [q for q in args.passes.split(",") if q.strip()]:
+        raise HarnessError("--passes lists no pass")
+    if args.out.exists() and not args.out.is_dir():
+        raise HarnessError(f"--out {args.out} is not a folder")
+
+
 def run(args) -> int:
     from harness.repro import bisect
     from harness.stress.runner import StressSpec
 
+    _check_args(args)
     spec = StressSpec(modes=(args.mode,), remats=(args.remat == "on",), seeds=(args.seed,), steps=1,
                       dtype=args.dtype, vocab=args.vocab, d_model=args.d_model, layers=args.layers,
                       heads=args.heads, seq=args.seq, batch=args.batch)

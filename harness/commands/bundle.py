@@ -41,6 +41,21 @@ def add_arguments(p) -> None:
     add_model_arguments(p)
 
 
+def _check_inputs(args) -> None:
+    """Inputs that would otherwise fail only after the step has been compiled."""
+    from harness.errors import HarnessError
+
+    if args.out.exists():
+        raise HarnessError(f"{args.out} already exists; choose another --out")
+    for flag, folder in (("--dump", args.dump), ("--results", args.results), ("--bisect", args.bisect)):
+        if folder is not None and not folder.is_dir():
+            raise HarnessError(f"{flag} {folder} is not a folder")
+    if args.results is not None:
+        from harness.stress import report
+
+        report.load_table([args.results])  # validates every results line
+
+
 def run(args) -> int:
     from harness.errors import HarnessError
     from harness.repro import bundle
@@ -53,6 +68,7 @@ def run(args) -> int:
         return 0 if same else 1
     if not args.out:
         raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
+    _check_inputs(args)
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
     from harness.programs.tied_embedding import ModelConfig

@@ -34,6 +34,19 @@ def add_arguments(p) -> None:
     p.add_argument("--list", action="store_true", help="list the cases and exit")
 
 
+def _list(text: str, flag: str) -> list[str]:
+    """A comma-separated flag value: at least one item, none twice."""
+    from harness.errors import HarnessError
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise HarnessError(f"--{flag} lists nothing")
+    for i, t in enumerate(items):
+        if t in items[:i]:
+            raise HarnessError(f"--{flag} lists {t!r} twice")
+    return items
+
+
 def run(args) -> int:
     import jax
 
@@ -51,13 +64,13 @@ def run(args) -> int:
         except (AttributeError, KeyError, ValueError):
             raise HarnessError("this jax has no jax_zero_cotangent_masking flag (stock jax); use "
                                ".venv-jax-patched from 'make patches-jax-check'") from None
-    names = [n.strip() for n in args.cases.split(",") if n.strip()] if args.cases else None
+    names = _list(args.cases, "cases") if args.cases is not None else None
     frameworks = cross.parse_frameworks(args.framework)
     if frameworks != ["jax"]:
         result = cross.run(check.select(names), frameworks)
         print(cross.to_json(result) if args.json else cross.table(result))
         return 1 if cross.failing(result) else 0
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    modes = tuple(_list(args.modes, "modes"))
     verdicts = check.run(names, modes)
     print(check.to_json(verdicts) if args.json else check.table(verdicts))
     return 1 if any(v.status in ("NaN", "WRONG") for v in verdicts) else 0

@@ -25,6 +25,10 @@ def run(args) -> int:
     from harness.upstream.pr import build_bundle
     from harness.upstream.series import load_series
 
+    if args.results is not None and not args.results.is_dir():
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"--results {args.results} is not a folder")
     series = load_series(args.series_file)
     out = args.out or Path("out/pr") / args.target
     bundle = build_bundle(series, args.target, out, args.results)

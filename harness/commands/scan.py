@@ -54,7 +54,7 @@ def add_arguments(p) -> None:
 
 
 def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
-    files = sorted(p for p in d.rglob("*after_optimizations.txt"))
+    files = sorted(p for p in d.rglob("*after_optimizations.txt") if p.is_file())  # not FIFOs: they block
     if files:
         out = []
         for f in files:

@@ -162,8 +162,10 @@ class ProbeLog:
             self.record("task", task=self.task)
 
     def _load(self, path: Path) -> None:
+        from harness.stress.store import read_regular
+
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = read_regular(path).decode("utf-8").splitlines()
         except UnicodeDecodeError:
             raise HarnessError(f"{path}: not a bisection log (not UTF-8)") from None
         first = _json_or_none(lines[0]) if lines else None
@@ -203,7 +205,7 @@ class ProbeLog:
 def _json_or_none(line: str):
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

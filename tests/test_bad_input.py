@@ -1,0 +1,161 @@
+"""Bad input never crashes: every generated case (tests/bad_input_cases.py) ends with exit 2,
+exactly one ``error:`` line on stderr, no traceback, no file that existed before changed,
+and within a time limit (a hang fails the case).
+
+The cases run in-process (harness.cli.main / the build entry's main) so several hundred
+take seconds; a few run as real subprocesses (marked slow) to check the entry points
+themselves: the console script, ``python -m harness.cli`` and build/build_jaxlib.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .bad_input_cases import Case, all_cases, tree_hashes
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = all_cases()
+CASE_LIMIT_S = 120  # generous: the first case that imports jax pays for it
+
+
+class CaseHung(BaseException):
+    """Raised by the alarm; a BaseException so no handler under test can swallow it."""
+
+
+def _on_alarm(signum, frame):
+    raise CaseHung(f"case still running after {CASE_LIMIT_S} s")
+
+
+def _cli_main():
+    from harness.cli import main
+
+    return main
+
+
+def _build_entry():
+    """build/build_jaxlib.py loaded as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_jaxlib_entry", ROOT / "build" / "build_jaxlib.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run_in_process(case: Case, tmp: Path) -> int:
+    entry = _build_entry().entry if case.entry == "build" else _cli_main()
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, CASE_LIMIT_S)
+    try:
+        return entry(case.args(tmp))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _check(code: int, err: str, before: dict, after: dict) -> None:
+    assert "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2, f"exit {code}: {err}"
+    assert len(errors) == 1, err
+    changed = sorted(k for k, v in before.items() if after.get(k) != v)
+    assert not changed, f"changed: {changed}"
+
+
+def test_enough_cases_over_every_entry_point():
+    commands = {c.argv[0] for c in CASES if c.entry == "cli" and c.argv}
+    assert len(CASES) >= 300
+    assert commands >= {"stress", "report", "merge", "compare", "scan", "gradcheck", "bisect-passes", "bundle",
+                        "patches-check", "pr"}
+    assert sum(c.entry == "build" for c in CASES) >= 20
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "case"
+    work.mkdir()
+    case.setup(work)
+    before = tree_hashes(work)
+    monkeypatch.chdir(work)
+    code = _run_in_process(case, work)
+    _check(code, capsys.readouterr().err, before, tree_hashes(work))
+
+
+SUBPROCESS_CASES = ["results-non-utf8-report", "results-deep-nesting-merge", "stress-modes-dup",
+                    "scan-file-fifo", "build-stamp-not-json", "stress-resume-other-options-torn-tail"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_bad_input_as_subprocess(case_id, tmp_path):
+    case = next(c for c in CASES if c.id == case_id)
+    work = tmp_path / "case"
+    work.mkdir()
+    case.setup(work)
+    before = tree_hashes(work)
+    entry = [str(ROOT / "build" / "build_jaxlib.py")] if case.entry == "build" else ["-m", "harness.cli"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, *entry, *case.args(work)], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=CASE_LIMIT_S, stdin=subprocess.DEVNULL)
+    _check(done.returncode, done.stderr, before, tree_hashes(work))
+
+
+def test_internal_error_is_one_line_and_exit_2(monkeypatch, capsys):
+    """The last-resort handler: an unforeseen exception is one `error: internal:` line, exit 2;
+    --debug adds the traceback."""
+    from harness import cli
+    from harness.commands import report
+
+    def boom(args):
+        raise ZeroDivisionError("planted")
+
+    monkeypatch.setattr(report, "run", boom)
+    assert cli.main(["report", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["error: internal: ZeroDivisionError: planted (run with --debug for the traceback)"]
+    assert cli.main(["--debug", "report", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1] == "error: internal: ZeroDivisionError: planted"
+
+
+@pytest.mark.parametrize("exc,needle", [
+    (OSError(28, "No space left on device", "out/stress.jsonl"), "error: out/stress.jsonl: No space left on device"),
+    (OSError(30, "Read-only file system", "o"), "error: o: Read-only file system"),
+    (RecursionError("maximum recursion depth exceeded"), "error: input nested too deeply to process"),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+     "error: input is not UTF-8 text (invalid start byte at byte 0)"),
+])
+def test_unmapped_os_and_decode_errors_are_one_line(monkeypatch, capsys, exc, needle):
+    from harness import cli
+    from harness.commands import report
+
+    def raise_it(args):
+        raise exc
+
+    monkeypatch.setattr(report, "run", raise_it)
+    assert cli.main(["report", "x"]) == 2
+    assert capsys.readouterr().err.splitlines() == [needle]
+
+
+@pytest.mark.slow
+def test_report_into_closed_pipe_exits_quietly(tmp_path):
+    """`report | head -1`: the reader closes the pipe; no traceback, no error line."""
+    from .bad_input_cases import GOOD
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "stress.jsonl").write_bytes(GOOD)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r, w = os.pipe()
+    os.close(r)  # nobody reads: the first write fails with EPIPE
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(tmp_path / "r")], stdout=w,
+                          stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    os.close(w)
+    assert done.stderr == "" and done.returncode == 141

@@ -1,0 +1,221 @@
+"""The results store: schema validation, the writer's lock, tail repair, and how report/merge
+pool steps. Concurrency is tested with real locks: in-process for a writer caught mid-line,
+and with two real `stress` processes (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import HarnessError
+from harness.stress import records, report
+from harness.stress import store as results
+
+from .bad_input_cases import GOOD, RUN_ARGS, SPEC, block, header, lines
+from .helpers import TINY_ARGS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(folder: Path, data: bytes, name: str = "stress.jsonl") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data)
+    return folder / name
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def test_fingerprint_ignores_which_trials_and_tracks_what_a_step_computes():
+    fp = records.spec_fingerprint(SPEC)
+    assert records.spec_fingerprint({**SPEC, "seeds": [7, 8], "steps": 99, "modes": ["full", "dense_only"]}) == fp
+    assert records.spec_fingerprint({**SPEC, "learning_rate": 0.01}) != fp
+    assert records.spec_fingerprint({**SPEC, "inject_nan_rate": 0.5}) != fp
+
+
+def test_records_round_trip_and_one_label_function():
+    from harness.programs.tied_embedding import ModelConfig
+
+    for raw in GOOD.splitlines():
+        rec = records.parse_line(raw)
+        assert records.parse_line(records.dumps(rec).encode()) == rec
+    cfg = ModelConfig(mode="dense_only", remat=False, dtype="bf16")
+    assert cfg.label() == records.label(cfg.to_dict()) == "dense_only/remat=off/bf16"
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda b: b.pop("label"), "stress.jsonl:2: block lacks the key 'label'"),
+    (lambda b: b.update(seed="1"), "stress.jsonl:2: block 'seed' must be int"),
+    (lambda b: b["steps"][1].update(step=9), "stress.jsonl:2: block steps are not exactly steps 0..1"),
+    (lambda b: b.update(nonfinite=1), "stress.jsonl:2: block nonfinite 1 does not match its steps"),
+])
+def test_reader_names_file_line_and_what_is_wrong(tmp_path, mutate, needle):
+    b = block(0, 2)
+    mutate(b)
+    _write(tmp_path, lines([header(), b, block(2, 4)]))
+    with pytest.raises(HarnessError) as exc:
+        results.read_results(tmp_path / "stress.jsonl")
+    assert needle in str(exc.value)
+
+
+def test_reader_skips_a_line_being_written_and_keeps_a_complete_one(tmp_path):
+    p = _write(tmp_path, GOOD + b'{"kind": "block", "lab')
+    assert [b.start for b in results.read_results(p).blocks] == [0, 2]
+    p.write_bytes(GOOD + json.dumps(block(4, 6)).encode())  # valid, newline not yet written
+    assert [b.start for b in results.read_results(p).blocks] == [0, 2, 4]
+
+
+# ----------------------------------------------------------------------------- open_run
+
+
+def test_resume_completes_a_valid_last_line_instead_of_cutting_it(tmp_path):
+    p = _write(tmp_path, GOOD.rstrip(b"\n"))
+    with results.open_run(p, dict(SPEC), resume=True) as w:
+        assert [b.start for b in w.blocks] == [0, 2]
+    assert p.read_bytes() == GOOD
+
+
+def test_resume_cuts_only_a_tail_that_does_not_parse(tmp_path, capsys):
+    p = _write(tmp_path, GOOD + b'{"kind": "block", "sta')
+    with results.open_run(p, dict(SPEC), resume=True) as w:
+        assert len(w.blocks) == 2
+    assert p.read_bytes() == GOOD
+    assert "removed a truncated last line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b'{"user": 1}\n{"user": 2', b"notes\nmore notes", b"\n\n"])
+def test_a_file_that_is_not_ours_is_never_touched(tmp_path, content):
+    p = _write(tmp_path, content)
+    with pytest.raises(HarnessError, match="not a stress results header|is empty"):
+        results.open_run(p, dict(SPEC), resume=True)
+    assert p.read_bytes() == content
+
+
+def test_options_are_compared_before_any_repair(tmp_path):
+    data = GOOD + b'{"kind": "block", "sta'
+    p = _write(tmp_path, data)
+    with pytest.raises(HarnessError, match=r"different run \(learning_rate=0.001, now 0.01\)"):
+        results.open_run(p, {**SPEC, "learning_rate": 0.01}, resume=True)
+    assert p.read_bytes() == data
+
+
+def test_second_writer_is_refused_while_the_first_holds_the_lock(tmp_path):
+    p = tmp_path / "stress.jsonl"
+    with results.open_run(p, dict(SPEC), resume=False) as first:
+        first.write_header(dict(SPEC), {})
+        for resume in (False, True):
+            with pytest.raises(HarnessError, match="another stress run is writing"):
+                results.open_run(p, dict(SPEC), resume=resume)
+        first.append(block(0, 2))
+    with results.open_run(p, dict(SPEC), resume=True) as again:  # released on close
+        assert [b.start for b in again.blocks] == [0]
+
+
+def test_rejected_resume_during_a_live_write_loses_nothing(tmp_path, capsys):
+    """A live writer is mid-line when `stress --resume` (same or other options) arrives: the
+    resume is refused with exit 2 before it reads the file, and the writer's line completes."""
+    out = tmp_path / "o"
+    p = out / "stress.jsonl"
+    with results.open_run(p, dict(SPEC), resume=False) as live:
+        live.write_header(dict(SPEC), {})
+        live.append(block(0, 2))
+        half = json.dumps(block(2, 4)).encode()
+        with open(p, "ab") as fh:  # the live writer's next line, half written
+            fh.write(half[:40])
+        snapshot = p.read_bytes()
+        for extra in ([], ["--lr", "0.01"], ["--steps", "8"]):
+            assert main(["stress", "--resume", "--quiet", "--out", str(out), *RUN_ARGS, *extra]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: another stress run is writing") and err.count("\n") == 1
+            assert p.read_bytes() == snapshot
+        with open(p, "ab") as fh:
+            fh.write(half[40:] + b"\n")
+    assert results.read_results(p).blocks == [records.parse_block(block(0, 2)), records.parse_block(block(2, 4))]
+
+
+def _steps_of(path: Path) -> list[tuple[str, int, int]]:
+    return [(b.label, b.seed, s.step) for b in results.read_results(path).blocks for s in b.steps]
+
+
+@pytest.mark.slow
+def test_two_real_writers_on_one_out(tmp_path):
+    """Two `stress` processes on one --out: every later one (plain, --resume with the same or
+    other options) is refused with exit 2 while the first runs; the first's file ends with
+    every step exactly once and every line valid."""
+    out = tmp_path / "o"
+    matrix = ["--modes", "full", "--remat", "on", "--seeds", "1,2", "--steps", "40", "--block", "1", "--quiet",
+              *TINY_ARGS]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "harness.cli", "stress", "--out", str(out)]
+    first = subprocess.Popen([*cmd, *matrix], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = out / "stress.jsonl"
+    deadline = time.monotonic() + 300
+    while not (p.exists() and p.read_bytes().count(b'"kind": "block"') >= 2):
+        assert first.poll() is None, first.stderr.read()
+        assert time.monotonic() < deadline, "first writer produced no blocks"
+        time.sleep(0.05)  # polling a file, not timing anything
+    refused = []
+    for extra in ([], ["--resume"], ["--resume", "--lr", "0.01"]):
+        second = subprocess.run([*cmd, *matrix, *extra], env=env, capture_output=True, text=True, timeout=300)
+        refused.append((second.returncode, second.stderr.count("error:"), "Traceback" in second.stderr))
+    if first.poll() is not None:
+        pytest.fail("the first writer ended before the second ones ran: not a concurrent test")
+    assert first.wait(timeout=600) == 0, first.stderr.read()
+    assert refused == [(2, 1, False)] * 3
+    steps = _steps_of(p)
+    assert len(steps) == len(set(steps)) == 2 * 40
+
+
+# ----------------------------------------------------------------------------- report / merge
+
+
+def test_mixed_specs_under_one_label_are_refused_unless_asked(tmp_path, capsys):
+    _write(tmp_path / "a", GOOD)
+    _write(tmp_path / "b", GOOD.replace(b'"learning_rate": 0.001', b'"learning_rate": 0.01'))
+    with pytest.raises(HarnessError, match="learning_rate=0.001, now 0.01"):
+        report.load_table([tmp_path / "a", tmp_path / "b"])
+    table = report.load_table([tmp_path / "a", tmp_path / "b"], allow_mixed_specs=True)
+    assert table.rows[0].n == 8  # different specs: different trials, all counted
+    assert main(["merge", "--allow-mixed-specs", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+
+
+def test_conflicting_duplicates_warn_and_order_does_not_change_counts(tmp_path, capsys):
+    bad = block(0, 2)
+    bad["steps"][0].update(finite=False, first_bad="loss")
+    bad["nonfinite"] = 1
+    _write(tmp_path / "a", GOOD)
+    _write(tmp_path / "b", lines([header(), bad]))
+    ab = report.load_table([tmp_path / "a", tmp_path / "b"])
+    ba = report.load_table([tmp_path / "b", tmp_path / "a"])
+    assert ab.rows[0].n == ba.rows[0].n == 4
+    assert ab.warnings and "1 step(s) recorded twice with different outcomes" in ab.warnings[0]
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "warning: 1 step(s) recorded twice" in capsys.readouterr().err
+
+
+def test_gaps_of_a_huge_spec_come_from_intervals(tmp_path):
+    h = header()
+    h["spec"] = {**SPEC, "steps": 10**12}
+    _write(tmp_path, lines([h, block(0, 2), block(3, 5)]))
+    res = results.read_results(tmp_path / "stress.jsonl")
+    assert report.find_gaps(res) == [
+        f"stress.jsonl: full/remat=on/f32 seed 1: 4/{10**12} steps (missing from step 2)"]
+
+
+@pytest.mark.parametrize("errno_,text", [(28, "No space left on device"), (30, "Read-only file system")])
+def test_a_failing_write_is_one_clear_error(tmp_path, monkeypatch, errno_, text):
+    p = tmp_path / "stress.jsonl"
+    with results.open_run(p, dict(SPEC), resume=False) as w:
+        def fail(fd):
+            raise OSError(errno_, text)
+
+        monkeypatch.setattr(results.os, "fsync", fail)
+        with pytest.raises(HarnessError, match=f"cannot write results to .*stress.jsonl: {text}"):
+            w.write_header(dict(SPEC), {})
