@@ -107,41 +107,53 @@ def test_modes_cut_one_gradient_path(mode, scatter_sources):
 
 
 @pytest.mark.slow
-def test_two_d_mesh_with_eight_host_devices(tmp_path):
+def test_two_d_mesh_with_eight_host_devices():
     script = textwrap.dedent("""
         import json, sys
         import jax
         from harness.programs import issue_35409
         from harness.hlo.parser import parse_module
         from harness.hlo.tied import tied_summary
-        program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(2, 4), devices=8)
-        key = jax.random.key(0)
-        params, opt_state = program.init(key)
-        exe = program.jit().lower(params, opt_state, program.batch(key, 0)).compile()
-        losses = []
-        for i in range(2):
-            params, opt_state, aux = exe(params, opt_state, program.batch(key, i))
-            losses.append(float(aux["loss"]))
-        v, d = program.options["vocab"], program.options["d_model"]
-        s = tied_summary(parse_module(exe.as_text()), (v // 2, d // 4))
-        json.dump({"mesh": dict(params["embed"].sharding.mesh.shape),
-                   "specs": {k: list(params["layers"][0][k].sharding.spec) for k in ("wq", "wo", "wg", "wd")},
-                   "embed": list(params["embed"].sharding.spec),
-                   "mu": list(opt_state[0].mu["embed"].sharding.spec),
-                   "losses": losses, "summary": s.to_json()}, sys.stdout)
+        out = {}
+        for variant in ("baseline", "barrier"):
+            program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), devices=8, variant=variant)
+            key = jax.random.key(0)
+            params, opt_state = program.init(key)
+            exe = program.jit().lower(params, opt_state, program.batch(key, 0)).compile()
+            losses = []
+            for i in range(2):
+                params, opt_state, aux = exe(params, opt_state, program.batch(key, i))
+                losses.append(float(aux["loss"]))
+            v, d = program.options["vocab"], program.options["d_model"]
+            s = tied_summary(parse_module(exe.as_text()), (v // 2, d // 4))
+            out[variant] = {
+                "mesh": dict(params["embed"].sharding.mesh.shape),
+                "axis_types": [str(t) for t in params["embed"].sharding.mesh.axis_types],
+                "specs": {k: list(params["layers"][0][k].sharding.spec) for k in ("wq", "wo", "wg", "wd")},
+                "embed": list(params["embed"].sharding.spec),
+                "mu": list(opt_state[0].mu["embed"].sharding.spec),
+                "losses": losses,
+                "sources": [site["in_place_source"] for site in s.to_json()["scatters"]],
+                "gathers": s.gathers}
+        json.dump(out, sys.stdout)
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=600)
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert out["mesh"] == {"model": 2, "data": 4}
-    assert out["embed"] == out["mu"] == ["model", "data"]
-    assert out["specs"]["wg"] == ["model", "data"] and out["specs"]["wd"] == ["data", "model"]
-    assert out["specs"]["wq"] == ["model", None, "data"] and out["specs"]["wo"] == ["data", "model", None]
-    assert all(np.isfinite(out["losses"]))
-    # Each device holds a [V/2, D/4] shard of W; the per-shard program keeps the pattern.
-    assert out["summary"]["gathers"] >= 1 and out["summary"]["scatter_onto_dense"] >= 1
+    base, barrier = out["baseline"], out["barrier"]
+    assert base["mesh"] == {"model": 2, "data": 4}
+    assert base["axis_types"] == ["AxisType.Explicit"] * 2
+    assert base["embed"] == base["mu"] == ["model", "data"]
+    assert base["specs"]["wg"] == ["model", "data"] and base["specs"]["wd"] == ["data", "model"]
+    assert base["specs"]["wq"] == ["model", None, "data"] and base["specs"]["wo"] == ["data", "model", None]
+    assert all(np.isfinite(base["losses"]))
+    # Each device holds a [V/2, D/4] shard of W: the lookup gathers from it and the lookup's gradient
+    # is scattered onto the (all-reduced, sliced) dense gradient; with the barrier, onto fresh zeros.
+    assert base["gathers"] >= 1 and "dense" in base["sources"]
+    assert barrier["sources"] and set(barrier["sources"]) == {"broadcast"}
+    np.testing.assert_allclose(barrier["losses"], base["losses"], rtol=1e-5)
 
 
 def test_batches_are_uniform_over_the_vocabulary():

@@ -13,7 +13,11 @@ What the report describes, kept here (``scale=1``):
 * ``optax.adamw(1e-6)``;
 * with more than one device, a 2-D ("model", "data") mesh with explicit axes and every weight
   sharded over both axes (the reporter's partition specs: ``wq``/``wg``/``wu`` ("model", "data"),
-  ``wo``/``wd`` ("data", "model")); W is ("model", "data"); batches are split over "data".
+  ``wo``/``wd`` ("data", "model")); W and its Adam moments are ("model", "data"); batches are split
+  over "data". Explicit axes need an output sharding on each contraction (:data:`OUT_SPECS`) and
+  the target logit is picked with a one-hot product there (V is split over "model"); the report's
+  own annotations are not published, so these are ours. ``jit_kwargs`` carries the same shardings
+  as ``in_shardings``/``out_shardings``.
 
 Modes, as in the report: ``full`` (both paths differentiate W), ``sparse_only`` (W under
 ``stop_gradient`` in the output dot: only the scatter reaches W) and ``dense_only`` (W under
@@ -162,29 +166,51 @@ def _rms(x, g, eps=1e-5):
     return (g * x32 / jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
-def _layer(p, x):
+# Output shardings of the step's contractions on the explicit ("model", "data") mesh: activations
+# split over "data" on the batch, heads and FFN features over "model", logits over "model" on V.
+OUT_SPECS = {
+    "act": ("data", None, None),
+    "heads": ("data", None, "model", None),
+    "ffn": ("data", None, "model"),
+    "logits": ("data", None, "model"),
+}
+
+
+def _out(mesh, name: str):
+    """The out_sharding of contraction ``name`` on the explicit mesh; None on one device."""
+    if mesh is None:
+        return None
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return NamedSharding(mesh, P(*OUT_SPECS[name]))
+
+
+def _layer(p, x, mesh=None):
     import jax
     import jax.numpy as jnp
 
     b, t, _ = x.shape
     h = _rms(x, p["norm1"])
-    q = jnp.einsum("btd,hkd->bthk", h, p["wq"])
-    k = jnp.einsum("btd,hkd->bthk", h, p["wk"])
-    v = jnp.einsum("btd,hkd->bthk", h, p["wv"])
+    heads = _out(mesh, "heads")
+    q = jnp.einsum("btd,hkd->bthk", h, p["wq"], out_sharding=heads)
+    k = jnp.einsum("btd,hkd->bthk", h, p["wk"], out_sharding=heads)
+    v = jnp.einsum("btd,hkd->bthk", h, p["wv"], out_sharding=heads)
     if k.shape[2] != q.shape[2]:  # grouped KV heads
         rep = q.shape[2] // k.shape[2]
         k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
     att = jnp.einsum("bqhk,bshk->bhqs", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
     att = jnp.where(jnp.tril(jnp.ones((t, t), bool)), att, -1e30)
     o = jnp.einsum("bhqs,bshk->bqhk", jax.nn.softmax(att, axis=-1).astype(x.dtype), v)
-    x = x + jnp.einsum("bqhk,dhk->bqd", o, p["wo"])
+    x = x + jnp.einsum("bqhk,dhk->bqd", o, p["wo"], out_sharding=_out(mesh, "act"))
     h = _rms(x, p["norm2"])
-    gate = jax.nn.silu(jnp.einsum("btd,fd->btf", h, p["wg"]))
-    up = jnp.einsum("btd,fd->btf", h, p["wu"])
-    return x + jnp.einsum("btf,df->btd", gate * up, p["wd"])
+    ffn = _out(mesh, "ffn")
+    gate = jax.nn.silu(jnp.einsum("btd,fd->btf", h, p["wg"], out_sharding=ffn))
+    up = jnp.einsum("btd,fd->btf", h, p["wu"], out_sharding=ffn)
+    return x + jnp.einsum("btf,df->btd", gate * up, p["wd"], out_sharding=_out(mesh, "act"))
 
 
-def make_loss(cfg: PresetConfig, ops=None):
+def make_loss(cfg: PresetConfig, ops=None, mesh=None):
     """``loss(params, batches)``: next-token cross-entropy summed over the batches.
 
     ``ops`` (a :class:`harness.programs.variants.TiedOps`, default the baseline) writes the two
@@ -196,7 +222,7 @@ def make_loss(cfg: PresetConfig, ops=None):
     from harness.programs import variants
 
     ops = ops or variants.tied_ops("baseline")
-    layer = jax.checkpoint(_layer) if cfg.remat else _layer
+    layer = jax.checkpoint(_layer, static_argnums=(2,)) if cfg.remat else _layer
 
     def xent(params, tokens):
         w_in, w_out = ops.split(params["embed"])
@@ -204,12 +230,17 @@ def make_loss(cfg: PresetConfig, ops=None):
             w_in = jax.lax.stop_gradient(w_in)
         if cfg.mode == "sparse_only":
             w_out = jax.lax.stop_gradient(w_out)
-        x = ops.lookup(w_in, tokens[:, :-1])
+        x = ops.lookup(w_in, tokens[:, :-1], out_sharding=_out(mesh, "act"))
         for p in params["layers"][:cfg.used_layers]:
-            x = layer(p, x)
-        lg = ops.unembed(_rms(x, params["final_norm"]), w_out).astype(jnp.float32)
+            x = layer(p, x, mesh)
+        h = _rms(x, params["final_norm"])
+        lg = ops.unembed(h, w_out, out_sharding=_out(mesh, "logits")).astype(jnp.float32)
         tgt = tokens[:, 1:]
-        picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
+        if mesh is not None:  # V is split over "model": pick the target logit with a one-hot product
+            onehot = jax.nn.one_hot(tgt, lg.shape[-1], dtype=lg.dtype, out_sharding=_out(mesh, "logits"))
+            picked = jnp.sum(lg * onehot, axis=-1)
+        else:
+            picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
         return jnp.mean(jax.nn.logsumexp(lg, axis=-1) - picked)
 
     def loss(params, batches):
@@ -225,7 +256,7 @@ def _mesh(devices, mesh_shape):
     import jax
     from jax.sharding import AxisType
 
-    return jax.make_mesh(mesh_shape, ("model", "data"), axis_types=(AxisType.Auto,) * 2, devices=devices)
+    return jax.make_mesh(mesh_shape, ("model", "data"), axis_types=(AxisType.Explicit,) * 2, devices=devices)
 
 
 def _step_shardings(mesh, cfg: PresetConfig, optimizer):
@@ -292,9 +323,9 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
                         seq_scale=seq_scale, layers=layers)
     cfg = PresetConfig(**{**asdict(cfg), "lr": lr})
-    loss = make_loss(cfg, variants.tied_ops(variant))
-    optimizer = optax.adamw(cfg.lr)
     mesh = _mesh(devs, mesh_shape) if n > 1 else None
+    loss = make_loss(cfg, variants.tied_ops(variant), mesh)
+    optimizer = optax.adamw(cfg.lr)
 
     def batch(key, step):
         import jax.numpy as jnp

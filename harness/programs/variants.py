@@ -43,18 +43,20 @@ from dataclasses import dataclass, field
 from harness.errors import HarnessError
 
 
-def take_lookup(w, tokens):
+def take_lookup(w, tokens, out_sharding=None):
     """Baseline lookup: a gather (its gradient is a scatter-add)."""
     import jax.numpy as jnp
 
-    return jnp.take(w, tokens, axis=0)
+    if out_sharding is None:
+        return jnp.take(w, tokens, axis=0)
+    return w.at[tokens].get(out_sharding=out_sharding)
 
 
-def dot_unembed(h, w):
+def dot_unembed(h, w, out_sharding=None):
     """Baseline output projection ``h @ W.T`` (its gradient is a dense dot)."""
     import jax.numpy as jnp
 
-    return jnp.einsum("...d,vd->...v", h, w)
+    return jnp.einsum("...d,vd->...v", h, w, out_sharding=out_sharding)
 
 
 def identity_split(w):
@@ -68,13 +70,13 @@ def barrier_split(w):
     return jax.lax.optimization_barrier(w), w
 
 
-def onehot_lookup(w, tokens):
+def onehot_lookup(w, tokens, out_sharding=None):
     """The lookup as a matmul with a one-hot matrix: no gather, no scatter."""
     import jax
     import jax.numpy as jnp
 
     onehot = jax.nn.one_hot(tokens, w.shape[0], dtype=w.dtype)
-    return jnp.einsum("...v,vd->...d", onehot, w)
+    return jnp.einsum("...v,vd->...d", onehot, w, out_sharding=out_sharding)
 
 
 def _make_sumgrad_split():
