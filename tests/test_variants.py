@@ -8,6 +8,7 @@ from harness.errors import HarnessError
 from harness.hlo.parser import parse_module
 from harness.hlo.tied import tied_summary
 from harness.programs import issue_35409, variants
+from harness.programs.variants import variant_program
 
 # lr 1e-3 (not the report's 1e-6) so that a gradient path lost by a variant moves W visibly.
 SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), lr=1e-3)
@@ -146,3 +147,23 @@ def test_variant_ops_compute_the_same_values_and_gradients():
         v, g = jax.value_and_grad(lambda w, name=name: f(variants.tied_ops(name), w))(w)
         np.testing.assert_allclose(v, base_v, rtol=1e-6)
         np.testing.assert_allclose(g, base_g, rtol=1e-5, atol=1e-6)
+
+
+def test_variant_program_expands_names_without_compiling():
+    make = issue_35409.make
+    assert variant_program(make, "baseline", scale=1 / 64).name == "issue-35409"
+    assert variant_program(make, "onehot", scale=1 / 64).options["variant"] == "onehot"
+    flagged = variant_program(make, "xla-no-fusion", scale=1 / 64)
+    assert flagged.options["variant"] == "baseline" and "compiler_options" in flagged.jit_kwargs
+    both = variant_program(make, "barrier+xla-no-fusion", scale=1 / 64)
+    assert both.name == "issue-35409+barrier+xla-no-fusion" and both.options["variant"] == "barrier"
+    with pytest.raises(HarnessError, match="unknown variant"):
+        variant_program(make, "bogus", scale=1 / 64)
+    with pytest.raises(HarnessError, match="unknown flag set"):
+        variant_program(make, "barrier+bogus", scale=1 / 64)
+    def no_variants(scale):
+        return issue_35409.make(scale=scale)
+
+    with pytest.raises(HarnessError, match="does not take program variants"):
+        variant_program(no_variants, "onehot", scale=1 / 64)
+    assert variant_program(no_variants, "xla-no-fusion", scale=1 / 64).options["flag_set"] == "xla-no-fusion"

@@ -212,3 +212,20 @@ def with_flag_set(program, name: str):
     return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
                                                                          "compiler_options": options},
                    options={**program.options, "flag_set": name, fs.env: fs.env_text()})
+
+
+def variant_program(make, name: str, **options):
+    """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
+    ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
+    This is what a ``--variants`` list expands to, one compile per name."""
+    head, _, flags = name.partition("+")
+    if head in FLAG_SETS and not flags:
+        head, flags = "baseline", head
+    tied_ops(head)  # one clear error for an unknown name
+    if flags:
+        flag_set(flags)
+    try:
+        program = make(**options, variant=head) if head != "baseline" else make(**options)
+    except TypeError as e:
+        raise HarnessError(f"variant {name!r}: this program does not take program variants ({e})") from e
+    return with_flag_set(program, flags) if flags else program
