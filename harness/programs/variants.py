@@ -18,7 +18,7 @@ meshes with explicit axes (None otherwise). The defaults (``baseline``) are ``(W
 tied-embedding model to take the variants, its ``logits`` needs the same three substitutions
 (W through ``ops.split`` first, ``jnp.take(w_lookup, ...)`` -> ``ops.lookup``, ``h @ w_out.T`` ->
 ``ops.unembed``); that change is not made yet. A model whose tied uses live in a library layer
-(a Flax ``nnx.Embed``) needs the same change in its own code.
+(a Flax ``nnx.Embed``) needs the same change in its own code: ``examples/flax_tied`` shows it.
 
 Variants, and what each changes in the compiled step, as measured on CPU (jax 0.12.0.1, preset at
 ``scale=1/64, seq_scale=1/8, layers=(1, 2)``, W f32[1568, 32]; counted by
