@@ -59,7 +59,8 @@ def test_scale_shrinks_width_vocab_and_batch_only():
 
 
 @pytest.mark.parametrize("bad", [dict(scale=0), dict(scale=2), dict(mode="tied"), dict(dtype="f16"),
-                                 dict(layers=(5, 4)), dict(devices=3, mesh_shape=(2, 2))])
+                                 dict(layers=(5, 4)), dict(devices=3, mesh_shape=(2, 2)), dict(devices=0),
+                                 dict(lr=0), dict(seq_scale=0)])
 def test_bad_options_raise_one_sentence(bad):
     with pytest.raises(HarnessError):
         issue_35409.make(**bad)
