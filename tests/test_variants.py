@@ -87,7 +87,7 @@ def test_onehot_has_no_gather_and_no_scatter_on_w(results):
     _, s, _, _ = results("onehot")
     _, base, _, _ = results("baseline")
     assert s.gathers == 0 and not s.scatters
-    assert s.dots > base.dots  # the lookup and its gradient became dots
+    assert s.dots > base.dots and s.dots_reading > base.dots_reading  # the lookup became a dot reading W
     assert_same_trajectory(results, "onehot")
 
 

@@ -45,8 +45,9 @@ class ScatterSite:
 class TiedSummary:
     w_dims: tuple[int, int]
     gathers: int
-    dots: int
+    dots: int  # dots reading or producing a W-shaped value
     scatters: tuple[ScatterSite, ...]
+    dots_reading: int = 0  # of those, dots with W-shaped operand (W or transpose(W) itself)
 
     @property
     def scatter_onto_dense(self) -> int:
@@ -60,6 +61,7 @@ class TiedSummary:
 
     def to_json(self) -> dict:
         return {"w_dims": list(self.w_dims), "gathers": self.gathers, "dots": self.dots,
+                "dots_reading": self.dots_reading,
                 "scatters": [asdict(s) for s in self.scatters],
                 "scatter_onto_dense": self.scatter_onto_dense,
                 "scatter_via_transpose": self.scatter_via_transpose}
@@ -131,15 +133,16 @@ def _scatter_site(module: HloModule, comp: Computation, scatter: Instruction, w_
 def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
     """Gathers from W, dots reading or producing W's shape (either orientation) and W-shaped scatters."""
     callers = _callers(module)
-    gathers = dots = 0
+    gathers = dots = dots_reading = 0
     scatters: list[ScatterSite] = []
     for comp in module.computations:
         for ins in comp.instructions:
             if ins.opcode == "gather" and _is_w(comp.operand(ins.operands[0])[0], w_dims):
                 gathers += 1
-            elif ins.opcode == "dot" and (_is_w(ins, w_dims)
-                                          or any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)):
-                dots += 1
+            elif ins.opcode == "dot":
+                reads = any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)
+                dots += reads or _is_w(ins, w_dims)
+                dots_reading += reads
             elif ins.opcode == "scatter" and _is_w(ins, w_dims):
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
-    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters))
+    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters), dots_reading)
