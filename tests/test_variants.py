@@ -120,6 +120,8 @@ def test_flag_set_texts_and_program_options():
     assert program.jit_kwargs["compiler_options"] == {"xla_disable_hlo_passes": "fusion"}
     assert program.options["XLA_FLAGS"] == "--xla_disable_hlo_passes=fusion"
     assert program.name == "issue-35409+xla-no-fusion"
+    with pytest.raises(HarnessError, match="is for tpu, but jax runs on cpu"):
+        variants.with_flag_set(program, "tpu-no-fusion")
 
 
 @pytest.mark.parametrize("name", ["nope", "xla-no-fusion"])

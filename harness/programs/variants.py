@@ -63,6 +63,7 @@ the pass's ``name()``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -105,7 +106,8 @@ def onehot_lookup(w, tokens, out_sharding=None):
     return jnp.einsum("...v,vd->...d", onehot, w, out_sharding=out_sharding)
 
 
-def _make_sumgrad_split():
+@functools.cache
+def _sumgrad_split_fn():
     import jax
 
     @jax.custom_vjp
@@ -123,14 +125,9 @@ def _make_sumgrad_split():
     return split
 
 
-_SUMGRAD_SPLIT: list = []
-
-
 def sumgrad_split(w):
     """Fan-out ``W -> (W, W)`` with a custom VJP that sums both cotangents explicitly."""
-    if not _SUMGRAD_SPLIT:
-        _SUMGRAD_SPLIT.append(_make_sumgrad_split())
-    return _SUMGRAD_SPLIT[0](w)
+    return _sumgrad_split_fn()(w)
 
 
 @dataclass(frozen=True)
@@ -172,7 +169,7 @@ class FlagSet:
     name: str
     env: str  # "XLA_FLAGS" or "LIBTPU_INIT_ARGS"
     flags: dict[str, str] = field(default_factory=dict)
-    backends: tuple[str, ...] = ("cpu", "gpu")
+    backends: tuple[str, ...] = ("cpu",)
     doc: str = ""
 
     def env_text(self) -> str:
@@ -187,8 +184,8 @@ FLAG_SETS: dict[str, FlagSet] = {
     # InstructionFusion::name() is "fusion" (xla/service/instruction_fusion.h); the CPU fusion pass
     # inherits it. Disabling it removes every producer/consumer fusion, the offending one included.
     "xla-no-fusion": FlagSet(
-        "xla-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "fusion"}, ("cpu", "gpu"),
-        doc="disable the instruction-fusion pass (CPU: measured; GPU's fusion passes have other names)"),
+        "xla-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "fusion"}, ("cpu",),
+        doc="disable the instruction-fusion pass (CPU: measured; GPU fuses in passes of other names)"),
     # The same DebugOptions flag through libtpu. Which TPU pass creates the scatter(transpose) fusion
     # is not public; "fusion" is the generic pass name. Not run on TPU here: unverified.
     "tpu-no-fusion": FlagSet(
@@ -204,10 +201,17 @@ def flag_set(name: str) -> FlagSet:
 
 
 def with_flag_set(program, name: str):
-    """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``)."""
+    """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``); the
+    set must be meant for the backend jax runs on."""
     from dataclasses import replace
 
+    import jax
+
     fs = flag_set(name)
+    backend = jax.default_backend()
+    if backend not in fs.backends:
+        raise HarnessError(f"flag set {name} ({fs.env}) is for {', '.join(fs.backends)}, "
+                           f"but jax runs on {backend}")
     options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options()}
     return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
                                                                          "compiler_options": options},
