@@ -18,7 +18,8 @@ def test_in_place_sources_are_told_apart():
     by_site = {(s.fusion or s.scatter): s.in_place_source for s in summary.scatters}
     assert by_site == {"onto_dense": "dense", "onto_zeros": "broadcast", "onto_barrier": "barrier"}
     assert summary.scatter_onto_dense == 1 and summary.scatter_via_transpose == 0
-    assert summary.gathers == 1 and summary.dots == 2  # the two W-shaped gradient dots
+    assert summary.gathers == 1 and summary.dots == 2  # the two W-shaped gradient dots ...
+    assert summary.dots_reading == 0  # ... neither reads W
     # The dims match in either order; other shapes are not W.
     assert tied_summary(parse_module(SOURCES), (32, 64)).gathers == 1
     assert not tied_summary(parse_module(SOURCES), (64, 16)).scatters
@@ -41,3 +42,5 @@ def test_scatter_through_transpose_of_w(fixture, via_transpose, source):
     (site,) = summary.scatters
     assert site.via_transpose is via_transpose and site.in_place_source == source
     assert summary.scatter_via_transpose == int(via_transpose)
+    if fixture == "transpose_moves_data":  # W also feeds the logits dot
+        assert summary.dots_reading == 1

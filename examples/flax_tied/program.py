@@ -6,7 +6,9 @@ pattern of jax-ml/jax#35409. The training step is the plain functional NNX + opt
 jits: ``nnx.merge`` the parameters into the model, ``jax.value_and_grad`` the loss, ``optax.adamw``.
 
 Run it through the harness with ``--program examples/flax_tied/program.py:program`` (needs the
-``flax`` extra: ``pip install -e '.[flax]'``). ``make_program(**sizes)`` builds other sizes.
+``flax`` extra: ``pip install -e '.[flax]'``). ``make_program(**sizes)`` builds other sizes, and
+``make_program(variant="barrier")`` (or ``onehot``, ``sumgrad``) the same model with a workaround
+of :mod:`harness.programs.variants` written into its two uses of the table.
 """
 
 from __future__ import annotations
@@ -48,15 +50,26 @@ class TiedLM(nnx.Module):
         self.blocks = nnx.List([Block(d_model, heads, ffn, rngs=rngs) for _ in range(layers)])
         self.norm = nnx.RMSNorm(d_model, rngs=rngs)
 
-    def __call__(self, tokens):
-        x = self.embed(tokens)  # lookup: gather from the table
+    def __call__(self, tokens, ops=None):
+        if ops is None:
+            x = self.embed(tokens)  # lookup: gather from the table
+        else:  # a workaround variant (harness.programs.variants) writes the two uses of the table
+            w_lookup, w_out = ops.split(self.embed.embedding[...])
+            x = ops.lookup(w_lookup, tokens)
         for block in self.blocks:
             x = block(x)
-        return self.embed.attend(self.norm(x))  # logits: dot with the same table
+        if ops is None:
+            return self.embed.attend(self.norm(x))  # logits: dot with the same table
+        return ops.unembed(self.norm(x), w_out)
 
 
 def make_program(vocab: int = 512, d_model: int = 64, heads: int = 4, ffn: int = 256, layers: int = 2,
-                 batch: int = 8, seq: int = 32, lr: float = 1e-3) -> TrainProgram:
+                 batch: int = 8, seq: int = 32, lr: float = 1e-3, variant: str | None = None) -> TrainProgram:
+    """The program; ``variant`` names a workaround of :mod:`harness.programs.variants` (None: the
+    model as written, with ``nnx.Embed.__call__`` and ``nnx.Embed.attend``)."""
+    from harness.programs import variants
+
+    ops = None if variant is None else variants.tied_ops(variant)
     sizes = dict(vocab=vocab, d_model=d_model, heads=heads, ffn=ffn, layers=layers)
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: TiedLM(**sizes, rngs=nnx.Rngs(0))))
     optimizer = optax.adamw(lr)
@@ -70,11 +83,12 @@ def make_program(vocab: int = 512, d_model: int = 64, heads: int = 4, ffn: int =
 
     def loss_fn(params, tokens):
         model = nnx.merge(graphdef, params)
-        logits = model(tokens[:, :-1])
+        logits = model(tokens[:, :-1], ops)
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
-    return TrainProgram(name="flax-tied", init=init, batch=batch_fn, step=step_from_loss(loss_fn, optimizer),
-                        options={**sizes, "batch": batch, "seq": seq, "lr": lr})
+    name = "flax-tied" if variant is None else f"flax-tied+{variant}"
+    return TrainProgram(name=name, init=init, batch=batch_fn, step=step_from_loss(loss_fn, optimizer),
+                        options={**sizes, "batch": batch, "seq": seq, "lr": lr, "variant": variant})
 
 
 program = make_program()

@@ -12,7 +12,8 @@ The tied-embedding pattern of jax-ml/jax#35409 in a compiled training step is
 :func:`tied_summary` finds these by shape (W's dims, either order) and, for every W-shaped scatter,
 follows its in-place operand (operand 0) back: inside its fusion to a fusion parameter (noting any
 transpose on the way), then in the calling computation to where that buffer comes from:
-``dense`` (a dot or a fusion holding one, through adds/copies/bitcasts/loop fusions),
+``dense`` (a dot or a fusion holding one, through adds/copies/bitcasts/loop fusions and, on a
+mesh, the all-reduce and dynamic-slice that bring the dense gradient to W's shard),
 ``broadcast`` (a fresh buffer of zeros), ``barrier`` (an optimization barrier's output),
 ``parameter`` or ``other``. Pure functions over :class:`harness.hlo.parser.HloModule`.
 """
@@ -25,7 +26,10 @@ from harness.hlo.parser import Computation, HloModule, Instruction
 from harness.hlo.scan import _contains_dense
 
 _WALK_IN_FUSION = ("bitcast", "copy", "transpose", "reshape", "convert")
-_WALK_IN_CALLER = ("add", "copy", "bitcast", "transpose", "reshape", "convert", "fusion")
+# Data-flow steps between a dot and the scatter's buffer: elementwise sums and moves, and on a mesh
+# the collectives and slices that bring the dense gradient to W's shard.
+_WALK_IN_CALLER = ("add", "copy", "bitcast", "transpose", "reshape", "convert", "fusion", "get-tuple-element",
+                   "all-reduce", "all-reduce-done", "all-reduce-start", "reduce-scatter", "dynamic-slice", "tuple")
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,9 @@ class ScatterSite:
 class TiedSummary:
     w_dims: tuple[int, int]
     gathers: int
-    dots: int
+    dots: int  # dots reading or producing a W-shaped value
     scatters: tuple[ScatterSite, ...]
+    dots_reading: int = 0  # of those, dots with W-shaped operand (W or transpose(W) itself)
 
     @property
     def scatter_onto_dense(self) -> int:
@@ -56,6 +61,7 @@ class TiedSummary:
 
     def to_json(self) -> dict:
         return {"w_dims": list(self.w_dims), "gathers": self.gathers, "dots": self.dots,
+                "dots_reading": self.dots_reading,
                 "scatters": [asdict(s) for s in self.scatters],
                 "scatter_onto_dense": self.scatter_onto_dense,
                 "scatter_via_transpose": self.scatter_via_transpose}
@@ -63,6 +69,10 @@ class TiedSummary:
 
 def _is_w(ins: Instruction, w_dims: tuple[int, int]) -> bool:
     return not ins.shape.is_tuple and sorted(ins.shape.dims) == sorted(w_dims)
+
+
+def _is_float(ins: Instruction) -> bool:
+    return any(s.element_type.startswith(("f", "bf")) for _, s in ins.shape.leaves())
 
 
 def _callers(module: HloModule) -> dict[str, tuple[Computation, Instruction]]:
@@ -98,7 +108,7 @@ def source_kind(module: HloModule, comp: Computation, ref: str, w_dims: tuple[in
         return "parameter"
     if ins.opcode in _WALK_IN_CALLER and depth < 12:
         kinds = [source_kind(module, comp, op, w_dims, depth + 1) for op in ins.operands
-                 if _is_w(comp.operand(op)[0], w_dims)]
+                 if _is_float(comp.operand(op)[0])]
         for kind in ("dense", "barrier", "broadcast", "parameter"):
             if kind in kinds:
                 return kind
@@ -123,15 +133,16 @@ def _scatter_site(module: HloModule, comp: Computation, scatter: Instruction, w_
 def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
     """Gathers from W, dots reading or producing W's shape (either orientation) and W-shaped scatters."""
     callers = _callers(module)
-    gathers = dots = 0
+    gathers = dots = dots_reading = 0
     scatters: list[ScatterSite] = []
     for comp in module.computations:
         for ins in comp.instructions:
             if ins.opcode == "gather" and _is_w(comp.operand(ins.operands[0])[0], w_dims):
                 gathers += 1
-            elif ins.opcode == "dot" and (_is_w(ins, w_dims)
-                                          or any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)):
-                dots += 1
+            elif ins.opcode == "dot":
+                reads = any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)
+                dots += reads or _is_w(ins, w_dims)
+                dots_reading += reads
             elif ins.opcode == "scatter" and _is_w(ins, w_dims):
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
-    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters))
+    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters), dots_reading)
