@@ -18,19 +18,18 @@ and a standalone repro.py (jax + numpy only) with the output it gave when bundle
 
 
 def add_arguments(p) -> None:
-    from harness.commands.stress import _csv, add_model_arguments
+    from harness.commands import flags
 
     p.add_argument("--out", type=Path, help="bundle to write (FILE.tar.gz)")
     p.add_argument("--check", type=Path, metavar="FILE", help="re-run a bundle and compare")
-    p.add_argument("--mode", default="full")
-    p.add_argument("--remat", choices=["on", "off"], default="on")
-    p.add_argument("--dtype", default="f32")
-    p.add_argument("--seeds", type=_csv("seed", int), default=(1,))
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1,))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--dump", type=Path, help="XLA dump folder with the step's optimized HLO and buffer assignment")
     p.add_argument("--results", type=Path, help="stress results folder to include")
     p.add_argument("--bisect", type=Path, help="bisect-passes output folder to include")
-    add_model_arguments(p)
+    flags.add_model_arguments(p)
 
 
 def run(args) -> int:
@@ -45,11 +44,9 @@ def run(args) -> int:
         raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
-    from harness.programs.tied_embedding import ModelConfig
+    from harness.commands import flags
 
-    cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
-                      d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq, batch=args.batch)
-    out = bundle.make_bundle(args.out, cfg, tuple(args.seeds), args.steps, dump=args.dump,
-                             results_dir=args.results, bisect_dir=args.bisect)
+    out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
+                             dump=args.dump, results_dir=args.results, bisect_dir=args.bisect)
     print(out)
     return 0

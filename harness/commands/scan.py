@@ -12,8 +12,9 @@ from harness.errors import HarnessError
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
 DESCRIPTION = """\
-Scan HLO text (a file, or a --xla_dump_to directory) or the harness model compiled on the
-current backend, and classify every in-place fusion output (scatter, dynamic-update-slice,
+Scan HLO text (a file, or a --xla_dump_to directory) or, with --model, a program's training
+step compiled on the current backend exactly as a plain jax.jit of it (the user's step,
+unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and classify every in-place fusion output (scatter, dynamic-update-slice,
 annotated aliasing) under three tracing policies:
 
   aliased                 stock XLA, the as-reported patch and the layout-aware patch all
@@ -34,19 +35,19 @@ reported one line each; the others are still scanned).
 
 
 def add_arguments(p) -> None:
-    from harness.commands.stress import add_model_arguments
+    from harness.commands import flags
 
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="HLO text file or dump directory")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
-    p.add_argument("--model", choices=["tied-embedding"],
-                   help="compile the harness model on the current backend and scan it")
-    p.add_argument("--mode", default="full", help="model mode with --model (default full)")
-    p.add_argument("--remat", default="on", choices=["on", "off"], help="remat with --model (default on)")
-    p.add_argument("--dtype", default="f32", help="dtype with --model (default f32)")
-    p.add_argument("--devices", type=int, default=1, help="shard the model over N devices")
+    p.add_argument("--model", nargs="?", const=True, default=None, metavar="PROGRAM",
+                   help="compile the step of --program (or of PROGRAM given here) on the current backend and "
+                        "scan it")
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
     p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
-    add_model_arguments(p)
+    flags.add_model_arguments(p)
 
 
 def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
@@ -74,25 +75,26 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
 
 
 def _model_text(args) -> tuple[str, str]:
+    from harness.commands import flags
     from harness.commands.stress import ensure_host_devices
 
+    if isinstance(args.model, str):
+        args.program = args.model
     ensure_host_devices(args.devices)
     import jax
 
-    from harness.programs.tied_embedding import ModelConfig
     from harness.stress.runner import compile_train_step
 
-    cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
-                      d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
-                      batch=args.batch)
-    text = compile_train_step(cfg, devices=args.devices).as_text()
+    options = flags.program_options(args)
+    text = compile_train_step(options, program=args.program).as_text()
     if args.save_hlo:
         try:
             args.save_hlo.parent.mkdir(parents=True, exist_ok=True)
             args.save_hlo.write_text(text)
         except OSError as exc:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
-    return text, f"<tied-embedding {cfg.label()} on {jax.default_backend()}>"
+    what = f"{options['mode']}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
+    return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {jax.default_backend()}>"
 
 
 def run(args) -> int:
@@ -101,7 +103,7 @@ def run(args) -> int:
     from harness.hlo.scan import format_findings, module_json, scan_module
 
     if not args.paths and not args.model:
-        raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
+        raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
     targets: list[tuple[Path, Path | None]] = []
     errors = 0
     for p in args.paths:

@@ -4,7 +4,9 @@ Contents: ``env.json`` (versions, device kinds, topology, XLA_*/LIBTPU_*/JAX_*/T
 variables only), ``config.json``, ``hlo/`` (optimized HLO and buffer assignment of the
 training step, from a dump), ``findings.json`` (the scanner on that HLO), ``stress/``
 (the results and table), ``bisect.jsonl`` when given, ``repro.py`` (standalone, jax and
-numpy only) with ``expected.json`` (its output when the bundle was made), ``README.md``.
+numpy and what the program imports) with ``program/`` (the program's source and the harness
+files that define the TrainProgram interface; repro.py imports it), ``expected.json`` (its
+output when the bundle was made), ``README.md``.
 ``check`` re-runs repro.py and compares with expected.json.
 """
 
@@ -52,29 +54,67 @@ def dump_files(dump: Path) -> tuple[Path, Path]:
     return hlo, ba
 
 
-def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rate: float = 1e-3,
+INTERFACE_FILES = ("harness/__init__.py", "harness/errors.py", "harness/programs/__init__.py",
+                   "harness/programs/interface.py")
+
+
+def copy_program_source(program: str, dest: Path) -> str:
+    """Copy the program's source (and the interface it builds on) into ``dest``; return the
+    --program spec repro.py loads from there."""
+    import importlib
+
+    from harness.programs.interface import BUILTINS
+
+    root = Path(__file__).resolve().parents[2]
+    for rel in INTERFACE_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / rel, dest / rel)
+    if program in BUILTINS:
+        module = BUILTINS[program].split(":")[0]
+        rel = Path(*module.split(".")).with_suffix(".py")
+        shutil.copy(root / rel, dest / rel)
+        return program
+    module_part, _, attr = program.rpartition(":")
+    if module_part.endswith(".py") or "/" in module_part:
+        src = Path(module_part)
+    else:
+        try:
+            src = Path(importlib.import_module(module_part).__file__ or "")
+        except Exception as e:  # noqa: BLE001 - the user's module: report, never a traceback
+            raise HarnessError(f"--program {program}: cannot import {module_part}: {e}") from e
+        if src.name == "__init__.py":
+            raise HarnessError(f"--program {program}: {module_part} is a package; bundle a FILE.py:NAME program")
+    if not src.is_file():
+        raise HarnessError(f"--program {program}: no such file {src}")
+    shutil.copy(src, dest / src.name)
+    return f"{src.name}:{attr}"
+
+
+def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], steps: int,
                 dump: Path | None = None, results_dir: Path | None = None, bisect_dir: Path | None = None,
                 python: str = sys.executable) -> Path:
-    import numpy as np
-
     from harness.hlo.parser import parse_file
     from harness.hlo.scan import module_json, scan_module
     from harness.stress import report
-    from harness.stress.runner import StressSpec, build_program, run_matrix
+    from harness.stress.runner import StressSpec, initial_state, prepare, run_matrix, step_keys
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")
     with tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
         root = Path(tmp) / "bundle"
         (root / "hlo").mkdir(parents=True)
-        spec = StressSpec(modes=(cfg.mode,), remats=(cfg.remat,), seeds=seeds, steps=steps, dtype=cfg.dtype,
-                          learning_rate=learning_rate, vocab=cfg.vocab, d_model=cfg.d_model, layers=cfg.layers,
-                          heads=cfg.heads, seq=cfg.seq, batch=cfg.batch)
-        if dump is None:  # compile the step once with a dump of its optimized HLO
+        builtin = program == "tied-embedding"
+        spec = StressSpec(program=program, seeds=seeds, steps=steps,
+                          program_options=() if builtin else tuple(sorted(options.items())),
+                          **({"modes": (options["mode"],), "remats": (options["remat"],), "dtype": options["dtype"],
+                              "learning_rate": options["learning_rate"],
+                              **{k: options[k] for k in ("vocab", "d_model", "layers", "heads", "seq", "batch")}}
+                             if builtin else {}))
+        if dump is None:  # compile the user's step once, as the harness runs it, with a dump
             dump = Path(tmp) / "dump"
-            prog = build_program(cfg, spec)
-            p, o = prog.init(seeds[0])
-            prog.step.lower(p, o, np.uint32(seeds[0]), np.int32(0)).compile(
+            h = prepare(spec, spec.configs()[0])
+            state = initial_state(h, seeds[0])
+            h.step.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
                 compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         hlo, ba = dump_files(Path(dump))
         shutil.copy(hlo, root / "hlo" / hlo.name)
@@ -82,13 +122,15 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
         mod = parse_file(hlo)
         (root / "findings.json").write_text(json.dumps({"modules": [module_json(mod, scan_module(mod))]}, indent=2))
         (root / "env.json").write_text(json.dumps(bundle_env(), indent=2, default=str))
-        (root / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "seeds": list(seeds), "steps": steps,
-                                                      "learning_rate": learning_rate}, indent=2))
+        (root / "program").mkdir()
+        repro_spec = copy_program_source(program, root / "program")
+        (root / "config.json").write_text(json.dumps({"program": repro_spec, "options": spec.configs()[0],
+                                                      "seeds": list(seeds), "steps": steps}, indent=2))
         stress_dir = root / "stress"
         if results_dir is not None:
             shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt"))
         else:
-            run_matrix(spec, stress_dir, progress=False)
+            run_matrix(spec, stress_dir)
             shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)
         (stress_dir / "table.txt").write_text(report.format_table(report.load_table([stress_dir])) + "\n")
         if bisect_dir is not None:
@@ -99,9 +141,10 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
         (root / "repro.py").write_text(REPRO)
         (root / "expected.json").write_text(run_repro(root, python))
         (root / "README.md").write_text(
-            "# Repro bundle\n\n`python repro.py` (needs jax and numpy) trains the tied-embedding model of "
-            "`config.json` and counts non-finite updates; `expected.json` is what it printed when the bundle "
-            "was made, `env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
+            "# Repro bundle\n\n`python repro.py` (needs jax, numpy and what the program imports) loads the "
+            "training program in `program/` with the options of `config.json`, jits its step as the user does, "
+            "and counts non-finite steps; `expected.json` is what it printed when the bundle was made, "
+            "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
             "`findings.json` the scanner's view of it, `stress/` the harness's stress results, and "
             "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
             "and compares.\n")
