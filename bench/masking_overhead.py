@@ -38,33 +38,33 @@ def main() -> int:
         sys.stderr.write("error: this jax has no zero-cotangent masking; build .venv-jax-patched with "
                          "'make jax-patched-venv' first\n")
         return 2
-    import numpy as np
+    from harness.programs.interface import load_program
+    from harness.stress.runner import step_keys
 
-    from harness.stress.runner import StressSpec, build_program
-
-    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=args.steps, d_model=128, vocab=1024,
-                      seq=32, layers=2, heads=4)
-    cfg = spec.configs()[0]
+    sizes = dict(d_model=128, vocab=1024, seq=32, layers=2, heads=4)
+    label = "full/remat=on/f32"
 
     def program(flag: bool):
         jax.config.update("jax_zero_cotangent_masking", flag)
-        prog = build_program(cfg, spec, checked=False)
-        p, o = prog.init(1)
-        n_ops = prog.step.lower(p, o, np.uint32(1), np.int32(0)).compile().as_text().count(" = ")
-        return prog, n_ops
+        prog = load_program("tied-embedding", mode="full", remat=True, **sizes)
+        step = jax.jit(prog.step, donate_argnums=(0, 1))
+        p, o = prog.init(jax.random.key(1))
+        n_ops = step.lower(p, o, prog.batch(step_keys(1, 0)[0], 0)).compile().as_text().count(" = ")
+        return (prog, step), n_ops
 
     progs = {flag: program(flag) for flag in (False, True)}
+    batches = [progs[False][0][0].batch(step_keys(1, s)[0], s) for s in range(args.steps)]
 
     def run(flag: bool) -> float:
         jax.config.update("jax_zero_cotangent_masking", flag)
-        prog = progs[flag][0]
-        p, o = prog.init(1)
-        p, o, loss = prog.step(p, o, np.uint32(1), np.int32(0))  # compiled already; warm
-        jax.block_until_ready(loss)
+        prog, step = progs[flag][0]
+        p, o = prog.init(jax.random.key(1))
+        p, o, aux = step(p, o, batches[0])  # compiled already; warm
+        jax.block_until_ready(aux)
         t0 = time.perf_counter()
         for s in range(args.steps):
-            p, o, loss = prog.step(p, o, np.uint32(1), np.int32(s))
-        jax.block_until_ready((p, loss))
+            p, o, aux = step(p, o, batches[s])
+        jax.block_until_ready((p, aux))
         return (time.perf_counter() - t0) / args.steps
 
     run(False), run(True)
@@ -73,7 +73,7 @@ def main() -> int:
         off.append(run(False))
         on.append(run(True))
     t_off, t_on = statistics.median(off), statistics.median(on)
-    print(f"jax {jax.__version__} ({jax.default_backend()}), model {cfg.label()} V={cfg.vocab} D={cfg.d_model}, "
+    print(f"jax {jax.__version__} ({jax.default_backend()}), model {label} V={sizes['vocab']} D={sizes['d_model']}, "
           f"{args.steps} steps x {args.rounds} rounds")
     print(f"flag off: {t_off * 1e3:8.3f} ms/step   HLO instructions: {progs[False][1]}")
     print(f"flag on:  {t_on * 1e3:8.3f} ms/step   HLO instructions: {progs[True][1]} "

@@ -41,8 +41,8 @@ def test_bundle_contents(bundle):
     repro = _read(bundle, "repro.py")
     # repro.py imports the bundled program (its source and the interface), not an installed harness.
     assert "from harness.programs.interface import load_program" in repro
-    assert "program/harness/programs/tied_embedding.py" in "\n".join(
-        n[len("bundle/"):] for n in tarfile.open(bundle).getnames())
+    with tarfile.open(bundle) as tf:
+        assert "bundle/program/harness/programs/tied_embedding.py" in tf.getnames()
     assert json.loads(_read(bundle, "config.json"))["program"] == "tied-embedding"
     findings = json.loads(_read(bundle, "findings.json"))
     assert findings["modules"][0]["module"] == "jit_step"

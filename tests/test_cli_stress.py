@@ -204,5 +204,10 @@ def test_compare_two_runs(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["comparisons"]
     assert row["significant"] and row["b"]["nonfinite"] == 0 and row["a"]["nonfinite"] > 10
+    from harness.stress import stats
+
+    needed = row["clean_steps_to_show_fix"]
+    assert needed == stats.clean_steps_to_show_fix(row["a"]["nonfinite"], 40) and needed < 40
+    assert row["fix"].endswith("B has 40: shown") and f"after {needed} clean steps" in row["fix"]
     assert main(["compare", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
     assert "do not differ significantly" in capsys.readouterr().out

@@ -14,7 +14,8 @@ HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
 DESCRIPTION = """\
 Scan HLO text (a file, or a --xla_dump_to directory) or, with --model, a program's training
 step compiled on the current backend exactly as a plain jax.jit of it (the user's step,
-unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and classify every in-place fusion output (scatter, dynamic-update-slice,
+unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and
+classify every in-place fusion output (scatter, dynamic-update-slice,
 annotated aliasing) under three tracing policies:
 
   aliased                 stock XLA, the as-reported patch and the layout-aware patch all

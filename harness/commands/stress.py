@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -225,10 +226,8 @@ def init_distributed(args) -> int:
         raise HarnessError(f"--process-id must be in [0, {args.num_processes})")
     import jax
 
-    try:  # CPU collectives across processes (no effect on TPU/GPU)
+    with contextlib.suppress(AttributeError, ValueError):  # CPU collectives across processes (not TPU/GPU)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    except (AttributeError, ValueError):
-        pass
     kwargs = {"initialization_timeout": args.init_timeout}
     if explicit and args.process_id != 0:
         wait_for_coordinator(args.coordinator, args.init_timeout)

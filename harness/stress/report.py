@@ -208,7 +208,7 @@ def dumps(t: Table, fingerprints: dict | None = None) -> str:
 
 
 def plot(t: Table, path: Path) -> Path:
-    """PNG: non-finite rate per configuration with its 95% Wilson interval."""
+    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound."""
     try:
         import matplotlib
 
@@ -218,8 +218,8 @@ def plot(t: Table, path: Path) -> Path:
         raise HarnessError("plotting needs matplotlib: pip install 'xla-harness[plot]'") from None
     labels = [r.label for r in t.rows]
     rates = [r.rate().rate for r in t.rows]
-    lo = [r.rate().rate - r.rate().ci[0] for r in t.rows]
-    hi = [r.rate().ci[1] - r.rate().rate for r in t.rows]
+    lo = [0.0 for _ in t.rows]
+    hi = [r.rate().upper - r.rate().rate for r in t.rows]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 3.8))
     ax.errorbar(range(len(labels)), rates, yerr=[lo, hi], fmt="o", capsize=5, color="C3")
     for i, r in enumerate(t.rows):
@@ -229,7 +229,7 @@ def plot(t: Table, path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("non-finite update rate")
     env = t.env or {}
-    ax.set_title(f"non-finite updates per configuration (95% Wilson CI) - {env.get('backend', '?')} "
+    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - {env.get('backend', '?')} "
                  f"{env.get('device_kind', '')}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

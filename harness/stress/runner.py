@@ -85,6 +85,26 @@ class StressSpec:
     checkpoint_seconds: float = 300.0
 
     def __post_init__(self) -> None:
+        self._check_matrix()
+        for name in ("steps", "devices", "block", "reference_every"):
+            if getattr(self, name) <= 0:
+                raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not 0.0 <= self.inject_rate <= 1.0:
+            raise HarnessError(f"inject-rate must be in [0, 1], got {self.inject_rate}")
+        for name, value, allowed in (("injection", self.inject, INJECT_KINDS),
+                                     ("protocol", self.protocol, PROTOCOLS)):
+            if value not in allowed:
+                raise HarnessError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
+        if not self.learning_rate > 0:
+            raise HarnessError("learning rate must be positive")
+        if self.program == BUILTIN:
+            for opts in self.configs():
+                ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate")})
+            if self.devices > 1 and (self.vocab % self.devices or self.batch % self.devices):
+                raise HarnessError(f"with --devices {self.devices}, vocab ({self.vocab}) and batch "
+                                   f"({self.batch}) must be divisible by {self.devices}")
+
+    def _check_matrix(self) -> None:
         if not self.modes:
             raise HarnessError("no modes given")
         for m in self.modes:
@@ -100,23 +120,6 @@ class StressSpec:
             raise HarnessError("seeds must be distinct")
         if any(s < 0 or s >= 2**31 for s in self.seeds):
             raise HarnessError("seeds must be integers in [0, 2**31)")
-        for name in ("steps", "devices", "block", "reference_every"):
-            if getattr(self, name) <= 0:
-                raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if not 0.0 <= self.inject_rate <= 1.0:
-            raise HarnessError(f"inject-rate must be in [0, 1], got {self.inject_rate}")
-        if self.inject not in INJECT_KINDS:
-            raise HarnessError(f"unknown injection {self.inject!r}; expected one of {', '.join(INJECT_KINDS)}")
-        if self.protocol not in PROTOCOLS:
-            raise HarnessError(f"unknown protocol {self.protocol!r}; expected one of {', '.join(PROTOCOLS)}")
-        if not self.learning_rate > 0:
-            raise HarnessError("learning rate must be positive")
-        if self.program == BUILTIN:
-            for opts in self.configs():
-                ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate")})
-            if self.devices > 1 and (self.vocab % self.devices or self.batch % self.devices):
-                raise HarnessError(f"with --devices {self.devices}, vocab ({self.vocab}) and batch "
-                                   f"({self.batch}) must be divisible by {self.devices}")
 
     def configs(self) -> list[dict]:
         """The program options of every configuration of the matrix."""
@@ -745,6 +748,22 @@ def _resume_state(h: Harnessed, out: Path, seed: int, start: int) -> RunState:
     return state
 
 
+def run_seed(h: Harnessed, seed: int, state: RunState, store, out: Path, env: dict,
+             should_stop: Callable[[], bool] = lambda: False) -> Iterator[BlockResult]:
+    """Run one (config, seed) to its end: every block appended to the store (flushed, fsynced);
+    train protocol: a checkpoint for --resume every ``checkpoint_seconds`` and when stopped early
+    (a finished seed needs none)."""
+    last_save = time.monotonic()
+    for block in run_config(h, seed, state, should_stop=should_stop):
+        store.append(block_line(block, h, env))
+        unfinished = block.end < h.spec.steps
+        due = should_stop() or time.monotonic() - last_save >= h.spec.checkpoint_seconds
+        if h.spec.protocol == "train" and jax.process_count() == 1 and unfinished and due:
+            save_checkpoint(_checkpoint_path(out, h.label, seed), block.end, state.params, state.opt_state)
+            last_save = time.monotonic()
+        yield block
+
+
 def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                should_stop: Callable[[], bool] = lambda: False,
                on_event: Callable[[Event], None] | None = None,
@@ -789,19 +808,11 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                     fp = check_same_program(h, state.params, state.opt_state, batch)
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
                                fingerprint={**fp, "donate_argnums": list(h.donate)}))
-                last_save = time.monotonic()
-                for block in run_config(h, seed, state, should_stop=should_stop):
-                    store.append(block_line(block, h, env))
-                    finished = block.end == spec.steps
-                    if (spec.protocol == "train" and jax.process_count() == 1
-                            and (finished or should_stop()
-                                 or time.monotonic() - last_save >= spec.checkpoint_seconds)):
-                        save_checkpoint(_checkpoint_path(out, label, seed), block.end, state.params,
-                                        state.opt_state)
-                        last_save = time.monotonic()
+                for block in run_seed(h, seed, state, store, out, env, should_stop):
                     nonfinite += block.nonfinite
                     done_steps += block.end - block.start
-                    emit(Event("block", label, seed, done_steps, total, nonfinite, finished, block=block))
+                    emit(Event("block", label, seed, done_steps, total, nonfinite, block.end == spec.steps,
+                               block=block))
             if should_stop():
                 break
     return path
