@@ -391,30 +391,42 @@ def _ulp(pa: np.ndarray) -> np.ndarray:
     return np.abs(np.spacing(pa.astype(np.promote_types(pa.dtype, np.float32)))).astype(np.float64)
 
 
-def compare_update(name: str, before: np.ndarray, after: np.ndarray, u: np.ndarray) -> dict:
+def compare_update(name: str, before: np.ndarray, after: np.ndarray, u: np.ndarray, chunk_rows: int = 8192) -> dict:
     """Does the applied change d = after - before match the float64 update u?
 
     Whole leaf: |d - u| <= rtol |u| + ||ulp||. Per row (first axis of a matrix): the same
     with the row's own norms and ROW_RTOL, so one lost or doubled row of a 100k-row matrix
-    is an error of 100% of that row, not 1/sqrt(100k) of the leaf.
+    is an error of 100% of that row, not 1/sqrt(100k) of the leaf. Rows are processed in
+    chunks, so a 100k x 2048 matrix needs a few chunk-sized float64 temporaries, not copies of it.
     """
-    dt = str(np.asarray(after).dtype)
+    after = np.asarray(after)
+    dt = str(after.dtype)
     rtol, row_rtol = REFERENCE_RTOL.get(dt, 2e-2), ROW_RTOL.get(dt, 0.5)
-    d = np.asarray(after, np.float64) - np.asarray(before, np.float64)
-    u = np.asarray(u, np.float64).reshape(d.shape)
-    ulp = _ulp(np.asarray(after))
-    err = d - u
-    allowed = rtol * float(np.linalg.norm(u)) + float(np.linalg.norm(ulp))
-    leaf_ratio = float(np.linalg.norm(err)) / allowed if allowed > 0 else (0.0 if not err.any() else math.inf)
+    shape = after.shape
+    rows = shape[0] if len(shape) >= 2 else 1
+    b2, a2, u2 = (np.asarray(x).reshape(rows, -1) for x in (before, after, np.asarray(u).reshape(shape)))
+    err_sq = u_sq = ulp_sq = 0.0
     worst_row, row_ratio = None, 0.0
-    if d.ndim >= 2:
-        rows = d.shape[0]
-        e = np.linalg.norm(err.reshape(rows, -1), axis=1)
-        a = row_rtol * np.linalg.norm(u.reshape(rows, -1), axis=1) + np.linalg.norm(ulp.reshape(rows, -1), axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(a > 0, e / np.where(a > 0, a, 1.0), np.where(e > 0, np.inf, 0.0))
-        worst_row = int(np.argmax(r))
-        row_ratio = float(r[worst_row])
+    for lo in range(0, rows, chunk_rows):
+        a = a2[lo:lo + chunk_rows]
+        d = a.astype(np.float64) - b2[lo:lo + chunk_rows].astype(np.float64)
+        uc = u2[lo:lo + chunk_rows].astype(np.float64)
+        ulp = _ulp(a)
+        e_r = np.sum((d - uc) ** 2, axis=1)
+        u_r = np.sum(uc * uc, axis=1)
+        l_r = np.sum(ulp * ulp, axis=1)
+        err_sq, u_sq, ulp_sq = err_sq + e_r.sum(), u_sq + u_r.sum(), ulp_sq + l_r.sum()
+        if len(shape) >= 2:
+            allowed = row_rtol * np.sqrt(u_r) + np.sqrt(l_r)
+            e = np.sqrt(e_r)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = np.where(allowed > 0, e / np.where(allowed > 0, allowed, 1.0), np.where(e > 0, np.inf, 0.0))
+            i = int(np.argmax(r))
+            if worst_row is None or r[i] > row_ratio:
+                worst_row, row_ratio = lo + i, float(r[i])
+    allowed = rtol * math.sqrt(u_sq) + math.sqrt(ulp_sq)
+    err = math.sqrt(err_sq)
+    leaf_ratio = err / allowed if allowed > 0 else (0.0 if err == 0 else math.inf)
     return {"leaf": name, "ratio": max(leaf_ratio, row_ratio), "leaf_ratio": leaf_ratio, "row_ratio": row_ratio,
             "row": worst_row}
 
