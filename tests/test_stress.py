@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-
 from harness.stress import report, stats
 from harness.stress import store as results
 from harness.stress.runner import (

@@ -229,7 +229,8 @@ def plot(t: Table, path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("non-finite update rate")
     env = t.env or {}
-    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - {env.get('backend', '?')} "
+    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - "
+                 f"{env.get('backend', '?')} "
                  f"{env.get('device_kind', '')}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
