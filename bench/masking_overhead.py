@@ -109,36 +109,35 @@ def transformer_program(vocab=512, d_model=128, layers=2, heads=4, seq=32, batch
 
 
 def tied_program():
-    """The stress harness's tied-embedding step (full mode, remat), without the runner's checks."""
-    import numpy as np
+    """The stress harness's built-in tied-embedding step (full mode, remat), jitted as a user does."""
+    import jax
 
-    from harness.stress.runner import StressSpec, build_program
+    from harness.programs.interface import load_program
+    from harness.stress.runner import step_keys
 
-    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, d_model=128, vocab=1024,
-                      seq=32, layers=2, heads=4)
-    cfg = spec.configs()[0]
-    prog = build_program(cfg, spec, checked=False)
+    prog = load_program("tied-embedding", mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2,
+                        heads=4)
+    step = prog.jit()
 
     def fresh():
-        return prog.init(1)
+        return prog.init(jax.random.key(1))
 
     def call(state, i):
-        p, o, loss = prog.step(state[0], state[1], np.uint32(1), np.int32(i))
-        return (p, o), loss
+        p, o, aux = step(state[0], state[1], prog.batch(step_keys(1, i)[0], i))
+        return (p, o), aux["loss"]
 
     def n_ops():
-        p, o = prog.init(1)
-        return prog.step.lower(p, o, np.uint32(1), np.int32(0)).compile().as_text().count(" = ")
+        p, o = fresh()
+        return step.lower(p, o, prog.batch(step_keys(1, 0)[0], 0)).compile().as_text().count(" = ")
 
     def grads():
-        import jax
+        from harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
 
-        from harness.programs.tied_embedding import init_params, loss_fn, make_batches
-
+        cfg = ModelConfig(mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2, heads=4)
         batches = make_batches(cfg, jax.random.key(2))
         return jax.jit(jax.grad(loss_fn), static_argnums=2)(init_params(cfg, jax.random.key(1)), batches, cfg)
 
-    return f"tied embedding ({cfg.label()}, V={cfg.vocab} D={cfg.d_model} L={cfg.layers})", fresh, call, n_ops, grads
+    return "tied-embedding (full, remat, V=1024 D=128 L=2)", fresh, call, n_ops, grads
 
 
 def gradient_difference(grads) -> str:

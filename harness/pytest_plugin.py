@@ -8,7 +8,10 @@ fails the test, with the table in its message, when any step was non-finite::
     def test_full_remat(harness_stress):
         harness_stress(modes=("full",), remats=(True,))
 
-``--stress-steps`` and ``--stress-seeds`` size every such run from the command line.
+It takes any :class:`~harness.stress.runner.StressSpec` field, e.g. ``program="my_model.py:program"``
+(your own TrainProgram, as ``--program`` names it) with ``program_options={"width": 512}``.
+``--stress-steps`` and ``--stress-seeds`` size every such run from the command line;
+``--stress-program`` sets the program of every run that names none.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ def pytest_addoption(parser) -> None:
     group = parser.getgroup("xla-harness")
     group.addoption("--stress-steps", type=int, default=20, help="steps per (config, seed) in stress tests")
     group.addoption("--stress-seeds", default="1,2", help="comma-separated seeds for stress tests")
+    group.addoption("--stress-program", default=None, metavar="PROGRAM",
+                    help="program of harness_stress runs that name none (built-in name, FILE.py:NAME, MODULE:NAME)")
 
 
 def pytest_configure(config) -> None:
@@ -29,6 +34,7 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a jax GPU backend (skipped without one)")
     config.addinivalue_line("markers", "tpu: needs a jax TPU backend (skipped without one)")
     config.addinivalue_line("markers", "stress: a stress run (repeated training steps)")
+    config.addinivalue_line("markers", "slow: an end-to-end test in subprocesses")
 
 
 def _has_backend(name: str) -> bool:
@@ -62,10 +68,15 @@ def harness_stress(request, tmp_path):
     steps = request.config.getoption("--stress-steps")
     seeds = _seeds(request.config.getoption("--stress-seeds"))
 
+    program = request.config.getoption("--stress-program")
+
     def run(**overrides):
-        spec = StressSpec(**{"steps": steps, "seeds": seeds, **overrides})
+        if "program_options" in overrides:
+            overrides["program_options"] = tuple(sorted(dict(overrides["program_options"]).items()))
+        defaults = {"steps": steps, "seeds": seeds, **({"program": program} if program else {})}
+        spec = StressSpec(**{**defaults, **overrides})
         out = tmp_path / f"stress{len(list(tmp_path.iterdir()))}"
-        run_matrix(spec, out, progress=False)
+        run_matrix(spec, out)
         table = report.load_table([out])
         if table.total_nonfinite:
             pytest.fail(f"{table.total_nonfinite} non-finite step(s):\n{report.format_table(table)}",

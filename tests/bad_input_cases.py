@@ -17,9 +17,10 @@ from pathlib import Path
 TINY_ARGS = ["--vocab", "64", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "8"]
 # The stress options the synthetic results files below were "written" with.
 RUN_ARGS = ["--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "4", "--block", "2", *TINY_ARGS]
-SPEC = {"batch": 8, "block": 2, "d_model": 32, "devices": 1, "dtype": "f32", "heads": 2, "inject_nan_rate": 0.0,
-        "layers": 1, "learning_rate": 0.001, "modes": ["full"], "reference": False, "reference_every": 5,
-        "remats": [True], "seeds": [1], "seq": 8, "steps": 4, "vocab": 64}
+SPEC = {"batch": 8, "block": 2, "checkpoint_seconds": 300.0, "d_model": 32, "devices": 1, "dtype": "f32",
+        "heads": 2, "inject": "nan", "inject_rate": 0.0, "layers": 1, "learning_rate": 0.001, "modes": ["full"],
+        "program": "tied-embedding", "program_options": {}, "protocol": "train", "reference": False,
+        "reference_every": 5, "remats": [True], "seeds": [1], "seq": 8, "steps": 4, "vocab": 64}
 CONFIG = {"batch": 8, "d_model": 32, "dtype": "f32", "heads": 2, "layers": 1, "mode": "full", "remat": True,
           "seq": 8, "vocab": 64}
 ENV = {"backend": "cpu", "device_count": 1, "device_kind": "cpu", "jax": "0.12.0.1", "jaxlib": "0.12.0.1"}
@@ -217,8 +218,8 @@ STRESS_FLAGS = {
     "dtype-f64": ["--dtype", "f64"], "dtype-empty": ["--dtype", ""], "devices-zero": ["--devices", "0"],
     "devices-word": ["--devices", "x"], "block-zero": ["--block", "0"], "block-negative": ["--block", "-1"],
     "lr-negative": ["--lr", "-1"], "lr-zero": ["--lr", "0"], "lr-nan": ["--lr", "nan"], "lr-inf": ["--lr", "inf"],
-    "lr-word": ["--lr", "fast"], "rate-two": ["--inject-nan-rate", "2"], "rate-nan": ["--inject-nan-rate", "nan"],
-    "rate-negative": ["--inject-nan-rate", "-0.1"], "ref-every-zero": ["--reference-every", "0"],
+    "lr-word": ["--lr", "fast"], "rate-two": ["--inject-rate", "2"], "rate-nan": ["--inject-rate", "nan"],
+    "rate-negative": ["--inject-rate", "-0.1"], "ref-every-zero": ["--reference-every", "0"],
     "vocab-zero": ["--vocab", "0"], "dmodel-zero": ["--d-model", "0"], "heads-indivisible": ["--heads", "3"],
     "seq-one": ["--seq", "1"], "layers-word": ["--layers", "two"], "batch-negative": ["--batch", "-8"],
     "unknown-flag": ["--frobnicate"], "positional": ["extra"],
@@ -365,8 +366,8 @@ def report_cases() -> list[Case]:
              _files(a__stress__jsonl=GOOD, b__stress__jsonl=GOOD.replace(b'"learning_rate": 0.001',
                                                                           b'"learning_rate": 0.01'))),
         Case("report-mixed-specs", ["report", "{tmp}/a", "{tmp}/b"],
-             _files(a__stress__jsonl=GOOD, b__stress__jsonl=GOOD.replace(b'"inject_nan_rate": 0.0',
-                                                                          b'"inject_nan_rate": 0.5'))),
+             _files(a__stress__jsonl=GOOD, b__stress__jsonl=GOOD.replace(b'"inject_rate": 0.0',
+                                                                          b'"inject_rate": 0.5'))),
     ]
 
 

@@ -39,7 +39,11 @@ def test_bundle_contents(bundle):
                                                        for k in env["env"])
     assert env["devices"] and env["jax"]
     repro = _read(bundle, "repro.py")
-    assert "import harness" not in repro and "optax" not in repro  # jax and numpy only
+    # repro.py imports the bundled program (its source and the interface), not an installed harness.
+    assert "from harness.programs.interface import load_program" in repro
+    with tarfile.open(bundle) as tf:
+        assert "bundle/program/harness/programs/tied_embedding.py" in tf.getnames()
+    assert json.loads(_read(bundle, "config.json"))["program"] == "tied-embedding"
     findings = json.loads(_read(bundle, "findings.json"))
     assert findings["modules"][0]["module"] == "jit_step"
 

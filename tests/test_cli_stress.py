@@ -35,7 +35,7 @@ def _steps(out):
     (["--steps", "-3"], "--steps must be a positive integer"),
     (["--seeds", "1,x"], "invalid seed list"),
     (["--remat", "maybe"], "invalid remat list"),
-    (["--inject-nan-rate", "2"], "must be in [0, 1]"),
+    (["--inject-rate", "2"], "must be in [0, 1]"),
     (["--devices", "3"], "divisible by 3"),
 ])
 def test_bad_input_one_error_line_exit_2(tmp_path, capsys, args, needle):
@@ -143,7 +143,7 @@ def test_sigterm_flushes_prints_partial_table_and_resumes(tmp_path, uninterrupte
 def test_json_output_and_report_command(tmp_path, capsys):
     out = tmp_path / "o"
     rc = main(["stress", "--out", str(out), "--modes", "full", "--remat", "on", "--seeds", "3",
-               "--steps", "4", "--inject-nan-rate", "1", "--json", "--quiet", "--fail-on-nonfinite",
+               "--steps", "4", "--inject-rate", "1", "--json", "--quiet", "--fail-on-nonfinite",
                "--plot", str(tmp_path / "p.png"), *TINY_ARGS])
     data = json.loads(capsys.readouterr().out)
     assert rc == 1
@@ -175,7 +175,7 @@ TINY = dict(vocab=64, d_model=32, layers=1, heads=2, seq=8, batch=8)
 
 @pytest.mark.stress
 def test_injected(harness_stress):
-    harness_stress(modes=("full",), remats=(True,), inject_nan_rate=0.5, **TINY)
+    harness_stress(modes=("full",), remats=(True,), inject_rate=0.5, **TINY)
 
 @pytest.mark.stress
 def test_clean(harness_stress):
@@ -194,17 +194,22 @@ def test_pytest_plugin_fails_with_table_and_junit(pytester):
     res.assert_outcomes(passed=1, failed=1, skipped=1)
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*full/remat=on/f32*"])
     junit = (pytester.path / "junit.xml").read_text()
-    assert "test_injected" in junit and "non-finite step(s)" in junit and "95% CI" in junit
+    assert "test_injected" in junit and "non-finite step(s)" in junit and "95% upper" in junit
 
 
 def test_compare_two_runs(tmp_path, capsys):
     common = ["--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "40", "--block", "20",
               "--quiet", *TINY_ARGS]
-    assert main(["stress", "--out", str(tmp_path / "a"), "--inject-nan-rate", "0.5", *common]) == 0
+    assert main(["stress", "--out", str(tmp_path / "a"), "--inject-rate", "0.5", *common]) == 0
     assert main(["stress", "--out", str(tmp_path / "b"), *common]) == 0
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["comparisons"]
     assert row["significant"] and row["b"]["nonfinite"] == 0 and row["a"]["nonfinite"] > 10
+    from harness.stress import stats
+
+    needed = row["clean_steps_to_show_fix"]
+    assert needed == stats.clean_steps_to_show_fix(row["a"]["nonfinite"], 40) and needed < 40
+    assert row["fix"].endswith("B has 40: shown") and f"after {needed} clean steps" in row["fix"]
     assert main(["compare", str(tmp_path / "b"), str(tmp_path / "b")]) == 0
     assert "do not differ significantly" in capsys.readouterr().out

@@ -297,12 +297,11 @@ def test_parse_real_jax_output(tmp_path):
 
 
 def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
-    from harness.programs.tied_embedding import ModelConfig
     from harness.stress.runner import compile_train_step
 
     from .helpers import TINY
 
-    text = compile_train_step(ModelConfig(mode="full", remat=True, **TINY)).as_text()
+    text = compile_train_step(dict(mode="full", remat=True, **TINY)).as_text()
     findings = scan_module(parse_module(text, "cpu"))
     assert findings, "the CPU program has in-place scatter fusions"
     assert {f.cls for f in findings} == {"aliased"}

@@ -63,3 +63,37 @@ def test_bad_confidence_raises():
     with pytest.raises(HarnessError):
         stats.runs_needed(0.1, 1.5)
     assert stats.wilson(5, 10, 0.8)[0] < stats.wilson(5, 10, 0.5)[0]
+
+
+def test_table_bound_and_runs_needed_use_one_method():
+    # runs_needed(b) clean steps give a table upper bound <= b; one step fewer does not.
+    for b in (0.05, 0.01, 0.2):
+        n = stats.runs_needed(b)
+        assert stats.upper_bound(0, n) <= b < stats.upper_bound(0, n - 1)
+    # With failures it is the one-sided exact bound: the upper end of the two-sided 90% interval.
+    assert stats.upper_bound(34, 80) == pytest.approx(stats.clopper_pearson(34, 80, 0.90)[1], rel=1e-6)
+    assert stats.Rate(0, 59).to_dict()["upper"] < 0.05
+
+
+def test_chi2_survival_known_values():
+    assert stats.chi2_sf(3.841458820694124, 1) == pytest.approx(0.05, rel=1e-6)
+    assert stats.chi2_sf(5.991464547107979, 2) == pytest.approx(0.05, rel=1e-6)
+    assert stats.chi2_sf(2.0, 2) == pytest.approx(math.exp(-1.0), rel=1e-9)  # df 2: exp(-x/2)
+
+
+def test_seed_dispersion_flags_seeds_that_disagree():
+    same = stats.seed_dispersion([(5, 40), (6, 40), (4, 40)])
+    assert same["p_value"] > 0.5 and (same["min"], same["max"]) == (0.1, 0.15)
+    apart = stats.seed_dispersion([(20, 40), (0, 40), (10, 40)])
+    assert apart["p_value"] < 1e-3
+    assert stats.seed_dispersion([(0, 40), (0, 40)])["p_value"] is None  # nothing to compare
+
+
+def test_clean_steps_to_show_fix_is_the_smallest_sufficient_count():
+    m = stats.clean_steps_to_show_fix(34, 80)
+    assert stats.fisher_exact(34, 80, 0, m) < 0.05 <= stats.fisher_exact(34, 80, 0, m - 1)
+    assert stats.clean_steps_to_show_fix(0, 80) is None
+    # One failure in 1000 is shown fixed only after ~19x as many clean steps (p ~ 1000 / (1000 + m)).
+    rare = stats.clean_steps_to_show_fix(1, 1000)
+    assert stats.fisher_exact(1, 1000, 0, rare) < 0.05 <= stats.fisher_exact(1, 1000, 0, rare - 1)
+    assert 18_000 < rare < 20_000

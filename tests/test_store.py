@@ -37,7 +37,7 @@ def test_fingerprint_ignores_which_trials_and_tracks_what_a_step_computes():
     fp = records.spec_fingerprint(SPEC)
     assert records.spec_fingerprint({**SPEC, "seeds": [7, 8], "steps": 99, "modes": ["full", "dense_only"]}) == fp
     assert records.spec_fingerprint({**SPEC, "learning_rate": 0.01}) != fp
-    assert records.spec_fingerprint({**SPEC, "inject_nan_rate": 0.5}) != fp
+    assert records.spec_fingerprint({**SPEC, "inject_rate": 0.5}) != fp
 
 
 def test_records_round_trip_and_one_label_function():

@@ -32,15 +32,12 @@ does not fail or the input is bad.
 
 
 def add_arguments(p) -> None:
-    from harness.commands.stress import add_model_arguments
+    from harness.commands import flags
 
     p.add_argument("--oracle", choices=["stress", "hlo"], default="stress")
     p.add_argument("--property", default="scatter-root-fusion", help="HLO property for --oracle hlo")
-    p.add_argument("--program", choices=["tied-embedding", "small"], default="tied-embedding",
-                   help="program to compile (small: a tiny elementwise+dot function, for checks)")
-    p.add_argument("--mode", default="full")
-    p.add_argument("--remat", choices=["on", "off"], default="on")
-    p.add_argument("--dtype", default="f32")
+    flags.add_program_arguments(p)  # plus "small": a tiny elementwise+dot function, for checks
+    flags.add_single_config_arguments(p)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--baseline-steps", type=int, default=200, help="steps of the baseline run (stress)")
     p.add_argument("--inject-pass", metavar="PASS", help="plant faults while PASS is enabled (test oracle)")
@@ -49,7 +46,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
     p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
     p.add_argument("--quiet", action="store_true")
-    add_model_arguments(p)
+    flags.add_model_arguments(p)
 
 
 def _check_args(args) -> None:
@@ -65,15 +62,17 @@ def _check_args(args) -> None:
 
 
 def run(args) -> int:
+    from harness.commands import flags
     from harness.repro import bisect
-    from harness.stress.runner import StressSpec
 
     _check_args(args)
-    spec = StressSpec(modes=(args.mode,), remats=(args.remat == "on",), seeds=(args.seed,), steps=1,
-                      dtype=args.dtype, vocab=args.vocab, d_model=args.d_model, layers=args.layers,
-                      heads=args.heads, seq=args.seq, batch=args.batch)
-    task = {"program": args.program, "oracle": args.oracle, "property": args.property, "seed": args.seed,
-            "spec": spec.to_dict()}
+    options = {} if args.program == "small" else flags.program_options(args)
+    if args.program not in ("small", flags.BUILTIN) and ":" in args.program:
+        path, _, attr = args.program.rpartition(":")
+        if path.endswith(".py"):  # the probe runs in a fresh process, possibly elsewhere: absolute path
+            args.program = f"{Path(path).resolve()}:{attr}"
+    task = {"program": args.program, "options": options, "oracle": args.oracle, "property": args.property,
+            "seed": args.seed}
     if args.oracle == "hlo":
         bisect.count_property("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n", args.property)
     if args.inject_pass:

@@ -11,10 +11,11 @@ Write FILE.tar.gz with: env.json (versions, device kinds, topology, XLA_*/LIBTPU
 variables only), config.json, the optimized HLO and buffer assignment of the training step
 (from --dump DIR, else compiled here with a dump), the scanner's findings on it, the stress
 results (--results DIR, else a run of --seeds x --steps here), bisect.jsonl (--bisect DIR),
-and a standalone repro.py (jax + numpy only) with the output it gave when bundled.
+and a standalone repro.py (jax + numpy only for the built-in; a user's --program is bundled
+as source under program/ and repro.py loads it) with the output it gave when bundled.
 
---check FILE never runs code from the archive. It proves: the files are those the manifest
-names (sha256 of each); repro.py is this harness's own copy (or says it is not); findings.json
+--check FILE never runs code from the archive (a user's program only with --run-program).
+It proves: the files are those the manifest names (sha256 of each); repro.py is this harness's own copy (or says it is not); findings.json
 equals a fresh scan of the bundled HLO and stress/table.txt the table of the bundled rows;
 config.json is valid; and this harness's repro.py, run on that config here (killed with its
 process group after --timeout seconds), gives the bundled non-finite counts and losses.
@@ -24,21 +25,23 @@ whoever made the bundle could rewrite. Exit 0: all same; 1: something differs; 2
 
 
 def add_arguments(p) -> None:
-    from harness.commands.stress import _csv, add_model_arguments
+    from harness.commands import flags
 
     p.add_argument("--out", type=Path, help="bundle to write (FILE.tar.gz)")
     p.add_argument("--check", type=Path, metavar="FILE", help="verify a bundle and re-run the harness's repro.py on it")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="--check: seconds the re-run may take before it is killed (default 1800)")
-    p.add_argument("--mode", default="full")
-    p.add_argument("--remat", choices=["on", "off"], default="on")
-    p.add_argument("--dtype", default="f32")
-    p.add_argument("--seeds", type=_csv("seed", int), default=(1,))
+    p.add_argument("--run-program", action="store_true",
+                   help="--check of a user program's bundle: also run the program in its program/ folder "
+                        "(code from the archive: read it first)")
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1,))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--dump", type=Path, help="XLA dump folder with the step's optimized HLO and buffer assignment")
     p.add_argument("--results", type=Path, help="stress results folder to include")
     p.add_argument("--bisect", type=Path, help="bisect-passes output folder to include")
-    add_model_arguments(p)
+    flags.add_model_arguments(p)
 
 
 def _check_inputs(args) -> None:
@@ -63,7 +66,7 @@ def run(args) -> int:
     if args.check:
         if not args.timeout > 0:
             raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        same, lines = bundle.check_bundle(args.check, timeout=args.timeout)
+        same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program)
         print("\n".join(lines))
         return 0 if same else 1
     if not args.out:
@@ -71,11 +74,9 @@ def run(args) -> int:
     _check_inputs(args)
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
-    from harness.programs.tied_embedding import ModelConfig
+    from harness.commands import flags
 
-    cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
-                      d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq, batch=args.batch)
-    out = bundle.make_bundle(args.out, cfg, tuple(args.seeds), args.steps, dump=args.dump,
-                             results_dir=args.results, bisect_dir=args.bisect)
+    out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
+                             dump=args.dump, results_dir=args.results, bisect_dir=args.bisect)
     print(out)
     return 0

@@ -8,8 +8,8 @@ from pathlib import Path
 NAME = "report"
 HELP = "print the non-finite table of stress results folders"
 DESCRIPTION = """\
-Read OUT/stress*.jsonl from each folder and print the per-configuration table
-(per-seed k/n, total, rate, Wilson 95% interval). Several folders are combined;
+Read OUT/stress*.jsonl from each folder and print the per-configuration table (per-seed
+k/n, total, rate, one-sided exact 95% upper bound, seed spread). Several folders are combined;
 configurations or seeds with missing steps are listed as gaps. A step counts once per
 (spec fingerprint, label, seed, step); one label recorded by runs with different options
 is refused unless --allow-mixed-specs; a step recorded twice with different outcomes is

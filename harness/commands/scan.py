@@ -12,8 +12,10 @@ from harness.errors import HarnessError
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
 DESCRIPTION = """\
-Scan HLO text (a file, or a --xla_dump_to directory) or the harness model compiled on the
-current backend, and classify every in-place fusion output (scatter, dynamic-update-slice,
+Scan HLO text (a file, or a --xla_dump_to directory) or, with --model, a program's training
+step compiled on the current backend exactly as a plain jax.jit of it (the user's step,
+unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and
+classify every in-place fusion output (scatter, dynamic-update-slice,
 annotated aliasing) under three tracing policies:
 
   aliased                 stock XLA, the as-reported patch and the layout-aware patch all
@@ -34,7 +36,7 @@ Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-mo
 
 
 def add_arguments(p) -> None:
-    from harness.commands.stress import add_model_arguments
+    from harness.commands import flags
 
     # str, not Path: scan isolates each bad file itself (FIFOs and devices included: one error line
     # each, the other files still scanned) rather than the CLI refusing the whole command.
@@ -43,14 +45,14 @@ def add_arguments(p) -> None:
     p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu", "tpu", "unknown"],
                    help="whose alias rules count as stock (default: read from the dump)")
-    p.add_argument("--model", choices=["tied-embedding"],
-                   help="compile the harness model on the current backend and scan it")
-    p.add_argument("--mode", default="full", help="model mode with --model (default full)")
-    p.add_argument("--remat", default="on", choices=["on", "off"], help="remat with --model (default on)")
-    p.add_argument("--dtype", default="f32", help="dtype with --model (default f32)")
-    p.add_argument("--devices", type=int, default=1, help="shard the model over N devices")
+    p.add_argument("--model", nargs="?", const=True, default=None, metavar="PROGRAM",
+                   help="compile the step of --program (or of PROGRAM given here) on the current backend and "
+                        "scan it")
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
     p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
-    add_model_arguments(p)
+    flags.add_model_arguments(p)
 
 
 def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
@@ -78,18 +80,18 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
 
 
 def _model_text(args) -> tuple[str, str, str]:
+    from harness.commands import flags
     from harness.commands.stress import ensure_host_devices
 
+    if isinstance(args.model, str):
+        args.program = args.model
     ensure_host_devices(args.devices)
     import jax
 
-    from harness.programs.tied_embedding import ModelConfig
     from harness.stress.runner import compile_train_step
 
-    cfg = ModelConfig(mode=args.mode, remat=args.remat == "on", dtype=args.dtype, vocab=args.vocab,
-                      d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
-                      batch=args.batch)
-    text = compile_train_step(cfg, devices=args.devices).as_text()
+    options = flags.program_options(args)
+    text = compile_train_step(options, program=args.program).as_text()
     if args.save_hlo:
         try:
             args.save_hlo.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +100,8 @@ def _model_text(args) -> tuple[str, str, str]:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
     backend = jax.default_backend()
     known = backend if backend in ("cpu", "gpu", "tpu") else "unknown"
-    return text, f"<tied-embedding {cfg.label()} on {backend}>", known
+    what = f"{options['mode']}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
+    return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {backend}>", known
 
 
 def _collect_targets(paths: list[Path]) -> tuple[list[tuple[Path, Path | None]], int]:
@@ -138,7 +141,7 @@ def run(args) -> int:
     from harness.hlo.scan import format_findings, module_json, scan
 
     if not args.paths and not args.model:
-        raise HarnessError("give HLO files or dump directories to scan, or --model tied-embedding")
+        raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
     targets, errors = _collect_targets([Path(p) for p in args.paths])
     scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
     for path, ba_path in targets:

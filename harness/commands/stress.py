@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
+from harness.commands import flags
 from harness.errors import HarnessError
 
-NAME = "stress"
-HELP = "train the tied-embedding family step after step and count non-finite updates"
-DESCRIPTION = """\
-Train the tied-embedding model family for every (mode, remat) configuration and seed,
-decide on device whether each step's loss, gradients and update are finite, and print a
-table of non-finite steps per configuration with a Wilson 95% interval.
+PROTOCOLS = ("train", "frozen")
+INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
-Modes: full (lookup and output projection both differentiate the tied matrix W),
+NAME = "stress"
+HELP = "call a training step again and again (yours with --program) and count non-finite steps"
+DESCRIPTION = """\
+Run a program's training step (--program FILE.py:NAME, MODULE:NAME, or the built-in
+tied-embedding family for every (mode, remat) configuration) for every seed, compiled
+exactly as a plain jax.jit of it (the fingerprint printed first proves it), check its
+outputs in a separate jitted checker (loss, new parameters, new optimizer state, grads and
+updates when exposed) and print a table of non-finite steps per configuration with the
+one-sided exact 95% upper bound and the spread between seeds.
+
+Protocols: train (a trajectory; a non-finite step is rolled back, parameters and optimizer
+state, so every step is one trial) and frozen (the reporter's: identical inputs every call).
+Built-in modes: full (lookup and output projection both differentiate the tied matrix W),
 sparse_only (untied output matrix), dense_only (lookup under stop_gradient).
-A non-finite step is not applied, so every step is one trial.
 
 Results are appended to OUT/stress.jsonl (flushed and fsynced per block of --block
 steps); --resume continues an interrupted run without repeating or skipping steps.
@@ -30,82 +40,44 @@ reported failure (jax-ml/jax#35409) was seen on TPU v6e, whose compiler is in li
 """
 
 
-def _csv(kind: str, conv):
-    def parse(text: str):
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError(f"empty {kind} list")
-        try:
-            values = tuple(conv(t) for t in items)
-        except (ValueError, KeyError):
-            raise argparse.ArgumentTypeError(f"invalid {kind} list {text!r}") from None
-        for i, v in enumerate(values):
-            if v in values[:i]:
-                raise argparse.ArgumentTypeError(f"{kind} {items[i]!r} is listed twice in {text!r}")
-        return values
-    return parse
-
-
-def _onoff(t: str) -> bool:
-    return {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}[t.lower()]
-
-
-def _positive(t: str) -> int:
-    try:
-        v = int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def _rate(t: str) -> float:
-    try:
-        v = float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {t!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {v}")
-    return v
-
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("model size")
-    g.add_argument("--vocab", type=_positive, default=256, help="vocabulary size V (default 256)")
-    g.add_argument("--d-model", type=_positive, default=64, help="model width D (default 64)")
-    g.add_argument("--layers", type=_positive, default=2, help="decoder layers (default 2)")
-    g.add_argument("--heads", type=_positive, default=4, help="attention heads (default 4)")
-    g.add_argument("--seq", type=_positive, default=16, help="sequence length of batch A; batch B is 2x (default 16)")
-    g.add_argument("--batch", type=_positive, default=8, help="batch size (default 8)")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--modes", type=_csv("mode", str), default=("full", "sparse_only", "dense_only"),
-                   help="comma-separated modes: full,sparse_only,dense_only (default all three)")
-    p.add_argument("--remat", type=_csv("remat", _onoff), default=(True, False),
-                   help="comma-separated remat settings: on,off (default both)")
-    p.add_argument("--seeds", type=_csv("seed", int), default=(1, 2, 3, 4),
+    flags.add_program_arguments(p)
+    p.add_argument("--protocol", choices=PROTOCOLS, default="train",
+                   help="train: a trajectory (new batch each step, donated state, a non-finite step is "
+                        "rolled back, params and optimizer state); frozen: the same params, optimizer "
+                        "state and batch on every call, no donation, each call an independent trial "
+                        "(default train)")
+    p.add_argument("--modes", type=flags.csv("mode", str), default=("full", "sparse_only", "dense_only"),
+                   help="built-in: comma-separated modes full,sparse_only,dense_only (default all three)")
+    p.add_argument("--remat", type=flags.csv("remat", flags.onoff), default=(True, False),
+                   help="built-in: comma-separated remat settings on,off (default both)")
+    p.add_argument("--dtype", default="f32", help="built-in: parameter dtype f32 or bf16 (default f32)")
+    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
-    p.add_argument("--steps", type=int, default=20, help="training steps per (config, seed) (default 20)")
-    p.add_argument("--dtype", default="f32", help="parameter dtype: f32 or bf16 (default f32)")
-    p.add_argument("--devices", type=_positive, default=1,
-                   help="shard over N devices: batch split, W sharded on the vocab axis (on CPU the "
-                        "host platform is split into N devices)")
+    p.add_argument("--steps", type=int, default=20, help="calls of the step per (config, seed) (default 20)")
+    p.add_argument("--devices", type=flags.positive, default=1,
+                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); on CPU "
+                        "the host platform is split into N devices for any program")
     p.add_argument("--out", type=Path, default=Path("out/stress"),
                    help="results folder (default out/stress); refuses to overwrite existing results")
     p.add_argument("--resume", action="store_true", help="continue the results already in --out")
-    p.add_argument("--inject-nan-rate", type=_rate, default=0.0, metavar="P",
-                   help="corrupt one element of W's update with probability P per step, on device "
-                        "(proves the detector and the statistics)")
+    p.add_argument("--inject", choices=INJECT_KINDS, default="nan",
+                   help="fault to inject into the step's output between calls: nan (one element of the target "
+                        "parameter), nan-opt / inf-opt (Adam's second moment of it), lost-row / doubled-row "
+                        "(one row of its update lost or applied twice: finite, for --reference) (default nan)")
+    p.add_argument("--inject-rate", type=flags.rate, default=0.0, metavar="P",
+                   help="inject with probability P per step, keyed by (seed, step); injected steps are "
+                        "recorded (proves the detector and the statistics)")
     p.add_argument("--reference", action="store_true",
                    help="recompute every --reference-every'th step in float64 on the CPU and flag "
-                        "finite-but-wrong updates (silent corruption)")
-    p.add_argument("--reference-every", type=_positive, default=5, metavar="N", help="(default 5)")
-    p.add_argument("--block", type=_positive, default=10, metavar="K",
+                        "finite-but-wrong updates per leaf and per matrix row (silent corruption)")
+    p.add_argument("--reference-every", type=flags.positive, default=5, metavar="N", help="(default 5)")
+    p.add_argument("--block", type=flags.positive, default=10, metavar="K",
                    help="steps per host sync and per results line (default 10)")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    add_model_arguments(p)
+    p.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
+                   help="train protocol: save the state for --resume at most every S seconds and at the end "
+                        "of each (config, seed) (default 300)")
+    flags.add_model_arguments(p)
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot of rates with CIs")
     p.add_argument("--fail-on-nonfinite", action="store_true",
@@ -115,10 +87,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--distributed", action="store_true",
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
     g.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (process 0's host)")
-    g.add_argument("--num-processes", type=_positive, help="number of processes")
+    g.add_argument("--num-processes", type=flags.positive, help="number of processes")
     g.add_argument("--process-id", type=int, help="this process's index")
-    g.add_argument("--init-timeout", type=_positive, default=300, metavar="S",
+    g.add_argument("--init-timeout", type=flags.positive, default=300, metavar="S",
                    help="seconds to wait for the coordinator (default 300)")
+
+
+class Progress:
+    """Draws the runner's events: one status line on stderr, rewritten in place on a terminal,
+    printed per configuration otherwise; the step fingerprint of every configuration."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self.first_done: int | None = None
+        self.fingerprints: dict[str, dict] = {}
+
+    def __call__(self, e) -> None:
+        if e.kind == "compiled":
+            self.fingerprints[e.label] = e.fingerprint
+            return
+        if self.first_done is None:
+            self.first_done = e.done_steps - (e.block.end - e.block.start)
+        if not self.enabled:
+            return
+        rate = (e.done_steps - self.first_done) / max(time.perf_counter() - self.t0, 1e-9)
+        width = 24
+        filled = int(width * e.done_steps / max(e.total_steps, 1))
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {e.done_steps}/{e.total_steps} steps "
+                f"{e.label} seed {e.seed} step {e.block.end} non-finite {e.nonfinite} | {rate:.1f} steps/s")
+        if self.tty:
+            sys.stderr.write("\r" + line[:160].ljust(160))
+            if e.done_steps >= e.total_steps:
+                sys.stderr.write("\n")
+        elif e.config_done:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def format_fingerprints(fps: dict[str, dict]) -> list[str]:
+    out = []
+    for label, fp in fps.items():
+        donate = tuple(fp["donate_argnums"])
+        out.append(f"step fingerprint {label}: {fp['id']} = plain jax.jit(step, donate_argnums={donate}) "
+                   f"({fp['instructions']} instructions, temp {fp['temp_size_in_bytes']} B, "
+                   f"aliased {fp['alias_size_in_bytes']} B)")
+    return out
 
 
 def ensure_host_devices(n: int) -> None:
@@ -164,12 +183,15 @@ def spec_from_args(args):
 
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
+    if args.program == flags.BUILTIN and args.program_option:
+        raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
     return StressSpec(
         modes=args.modes, remats=args.remat, seeds=args.seeds, steps=args.steps, dtype=args.dtype,
-        devices=args.devices, inject_nan_rate=args.inject_nan_rate, reference=args.reference,
+        devices=args.devices, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
         reference_every=args.reference_every, block=args.block, learning_rate=args.lr,
         vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
-        batch=args.batch)
+        batch=args.batch, program=args.program, program_options=tuple(sorted(dict(args.program_option).items())),
+        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds)
 
 
 def wait_for_coordinator(address: str, timeout: float) -> None:
@@ -204,10 +226,8 @@ def init_distributed(args) -> int:
         raise HarnessError(f"--process-id must be in [0, {args.num_processes})")
     import jax
 
-    try:  # CPU collectives across processes (no effect on TPU/GPU)
+    with contextlib.suppress(AttributeError, ValueError):  # CPU collectives across processes (not TPU/GPU)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    except (AttributeError, ValueError):
-        pass
     kwargs = {"initialization_timeout": args.init_timeout}
     if explicit and args.process_id != 0:
         wait_for_coordinator(args.coordinator, args.init_timeout)
@@ -239,16 +259,22 @@ def run(args) -> int:
     name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
     stop = StopFlag()
     stop.install()
+    bar = Progress(enabled=not args.quiet)
     try:
-        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop,
-                          progress=not args.quiet, results_name=name)
+        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name)
     finally:
         stop.restore()
+        bar.close()
     if count > 1 and jax.process_index() != 0:
         print(f"process {jax.process_index()}: results in {path}; process 0 prints the merged table")
         return 128 + stop.signum if stop.signum is not None else 0
     table = report.load_table([path.parent])
-    print(report.dumps(table) if args.json else report.format_table(table))
+    if args.json:
+        print(report.dumps(table, fingerprints=bar.fingerprints))
+    else:
+        for line in format_fingerprints(bar.fingerprints):
+            print(line)
+        print(report.format_table(table))
     if args.plot:
         report.plot(table, args.plot)
     sys.stdout.flush()

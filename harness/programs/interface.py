@@ -48,6 +48,9 @@ class TrainProgram:
     donate_argnums: tuple[int, ...] = (0, 1)
     jit_kwargs: dict = field(default_factory=dict)  # e.g. in_shardings/out_shardings, as the user jits
     options: dict = field(default_factory=dict)  # the sizes/flags it was built with (recorded in results)
+    # The parameter leaf (jax keystr path, e.g. "['embed']") that injected faults corrupt;
+    # None: the largest floating-point leaf.
+    target_leaf: str | None = None
 
     def jit(self):
         """The step compiled as the user compiles it: same donation, same shardings, nothing added."""
@@ -71,6 +74,7 @@ def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
 
 BUILTINS: dict[str, str] = {
     # name -> "module:factory"; each factory takes keyword options and returns a TrainProgram
+    "tied-embedding": "harness.programs.tied_embedding:program",
     "issue-35409": "harness.programs.issue_35409:make",
 }
 

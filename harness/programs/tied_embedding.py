@@ -11,7 +11,12 @@ the scatter-add with a transpose of the shared buffer. The three modes switch th
 ``dense_only``   the lookup reads W under ``stop_gradient``, so only the dot differentiates W.
 
 Each loss evaluates two heterogeneous batches (different sequence lengths and token
-distributions), as in the report. Everything is a pure function of (config, params, key).
+distributions). Everything is a pure function of (config, params, key).
+
+:func:`program` wraps the model as a :class:`~harness.programs.interface.TrainProgram`
+(registered as the built-in ``tied-embedding``): a plain optax Adam step, parameters and
+optimizer state donated, and with ``devices > 1`` a 1-D ``("data",)`` mesh with the batch
+split and the tied matrix sharded on its vocabulary axis.
 """
 
 from __future__ import annotations
@@ -156,3 +161,73 @@ def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig
     """Mean next-token cross-entropy over both batches (float32 scalar)."""
     a, b = batches
     return _xent(params, a, cfg) + _xent(params, b, cfg)
+
+
+# ----------------------------------------------------------------------------- as a TrainProgram
+
+
+def _mesh_shardings(cfg: ModelConfig, devices: int, optimizer):
+    """(params, opt_state, batch, replicated) shardings on a 1-D ``("data",)`` mesh of ``devices``."""
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    avail = jax.devices()
+    if len(avail) < devices:
+        raise HarnessError(
+            f"--devices {devices} requested but only {len(avail)} {jax.default_backend()} "
+            "device(s) are visible (on CPU the CLI sets --xla_force_host_platform_device_count)")
+    if cfg.vocab % devices or cfg.batch % devices:
+        raise HarnessError(f"with --devices {devices}, vocab ({cfg.vocab}) and batch "
+                           f"({cfg.batch}) must be divisible by {devices}")
+    mesh = Mesh(np.array(avail[:devices]), ("data",))
+    vocab_sh, repl = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P())
+
+    def by_path(tree):
+        # The tied (and untied output) matrix and their optimizer moments are vocab-sharded.
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: vocab_sh if x.ndim == 2 and any(
+                getattr(k, "key", None) in ("embed", "unembed") for k in path) else repl, tree)
+
+    abstract_params = jax.eval_shape(lambda k: init_params(cfg, k), jax.random.key(0))
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    return by_path(abstract_params), by_path(abstract_opt), NamedSharding(mesh, P("data", None)), repl
+
+
+def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
+            layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices: int = 1,
+            learning_rate: float = 1e-3):
+    """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step."""
+    import optax
+
+    from harness.programs.interface import TrainProgram, step_from_loss
+
+    cfg = ModelConfig(mode=mode, remat=bool(remat), dtype=dtype, vocab=int(vocab), d_model=int(d_model),
+                      layers=int(layers), heads=int(heads), seq=int(seq), batch=int(batch))
+    if int(devices) <= 0:
+        raise HarnessError(f"devices must be a positive integer, got {devices}")
+    if not float(learning_rate) > 0:
+        raise HarnessError("learning rate must be positive")
+    optimizer = optax.adam(float(learning_rate))
+    step = step_from_loss(lambda params, batches: loss_fn(params, batches, cfg), optimizer)
+
+    def init_fn(key):
+        params = init_params(cfg, key)
+        return params, optimizer.init(params)
+
+    def batch_fn(key):
+        return make_batches(cfg, key)
+
+    jit_kwargs: dict = {}
+    if int(devices) > 1:
+        p_sh, o_sh, b_sh, repl = _mesh_shardings(cfg, int(devices), optimizer)
+        init_jit = jax.jit(init_fn, out_shardings=(p_sh, o_sh))
+        batch_jit = jax.jit(batch_fn, out_shardings=(b_sh, b_sh))
+        jit_kwargs = {"in_shardings": (p_sh, o_sh, (b_sh, b_sh)),
+                      "out_shardings": (p_sh, o_sh, {"loss": repl})}
+    else:
+        init_jit, batch_jit = jax.jit(init_fn), jax.jit(batch_fn)
+    options = {**cfg.to_dict(), "devices": int(devices), "learning_rate": float(learning_rate)}
+    return TrainProgram(name=f"tied-embedding {cfg.label()}", init=init_jit,
+                        batch=lambda key, step_index: batch_jit(key), step=step, donate_argnums=(0, 1),
+                        jit_kwargs=jit_kwargs, options=options, target_leaf="['embed']")

@@ -4,16 +4,19 @@ Contents: ``env.json`` (versions, device kinds, topology, XLA_*/LIBTPU_*/JAX_*/T
 variables only), ``config.json``, ``hlo/`` (optimized HLO and buffer assignment of the
 training step, from a dump), ``findings.json`` (the scanner on that HLO), ``stress/``
 (the results and table), ``bisect.jsonl`` when given, ``repro.py`` (standalone, jax and
-numpy only; the harness's module harness/repro/standalone.py, copied verbatim) with
-``expected.json`` (its output when the bundle was made), ``README.md``, and ``manifest.json``
-(sha256 of every other file).
+numpy only; the harness's module harness/repro/standalone.py, copied verbatim) for the built-in
+program, or, for a user's program, ``repro.py`` from harness/repro/standalone_program.py with
+``program/`` (the program's source and the harness files that define the TrainProgram
+interface); ``expected.json`` (its output when the bundle was made), ``README.md``, and
+``manifest.json`` (sha256 of every other file).
 
-``check`` never executes code from the archive. It extracts with caps on members and bytes
-(regular files and folders under ``bundle/`` only), verifies the manifest, compares the bundled
-repro.py with the harness's own copy by sha256, recomputes the findings from the bundled HLO and
-the table from the bundled stress rows, validates config.json, and runs the harness's own
-repro.py on that config (in its own process group, killed whole on timeout), comparing with
-expected.json.
+``check`` never executes code from the archive unless told to. It extracts with caps on
+members and bytes (regular files and folders under ``bundle/`` only), verifies the manifest,
+compares the bundled repro.py with the harness's own copy by sha256, recomputes the findings
+from the bundled HLO and the table from the bundled stress rows, validates config.json, and
+runs the harness's own repro.py on that config (in its own process group, killed whole on
+timeout), comparing with expected.json. A user's program is code from the archive: it is
+re-run only with ``run_program=True`` (``--run-program``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
-STANDALONE = Path(__file__).with_name("standalone.py")  # copied verbatim as the bundle's repro.py
+STANDALONE = Path(__file__).with_name("standalone.py")  # the built-in's repro.py, copied verbatim
+STANDALONE_PROGRAM = Path(__file__).with_name("standalone_program.py")  # a user program's repro.py
 MAX_MEMBERS = 10_000
 MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big models run to hundreds of MB)
 REPRO_TIMEOUT_S = 1800.0
@@ -67,29 +71,67 @@ def dump_files(dump: Path) -> tuple[Path, Path]:
     return hlo, ba
 
 
-def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rate: float = 1e-3,
+INTERFACE_FILES = ("harness/__init__.py", "harness/errors.py", "harness/programs/__init__.py",
+                   "harness/programs/interface.py")
+
+
+def copy_program_source(program: str, dest: Path) -> str:
+    """Copy the program's source (and the interface it builds on) into ``dest``; return the
+    --program spec repro.py loads from there."""
+    import importlib
+
+    from harness.programs.interface import BUILTINS
+
+    root = Path(__file__).resolve().parents[2]
+    for rel in INTERFACE_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / rel, dest / rel)
+    if program in BUILTINS:
+        module = BUILTINS[program].split(":")[0]
+        rel = Path(*module.split(".")).with_suffix(".py")
+        shutil.copy(root / rel, dest / rel)
+        return program
+    module_part, _, attr = program.rpartition(":")
+    if module_part.endswith(".py") or "/" in module_part:
+        src = Path(module_part)
+    else:
+        try:
+            src = Path(importlib.import_module(module_part).__file__ or "")
+        except Exception as e:  # noqa: BLE001 - the user's module: report, never a traceback
+            raise HarnessError(f"--program {program}: cannot import {module_part}: {e}") from e
+        if src.name == "__init__.py":
+            raise HarnessError(f"--program {program}: {module_part} is a package; bundle a FILE.py:NAME program")
+    if not src.is_file():
+        raise HarnessError(f"--program {program}: no such file {src}")
+    shutil.copy(src, dest / src.name)
+    return f"{src.name}:{attr}"
+
+
+def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], steps: int,
                 dump: Path | None = None, results_dir: Path | None = None, bisect_dir: Path | None = None,
                 python: str = sys.executable) -> Path:
-    import numpy as np
-
     from harness.hlo.parser import parse_file
     from harness.hlo.scan import module_json, scan_module
     from harness.stress import report
-    from harness.stress.runner import StressSpec, build_program, run_matrix
+    from harness.stress.runner import StressSpec, initial_state, prepare, run_matrix, step_keys
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")
     with tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
         root = Path(tmp) / "bundle"
         (root / "hlo").mkdir(parents=True)
-        spec = StressSpec(modes=(cfg.mode,), remats=(cfg.remat,), seeds=seeds, steps=steps, dtype=cfg.dtype,
-                          learning_rate=learning_rate, vocab=cfg.vocab, d_model=cfg.d_model, layers=cfg.layers,
-                          heads=cfg.heads, seq=cfg.seq, batch=cfg.batch)
-        if dump is None:  # compile the step once with a dump of its optimized HLO
+        builtin = program == "tied-embedding"
+        spec = StressSpec(program=program, seeds=seeds, steps=steps,
+                          program_options=() if builtin else tuple(sorted(options.items())),
+                          **({"modes": (options["mode"],), "remats": (options["remat"],), "dtype": options["dtype"],
+                              "learning_rate": options["learning_rate"],
+                              **{k: options[k] for k in ("vocab", "d_model", "layers", "heads", "seq", "batch")}}
+                             if builtin else {}))
+        if dump is None:  # compile the user's step once, as the harness runs it, with a dump
             dump = Path(tmp) / "dump"
-            prog = build_program(cfg, spec)
-            p, o = prog.init(seeds[0])
-            prog.step.lower(p, o, np.uint32(seeds[0]), np.int32(0)).compile(
+            h = prepare(spec, spec.configs()[0])
+            state = initial_state(h, seeds[0])
+            h.step.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
                 compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         hlo, ba = dump_files(Path(dump))
         shutil.copy(hlo, root / "hlo" / hlo.name)
@@ -97,13 +139,23 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
         mod = parse_file(hlo)
         (root / "findings.json").write_text(json.dumps({"modules": [module_json(mod, scan_module(mod))]}, indent=2))
         (root / "env.json").write_text(json.dumps(bundle_env(), indent=2, default=str))
-        (root / "config.json").write_text(json.dumps({"model": cfg.to_dict(), "seeds": list(seeds), "steps": steps,
-                                                      "learning_rate": learning_rate}, indent=2))
+        if builtin:
+            model = {k: options[k] for k in ("mode", "remat", "dtype", "vocab", "d_model", "layers", "heads",
+                                             "seq", "batch")}
+            config = {"program": program, "model": model, "seeds": list(seeds), "steps": steps,
+                      "learning_rate": options["learning_rate"]}
+            repro = STANDALONE
+        else:
+            (root / "program").mkdir()
+            config = {"program": copy_program_source(program, root / "program"), "options": spec.configs()[0],
+                      "seeds": list(seeds), "steps": steps}
+            repro = STANDALONE_PROGRAM
+        (root / "config.json").write_text(json.dumps(config, indent=2))
         stress_dir = root / "stress"
         if results_dir is not None:
             shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt"))
         else:
-            run_matrix(spec, stress_dir, progress=False)
+            run_matrix(spec, stress_dir)
             shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)
         (stress_dir / "table.txt").write_text(report.format_table(report.load_table([stress_dir])) + "\n")
         if bisect_dir is not None:
@@ -111,12 +163,14 @@ def make_bundle(out: Path, cfg, seeds: tuple[int, ...], steps: int, learning_rat
             if not src.is_file():
                 raise HarnessError(f"{bisect_dir}: missing bisect.jsonl")
             shutil.copy(src, root / "bisect.jsonl")
-        shutil.copy(STANDALONE, root / "repro.py")
+        shutil.copy(repro, root / "repro.py")
         (root / "expected.json").write_text(run_repro(root / "repro.py", root / "config.json", python))
         (root / "README.md").write_text(
-            "# Repro bundle\n\n`python repro.py` (needs jax and numpy) trains the tied-embedding model of "
-            "`config.json` and counts non-finite updates; `expected.json` is what it printed when the bundle "
-            "was made, `env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
+            "# Repro bundle\n\n`python repro.py` (needs jax, numpy and, for a user's program, what it imports) "
+            "builds the training program of `config.json` (the built-in model, or the program in `program/`), "
+            "jits its step as a user does, and counts non-finite steps; `expected.json` is what it printed when "
+            "the bundle was made, "
+            "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
             "`findings.json` the scanner's view of it, `stress/` the harness's stress results, and "
             "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
             "and compares.\n")
@@ -219,10 +273,33 @@ def check_manifest(root: Path, path: Path, report: CheckReport) -> None:
         report.add(True, f"manifest: {len(have)} files, sha256 all match")
 
 
+def _validate_run_shape(cfg: dict, path: Path) -> None:
+    seeds, steps = cfg.get("seeds"), cfg.get("steps")
+    if (not isinstance(seeds, list) or not seeds or len(seeds) > 1000
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in seeds)):
+        raise HarnessError(f"{path}: config.json seeds must be 1..1000 integers in [0, 2**32)")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 < steps <= 1_000_000:
+        raise HarnessError(f"{path}: config.json steps must be an integer in 1..1000000")
+
+
+def is_program_bundle(cfg) -> bool:
+    """A bundle of a user's program (config.json names it and its options) rather than the built-in."""
+    return isinstance(cfg, dict) and "options" in cfg and cfg.get("program") != "tied-embedding"
+
+
 def validate_config(cfg, path: Path):
-    """config.json as the harness writes it; the model through ModelConfig's own checks."""
+    """config.json as the harness writes it; the built-in model through ModelConfig's own checks."""
     from harness.programs.tied_embedding import ModelConfig
 
+    if is_program_bundle(cfg):
+        prog = cfg.get("program")
+        if (not isinstance(prog, str) or not isinstance(cfg.get("options"), dict)
+                or not all(isinstance(k, str) for k in cfg["options"])):
+            raise HarnessError(f"{path}: config.json needs a program name and an options table")
+        if prog.partition(":")[0].endswith(".py") and ("/" in prog or "\\" in prog):
+            raise HarnessError(f"{path}: config.json program {prog!r} must name a file inside program/")
+        _validate_run_shape(cfg, path)
+        return
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
         raise HarnessError(f"{path}: config.json lacks a model table")
     model = cfg["model"]
@@ -234,12 +311,8 @@ def validate_config(cfg, path: Path):
         ModelConfig(**model)
     except (TypeError, ValueError, HarnessError) as exc:
         raise HarnessError(f"{path}: config.json model is not valid ({exc})") from None
-    seeds, steps, lr = cfg.get("seeds"), cfg.get("steps"), cfg.get("learning_rate")
-    if (not isinstance(seeds, list) or not seeds or len(seeds) > 1000
-            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in seeds)):
-        raise HarnessError(f"{path}: config.json seeds must be 1..1000 integers in [0, 2**32)")
-    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 < steps <= 1_000_000:
-        raise HarnessError(f"{path}: config.json steps must be an integer in 1..1000000")
+    _validate_run_shape(cfg, path)
+    lr = cfg.get("learning_rate")
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
         raise HarnessError(f"{path}: config.json learning_rate must be a positive finite number")
 
@@ -268,8 +341,9 @@ def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
         if have is None:
             report.add(False, f"seed {seed}: missing from the re-run")
             continue
-        diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in zip(have["losses"], want["losses"], strict=True)
-                    if math.isfinite(a) and math.isfinite(b)), default=0.0)
+        pairs = zip(have["losses"], want["losses"], strict=True)
+        diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in pairs
+                    if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)), default=0.0)
         ok = have["nonfinite"] == want["nonfinite"] and diff <= 1e-5
         report.add(ok, f"seed {seed}: non-finite {have['nonfinite']} (bundle: {want['nonfinite']}), "
                        f"max relative loss difference {diff:.2e} -> {'same' if ok else 'DIFFERENT'}")
@@ -278,8 +352,10 @@ def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
 
 
 def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPRO_TIMEOUT_S,
-                 max_bytes: int = MAX_BYTES) -> tuple[bool, list[str]]:
-    """Verify a bundle without running its code; re-run the harness's repro.py. (same, lines)."""
+                 max_bytes: int = MAX_BYTES, run_program: bool = False) -> tuple[bool, list[str]]:
+    """Verify a bundle without running its code; re-run the harness's repro.py. (same, lines).
+
+    A user's program in program/ is code from the archive: it runs only with ``run_program``."""
     if not path.is_file():
         raise HarnessError(f"{path}: no such bundle")
     report = CheckReport()
@@ -289,18 +365,27 @@ def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPR
             if not (root / need).is_file():
                 raise HarnessError(f"{path}: bundle lacks {need}")
         check_manifest(root, path, report)
-        ours = sha256_file(STANDALONE)
+        cfg = _read_json(root, "config.json", path)
+        validate_config(cfg, path)
+        user_program = is_program_bundle(cfg)
+        script = STANDALONE_PROGRAM if user_program else STANDALONE
+        ours = sha256_file(script)
         ok = sha256_file(root / "repro.py") == ours
         report.add(ok, f"repro.py: {'same as' if ok else 'DIFFERENT from'} this harness's copy (sha256 {ours[:12]}); "
                        "the harness's copy is the one run")
         check_derived(root, path, report)
-        cfg = _read_json(root, "config.json", path)
-        validate_config(cfg, path)
         expected = _read_json(root, "expected.json", path)
         if not isinstance(expected, dict) or not isinstance(expected.get("seeds"), dict):
             raise HarnessError(f"{path}: expected.json has no seeds table")
-        clean_config = Path(tmp) / "config.json"  # the validated config, outside the extracted tree
-        clean_config.write_text(json.dumps(cfg))
-        got = json.loads(run_repro(STANDALONE, clean_config, python, timeout))
+        if user_program and not run_program:
+            report.lines.append("not re-run: the program in program/ is code from the archive; read it, then "
+                                "pass --run-program to run it")
+            return report.same, report.lines
+        if user_program:
+            clean_config = root / "config.json"  # beside the program/ it loads
+        else:
+            clean_config = Path(tmp) / "config.json"  # the validated config, outside the extracted tree
+            clean_config.write_text(json.dumps(cfg))
+        got = json.loads(run_repro(script, clean_config, python, timeout))
         compare_runs(expected, got, report)
     return report.same, report.lines

@@ -23,7 +23,11 @@ from typing import Any
 
 SCHEMA = 1
 # Spec keys that say which trials a run asks for rather than what one trial computes.
-RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every"})
+RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every",
+                            "checkpoint_seconds"})
+# Spec keys a --resume may change: how often state is checkpointed, not what is measured.
+RESUMABLE_KEYS = frozenset({"checkpoint_seconds"})
+BUILTIN_PROGRAM = "tied-embedding"
 MAX_INDEX = 2**62
 
 
@@ -31,13 +35,21 @@ class RecordError(ValueError):
     """One record breaks the schema; the message is one sentence without location."""
 
 
-def label(config: Mapping[str, Any]) -> str:
-    """The run label of a configuration: ``mode/remat=on|off/dtype`` (rows of every table)."""
-    return f"{config['mode']}/remat={'on' if config['remat'] else 'off'}/{config['dtype']}"
+def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
+    """The run label of a configuration (rows of every table): the built-in program's
+    ``mode/remat=on|off/dtype``; any other program's ``PROGRAM[key=value,...]``."""
+    if program == BUILTIN_PROGRAM:
+        remat = config.get("remat", True)
+        return f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
+    extra = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+    return program + (f"[{extra}]" if extra else "")
 
 
 def spec_labels(spec: Mapping[str, Any]) -> list[str]:
     """The labels a stress spec asks for, in matrix order."""
+    program = spec.get("program", BUILTIN_PROGRAM)
+    if program != BUILTIN_PROGRAM:
+        return [label(spec.get("program_options") or {}, program)]
     return [label({"mode": m, "remat": r, "dtype": spec["dtype"]}) for m in spec["modes"] for r in spec["remats"]]
 
 
@@ -67,12 +79,15 @@ class Step:
     max_abs_update: float | None
     loss: float | None
     reference: dict | None = None
+    injected: str | None = None  # the fault planted at this step, if any
 
     def to_json(self) -> dict:
         d = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
              "max_abs_update": self.max_abs_update, "loss": self.loss}
         if self.reference is not None:
             d["reference"] = self.reference
+        if self.injected is not None:
+            d["injected"] = self.injected
         return d
 
 
@@ -88,11 +103,21 @@ class Block:
     config: dict
     env: dict
     time: str
+    program: str = BUILTIN_PROGRAM
+    protocol: str = "train"
+    fingerprint: dict | None = None  # of the compiled step (runner.fingerprint)
+    donate_argnums: tuple[int, ...] = ()
+
+    @property
+    def injected(self) -> int:
+        return sum(s.injected is not None for s in self.steps)
 
     def to_json(self) -> dict:
         return {"kind": "block", "label": self.label, "seed": self.seed, "start": self.start, "end": self.end,
-                "nonfinite": self.nonfinite, "silent": self.silent, "steps": [s.to_json() for s in self.steps],
-                "config": self.config, "env": self.env, "time": self.time}
+                "nonfinite": self.nonfinite, "silent": self.silent, "injected": self.injected,
+                "steps": [s.to_json() for s in self.steps], "config": self.config, "program": self.program,
+                "protocol": self.protocol, "fingerprint": self.fingerprint,
+                "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time}
 
 
 Record = Header | Block
@@ -177,7 +202,8 @@ def parse_step(obj: Any, what: str) -> Step:
     return Step(step=_int(obj, "step", what), finite=_need(obj, "finite", bool, what),
                 first_bad=_need(obj, "first_bad", (str, None), what),
                 max_abs_update=_number_or_null(obj, "max_abs_update", what),
-                loss=_number_or_null(obj, "loss", what), reference=ref)
+                loss=_number_or_null(obj, "loss", what), reference=ref,
+                injected=_need(obj, "injected", (str, None), what) if "injected" in obj else None)
 
 
 def parse_block(obj: Mapping) -> Block:
@@ -194,10 +220,20 @@ def parse_block(obj: Mapping) -> Block:
         raise RecordError(f"block nonfinite {nonfinite} does not match its steps")
     silent = _int(obj, "silent", what) if "silent" in obj else 0
     config = _need(obj, "config", dict, what)
+    if "injected" in obj and _int(obj, "injected", what) != sum(s.injected is not None for s in steps):
+        raise RecordError(f"block injected {obj['injected']} does not match its steps")
+    donate = _need(obj, "donate_argnums", list, what) if "donate_argnums" in obj else []
+    for d in donate:
+        _typed(d, int, "an entry of block 'donate_argnums'")
+
+    def optional(key: str, kinds, default):
+        return _need(obj, key, kinds, what) if key in obj else default
+
     return Block(label=_need(obj, "label", str, what), seed=_int(obj, "seed", what, hi=2**31), start=start, end=end,
                  nonfinite=nonfinite, silent=silent, steps=steps, config=config,
-                 env=_need(obj, "env", dict, what) if "env" in obj else {},
-                 time=_need(obj, "time", str, what) if "time" in obj else "")
+                 env=optional("env", dict, {}), time=optional("time", str, ""),
+                 program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
+                 fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate))
 
 
 def parse_record(obj: Any) -> Record:

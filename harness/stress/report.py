@@ -1,7 +1,9 @@
 """Tables and plots of stress results, shaped like the matrix in jax-ml/jax#35409.
 
-Rows are configurations (mode x remat, and dtype when several), columns are the seeds
-(``k/n`` non-finite steps), then total, rate and a Wilson 95% interval.
+Rows are configurations (mode x remat for the built-in, the program's label otherwise),
+columns are the seeds (``k/n`` non-finite steps), then total, rate, the one-sided exact 95%
+upper bound (the method ``runs_needed`` uses) and the spread of the per-seed rates with a
+chi-square test of whether the seeds share one rate.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Row:
     per_seed: dict[int, tuple[int, int]] = field(default_factory=dict)  # seed -> (nonfinite, steps)
     silent: int = 0
     referenced: int = 0
+    injected: int = 0
     first_bad: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -33,6 +36,9 @@ class Row:
 
     def rate(self) -> stats.Rate:
         return stats.Rate(self.k, self.n)
+
+    def dispersion(self) -> dict:
+        return stats.seed_dispersion([self.per_seed[s] for s in sorted(self.per_seed)])
 
 
 @dataclass
@@ -89,6 +95,7 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
 def _count(row: Row, seed: int, s: records.Step) -> None:
     k, n = row.per_seed.get(seed, (0, 0))
     row.per_seed[seed] = (k + (not s.finite), n + 1)
+    row.injected += s.injected is not None
     if s.first_bad:
         row.first_bad[s.first_bad] = row.first_bad.get(s.first_bad, 0) + 1
     ref = s.reference
@@ -154,15 +161,21 @@ def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
     return table
 
 
-def _fmt_ci(r: stats.Rate) -> str:
-    lo, hi = r.ci
-    return f"[{lo:.3f}, {hi:.3f}]"
+def _fmt_spread(r: Row) -> str:
+    d = r.dispersion()
+    if len(d["rates"]) < 2:
+        return "-"
+    text = f"{d['min']:.3f}-{d['max']:.3f}"
+    return text + (f" p={d['p_value']:.2g}" if d["p_value"] is not None else "")
 
 
 def format_table(t: Table) -> str:
     """Plain-text table, one row per configuration."""
     show_ref = any(r.referenced for r in t.rows)
-    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% CI (Wilson)"]
+    show_inj = any(r.injected for r in t.rows)
+    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% upper", "seed spread"]
+    if show_inj:
+        head.append("injected")
     if show_ref:
         head.append("silent (ref)")
     lines = [head]
@@ -172,7 +185,9 @@ def format_table(t: Table) -> str:
         for s in t.seeds:
             k, n = r.per_seed.get(s, (0, 0))
             cells.append(f"{k}/{n}" if n else "-")
-        cells += [f"{r.k}/{r.n}", f"{rate.rate:.3f}", _fmt_ci(rate)]
+        cells += [f"{r.k}/{r.n}", f"{rate.rate:.3f}", f"{rate.upper:.4f}", _fmt_spread(r)]
+        if show_inj:
+            cells.append(str(r.injected))
         if show_ref:
             cells.append(f"{r.silent}/{r.referenced}")
         lines.append(cells)
@@ -183,6 +198,8 @@ def format_table(t: Table) -> str:
         e = t.env
         out.append(f"(jax {e.get('jax')}, jaxlib {e.get('jaxlib')}, backend {e.get('backend')}, "
                    f"{e.get('device_count')} x {e.get('device_kind')})")
+    out.append("95% upper: one-sided exact (Clopper-Pearson) bound on the rate; seed spread: lowest-highest "
+               "per-seed rate, p = chi-square test that all seeds share one rate")
     for g in t.gaps:
         out.append(f"gap: {g}")
     return "\n".join(out)
@@ -194,6 +211,8 @@ def table_json(t: Table) -> dict:
             {"config": r.label,
              "per_seed": {str(s): {"nonfinite": k, "steps": n} for s, (k, n) in sorted(r.per_seed.items())},
              **r.rate().to_dict(),
+             "seed_dispersion": r.dispersion(),
+             "injected": r.injected,
              "first_bad": r.first_bad,
              "silent": r.silent, "referenced": r.referenced}
             for r in t.rows
@@ -205,12 +224,15 @@ def table_json(t: Table) -> dict:
     }
 
 
-def dumps(t: Table) -> str:
-    return json.dumps(table_json(t), indent=2, sort_keys=True)
+def dumps(t: Table, fingerprints: dict | None = None) -> str:
+    data = table_json(t)
+    if fingerprints is not None:
+        data["fingerprints"] = fingerprints
+    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def plot(t: Table, path: Path) -> Path:
-    """PNG: non-finite rate per configuration with its 95% Wilson interval."""
+    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound."""
     try:
         import matplotlib
 
@@ -220,8 +242,8 @@ def plot(t: Table, path: Path) -> Path:
         raise HarnessError("plotting needs matplotlib: pip install 'xla-harness[plot]'") from None
     labels = [r.label for r in t.rows]
     rates = [r.rate().rate for r in t.rows]
-    lo = [r.rate().rate - r.rate().ci[0] for r in t.rows]
-    hi = [r.rate().ci[1] - r.rate().rate for r in t.rows]
+    lo = [0.0 for _ in t.rows]
+    hi = [r.rate().upper - r.rate().rate for r in t.rows]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 3.8))
     ax.errorbar(range(len(labels)), rates, yerr=[lo, hi], fmt="o", capsize=5, color="C3")
     for i, r in enumerate(t.rows):
@@ -231,7 +253,8 @@ def plot(t: Table, path: Path) -> Path:
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("non-finite update rate")
     env = t.env or {}
-    ax.set_title(f"non-finite updates per configuration (95% Wilson CI) - {env.get('backend', '?')} "
+    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - "
+                 f"{env.get('backend', '?')} "
                  f"{env.get('device_kind', '')}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

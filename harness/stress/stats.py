@@ -104,6 +104,21 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return (lo, hi)
 
 
+def upper_bound(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided exact (Clopper-Pearson) upper bound on the rate: the p with P[X <= k | n, p] = 1 - confidence.
+
+    The same method as :func:`runs_needed`: with k = 0 it is 1 - (1 - confidence)**(1/n), so
+    runs_needed(b) clean steps give an upper bound <= b.
+    """
+    _check(k, n)
+    _check_conf(confidence)
+    if n == 0 or k == n:
+        return 1.0
+    if k == 0:
+        return 1 - (1 - confidence) ** (1 / n)
+    return _solve(lambda p: binom_cdf(k, n, p), 1 - confidence)
+
+
 def runs_needed(p_upper: float, confidence: float = 0.95) -> int:
     """Failure-free steps needed to claim, at ``confidence``, that the rate is below ``p_upper``.
 
@@ -134,6 +149,81 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     return min(1.0, p)
 
 
+def _gammaincc(a: float, x: float) -> float:
+    """Regularised upper incomplete gamma Q(a, x) (series below a + 1, continued fraction above)."""
+    if x <= 0:
+        return 1.0
+    lg = math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        ap = a
+        for _ in range(1000):
+            ap += 1
+            term *= x / ap
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - lg))
+    b, c, d = x + 1 - a, 1e300, 1 / (x + 1 - a)
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1e-300 if abs(d) < 1e-300 else d
+        c = b + an / c
+        c = 1e-300 if abs(c) < 1e-300 else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return min(1.0, math.exp(-x + a * math.log(x) - lg) * h)
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P[X >= x] for X ~ chi-square(df)."""
+    if df <= 0:
+        raise HarnessError(f"degrees of freedom must be positive, got {df}")
+    return _gammaincc(df / 2, x / 2)
+
+
+def seed_dispersion(per_seed: list[tuple[int, int]]) -> dict:
+    """Do the seeds share one rate? Per-seed rates, their range, and the chi-square test of
+    homogeneity (k x 2 table; p small: the rate depends on the seed, so pooled steps are not
+    exchangeable trials and the pooled interval is too narrow)."""
+    seeds = [(k, n) for k, n in per_seed if n > 0]
+    rates = [k / n for k, n in seeds]
+    out = {"rates": rates, "min": min(rates, default=0.0), "max": max(rates, default=0.0), "p_value": None}
+    big_k, big_n = sum(k for k, _ in seeds), sum(n for _, n in seeds)
+    if len(seeds) < 2 or big_k in (0, big_n):
+        return out
+    p = big_k / big_n
+    x2 = sum((k - n * p) ** 2 / (n * p) + ((n - k) - n * (1 - p)) ** 2 / (n * (1 - p)) for k, n in seeds)
+    out["chi2"] = x2
+    out["p_value"] = chi2_sf(x2, len(seeds) - 1)
+    return out
+
+
+def clean_steps_to_show_fix(k: int, n: int, alpha: float = 0.05, limit: int = 10**7) -> int | None:
+    """Failure-free steps after which a fix is shown against a measured k/n: the smallest m
+    with two-sided Fisher p(k/n vs 0/m) < alpha. None when k == 0 (nothing to beat) or beyond ``limit``."""
+    _check(k, n)
+    if k == 0:
+        return None
+    lo, hi = 1, 1
+    while fisher_exact(k, n, 0, hi) >= alpha:
+        lo, hi = hi + 1, hi * 2
+        if hi > limit:
+            return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fisher_exact(k, n, 0, mid) < alpha:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 @dataclass(frozen=True)
 class Rate:
     k: int
@@ -148,9 +238,14 @@ class Rate:
     def ci(self) -> tuple[float, float]:
         return wilson(self.k, self.n, self.confidence)
 
+    @property
+    def upper(self) -> float:
+        """One-sided exact upper bound (the method runs_needed uses)."""
+        return upper_bound(self.k, self.n, self.confidence)
+
     def to_dict(self) -> dict:
         lo, hi = self.ci
-        return {"nonfinite": self.k, "steps": self.n, "rate": self.rate,
+        return {"nonfinite": self.k, "steps": self.n, "rate": self.rate, "upper": self.upper,
                 "ci_low": lo, "ci_high": hi, "confidence": self.confidence}
 
 
