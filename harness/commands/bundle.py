@@ -15,12 +15,13 @@ and a standalone repro.py (jax + numpy only for the built-in; a user's --program
 as source under program/ and repro.py loads it) with the output it gave when bundled.
 
 --check FILE never runs code from the archive (a user's program only with --run-program).
-It proves: the files are those the manifest names (sha256 of each); repro.py is this harness's own copy (or says it is not); findings.json
-equals a fresh scan of the bundled HLO and stress/table.txt the table of the bundled rows;
-config.json is valid; and this harness's repro.py, run on that config here (killed with its
-process group after --timeout seconds), gives the bundled non-finite counts and losses.
-It does not prove env.json (where the bundle was made) beyond its sha256 in the manifest, which
-whoever made the bundle could rewrite. Exit 0: all same; 1: something differs; 2: unreadable.
+It proves: the files are those the manifest names (sha256 of each); repro.py is this
+harness's own copy (or says it is not); findings.json equals a fresh scan of the bundled HLO
+and stress/table.txt the table of the bundled rows; config.json is valid; and this harness's
+repro.py, run on that config here (killed with its process group after --timeout seconds),
+gives the bundled non-finite counts and losses. It does not prove env.json (where the bundle
+was made) beyond its sha256 in the manifest, which whoever made the bundle could rewrite.
+Exit 0: all same; 1: something differs; 2: unreadable.
 """
 
 

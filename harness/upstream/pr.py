@@ -209,6 +209,26 @@ def _scan_and_stress_lines(scans: list[str], stress: list[str]) -> list[str]:
     return lines
 
 
+def _evidence_lines(target: str, results_dir: Path, scans: list[str], stress: list[str]) -> list[str]:
+    """The Evidence section: XLA test logs (xla), gradient tables (tensorflow), scans and stress tables."""
+    lines: list[str] = []
+    xla_logs = _xla_test_evidence(results_dir) if target == "xla" and results_dir.is_dir() else []
+    if xla_logs:
+        lines += ["XLA unit tests (`make xla-test`, `make xla-mutants`, `make xla-blast-radius`; each log "
+                  "names the wheel, the XLA commit of the patched source and the tools):", "",
+                  *(f"- {x}" for x in xla_logs), ""]
+    grads = sorted(results_dir.rglob("gradcheck*.txt")) if results_dir.is_dir() else []
+    if target == "tensorflow":
+        for f in grads:
+            lines += [f"Gradient table (`xla-harness gradcheck`), `{f.relative_to(results_dir.parent)}`:", "",
+                      "```", f.read_text(encoding="utf-8").rstrip("\n"), "```", ""]
+        if not grads:
+            lines += ["No gradient tables are recorded under results/.", ""]
+    else:
+        lines += _scan_and_stress_lines(scans, stress)
+    return lines
+
+
 def build_bundle(series: Series, target: str, out: Path, results_dir: Path | None = None) -> Bundle:
     up: Upstream = series.upstream(target)
     patches = up.select("default")
@@ -248,20 +268,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     tests = sorted({t for p in patches for t in p.bazel_targets})
     lines += ["## Tests added", "", *(f"- `{t}`" for t in tests), "",
               *([ctx["tests_note"], ""] if "tests_note" in ctx else []), "## Evidence", ""]
-    xla_logs = _xla_test_evidence(results_dir) if target == "xla" and results_dir.is_dir() else []
-    if xla_logs:
-        lines += ["XLA unit tests (`make xla-test`, `make xla-mutants`, `make xla-blast-radius`; each log "
-                  "names the wheel, the XLA commit of the patched source and the tools):", "",
-                  *(f"- {x}" for x in xla_logs), ""]
-    grads = sorted(results_dir.rglob("gradcheck*.txt")) if results_dir.is_dir() else []
-    if target == "tensorflow":
-        for f in grads:
-            lines += [f"Gradient table (`xla-harness gradcheck`), `{f.relative_to(results_dir.parent)}`:", "",
-                      "```", f.read_text(encoding="utf-8").rstrip("\n"), "```", ""]
-        if not grads:
-            lines += ["No gradient tables are recorded under results/.", ""]
-    else:
-        lines += _scan_and_stress_lines(scans, stress)
+    lines += _evidence_lines(target, results_dir, scans, stress)
     if "run_where" in ctx:
         lines += ["## What was run where", "", ctx["run_where"], ""]
         if up.bases:
