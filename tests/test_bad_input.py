@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .bad_input_cases import Case, all_cases, tree_hashes
+from .bad_input_cases import ODD_VALID_HLO, Case, all_cases, tree_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = all_cases()
@@ -159,3 +159,12 @@ def test_report_into_closed_pipe_exits_quietly(tmp_path):
                           stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     os.close(w)
     assert done.stderr == "" and done.returncode == 141
+
+
+@pytest.mark.parametrize("name", sorted(ODD_VALID_HLO))
+def test_odd_but_valid_hlo_is_scanned(name, tmp_path, capsys):
+    f = tmp_path / "m.hlo"
+    f.write_bytes(ODD_VALID_HLO[name])
+    code = _run_in_process(Case(name, ["scan", str(f)]), tmp_path)
+    err = capsys.readouterr().err
+    assert code == 0 and "error:" not in err and "Traceback" not in err, err

@@ -233,6 +233,8 @@ def dumps(t: Table, fingerprints: dict | None = None) -> str:
 
 def plot(t: Table, path: Path) -> Path:
     """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound."""
+    if Path(path).is_dir():
+        raise HarnessError(f"cannot write plot {path}: it is a folder")
     try:
         import matplotlib
 
@@ -261,7 +263,7 @@ def plot(t: Table, path: Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, format="png")
     except OSError as exc:
         raise HarnessError(f"cannot write plot {path}: {exc.strerror}") from None
     finally:

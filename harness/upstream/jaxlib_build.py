@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -722,6 +723,31 @@ def check_trees_clean(ctx: Ctx, stage: str) -> None:
             check_clean(Path(ctx.state[key]), stage)
 
 
+def read_stamp(path: Path) -> dict:
+    """A stage's stamp ({"inputs": ..., "outputs": {...}}); a corrupt one is an error naming it."""
+    from harness.stress.store import read_regular
+
+    try:
+        data = json.loads(read_regular(path).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("outputs"), dict):
+        raise HarnessError(f"{path} is not a stage stamp of this pipeline; delete it to run that stage again")
+    return data
+
+
+def check_options(ctx: Ctx) -> None:
+    """Option values that would otherwise fail only after hours of building."""
+    if not math.isfinite(ctx.min_free_gb) or ctx.min_free_gb < 0:
+        raise HarnessError(f"--min-free-gb must be a non-negative number, got {ctx.min_free_gb}")
+    if ctx.stress_steps <= 0:
+        raise HarnessError(f"--stress-steps must be a positive integer, got {ctx.stress_steps}")
+    if not ctx.harness_tests:
+        raise HarnessError("--harness-tests lists no test file")
+    if ctx.work.exists() and not ctx.work.is_dir():
+        raise HarnessError(f"--work-dir {ctx.work} is not a folder")
+
+
 def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[tuple[str, str]]:
     """Run stages first..last; returns (stage, 'done'|'skipped'|'planned') per stage."""
     i, j = STAGES.index(first), STAGES.index(last)
@@ -733,7 +759,7 @@ def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[t
     for stage in STAGES[:i]:
         st = ctx.stamp(stage)
         if st.exists():
-            ctx.state.update(json.loads(st.read_text())["outputs"])
+            ctx.state.update(read_stamp(st)["outputs"])
         elif not ctx.dry_run:
             raise HarnessError(f"--from {first}: stage {stage} has not run yet (no stamp in {st.parent})")
     redo = False
@@ -743,7 +769,7 @@ def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[t
         inputs = fingerprint(stage_inputs(ctx, stage))
         st = ctx.stamp(stage)
         if not redo and st.exists():
-            data = json.loads(st.read_text())
+            data = read_stamp(st)
             if data.get("inputs") == inputs and outputs_present(data.get("outputs", {})):
                 ctx.state.update(data["outputs"])
                 report.append((stage, "skipped"))
@@ -810,6 +836,7 @@ def main(argv: list[str] | None = None) -> int:
               results=args.results, harness_tests=tuple(t for t in args.harness_tests.split(",") if t),
               stress_steps=args.stress_steps)
     try:
+        check_options(ctx)
         jax_tag(ctx.jax_version)
         if ctx.dry_run:
             print(f"plan: jax {ctx.jax_version} ({ctx.tag}), series {ctx.series}, "

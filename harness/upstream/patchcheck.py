@@ -134,10 +134,14 @@ def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str =
     for p, path in zip(patches, paths, strict=True):
         if not path.is_file():
             raise HarnessError(f"{p.file}: patch file is missing")
+    touched = touched_files(paths)
+    if touched and not any((tree / rel).is_file() for rel in touched):
+        raise HarnessError(f"{up.name}: {tree} holds none of the files the series patches; not a {up.name} "
+                           "source tree")
     results = []
     with tempfile.TemporaryDirectory(prefix="xla-harness-apply-") as tmp:
         scratch = Path(tmp)
-        for rel in touched_files(paths):
+        for rel in touched:
             src = tree / rel
             if src.is_file():
                 dst = scratch / rel
