@@ -2,12 +2,15 @@
 
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from harness.cli import main
 
 from .helpers import TINY_ARGS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +42,12 @@ def test_bundle_contents(bundle):
                                                        for k in env["env"])
     assert env["devices"] and env["jax"]
     repro = _read(bundle, "repro.py")
-    # repro.py imports the bundled program (its source and the interface), not an installed harness.
-    assert "from harness.programs.interface import load_program" in repro
-    with tarfile.open(bundle) as tf:
-        assert "bundle/program/harness/programs/tied_embedding.py" in tf.getnames()
-    assert json.loads(_read(bundle, "config.json"))["program"] == "tied-embedding"
+    # The built-in's repro.py is the harness's standalone module (jax and numpy only), no program/.
+    assert repro == (ROOT / "harness/repro/standalone.py").read_text()
+    assert "import harness" not in repro and "from harness" not in repro
+    assert not any(n.startswith("bundle/program/") for n in names)
+    config = json.loads(_read(bundle, "config.json"))
+    assert config["program"] == "tied-embedding" and config["model"]["mode"] == "full"
     findings = json.loads(_read(bundle, "findings.json"))
     assert findings["modules"][0]["module"] == "jit_step"
 

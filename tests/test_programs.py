@@ -223,7 +223,11 @@ def test_bundle_of_a_foreign_program_imports_its_source(foreign, tmp_path, capsy
     assert "bundle/program/my_model.py" in names and config["program"] == "my_model.py:make"
     assert expected["seeds"]["1"]["nonfinite"] == len(_poisoned(foreign, 1, 12))
     capsys.readouterr()
+    # The program is code from the archive: --check verifies, but runs it only when told to.
     assert main(["bundle", "--check", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "not re-run: the program in program/ is code from the archive" in text and "-> same" not in text
+    assert main(["bundle", "--check", str(out), "--run-program"]) == 0
     assert "-> same" in capsys.readouterr().out
 
 

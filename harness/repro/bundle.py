@@ -330,7 +330,11 @@ def check_derived(root: Path, path: Path, report: CheckReport) -> None:
     findings = {"modules": [module_json(mod, scan_module(mod))]}
     ok = findings == _read_json(root, "findings.json", path)
     report.add(ok, f"findings.json: {'same as' if ok else 'DIFFERENT from'} a scan of the bundled HLO")
-    table = stress_report.format_table(stress_report.load_table([root / "stress"])) + "\n"
+    try:
+        table = stress_report.format_table(stress_report.load_table([root / "stress"])) + "\n"
+    except HarnessError as exc:  # tampered or corrupt rows: a difference to report, with the manifest's lines
+        report.add(False, f"stress/: the bundled rows do not read ({exc})")
+        return
     ok = (root / "stress" / "table.txt").is_file() and table == (root / "stress" / "table.txt").read_text()
     report.add(ok, f"stress/table.txt: {'same as' if ok else 'DIFFERENT from'} the table of the bundled rows")
 
