@@ -221,25 +221,40 @@ def test_per_example_gradients_match_flag_off_and_a_loop(jit):
 @pytest.mark.parametrize("t_shape,d_shape", [((3, 1), (3, 4)), ((1, 4), (3, 1)), ((3, 4), (1, 4))])
 def test_masked_scale_broadcasts_size1_dims_like_numpy(op, t_shape, d_shape):
     rng = np.random.default_rng(1)
-    t = rng.choice(np.array([0.0, 1.5, -2.0], np.float32), size=t_shape)
+    t = rng.choice(np.array([0.0, 1.5, -2.0, np.inf], np.float32), size=t_shape)
     d = rng.choice(np.array([0.0, 2.0, np.inf, -0.5], np.float32), size=d_shape)
     if op == "div":
         d = np.where(d == 0, np.float32(4.0), d)
     bt, bd = np.broadcast_arrays(t, d)
+    # Only a zero t is masked: an infinite t times a zero d stays NaN.
     with np.errstate(invalid="ignore"):
         want = np.where(bt == 0, 0, bt * bd) if op == "mul" else np.where(bt == 0, 0, bt / bd)
-        if op == "mul":
-            want = np.where(bd == 0, 0, want)
     for fn in (jax.lax.masked_scale, jax.jit(jax.lax.masked_scale, static_argnames="op")):
         got = np.asarray(fn(t, d, op=op))
         assert got.shape == (3, 4)
         np.testing.assert_array_equal(got, want.astype(np.float32))
     # The transpose sums the cotangent back over the broadcast dimensions of t.
+    t = np.where(np.isinf(t), np.float32(3.0), t)
     ct = jax.grad(lambda t: jnp.sum(jax.lax.masked_scale(t, np.where(np.isinf(d), 1.0, d), op=op)))(t)
     assert ct.shape == t_shape
     dd = np.broadcast_to(np.where(np.isinf(d), 1.0, d), (3, 4))
     np.testing.assert_allclose(ct, np.sum(dd if op == "mul" else 1.0 / dd, axis=tuple(
         i for i, n in enumerate(t_shape) if n == 1), keepdims=True), rtol=1e-6)
+
+
+@patched_only
+def test_zero_factor_does_not_win_over_an_infinite_tangent():
+    # squareplus at -inf: the tangent of x**2 is -inf and sqrt's factor 0.5 / sqrt(inf) is 0. Stock
+    # gives NaN in both modes (jax's nn_test testSquareplusGradNegInf asserts it); so must the flag.
+    f = jax.nn.squareplus
+    for flag in (False, True):
+        with jax.zero_cotangent_masking(flag):
+            assert np.isnan(jax.jvp(f, (-jnp.inf,), (1.0,))[1]), flag
+            assert np.isnan(jax.grad(f)(-jnp.inf)), flag
+            assert float(jax.jvp(f, (0.0,), (1.0,))[1]) == 0.5
+    t = jnp.array([0.0, jnp.inf])
+    with jax.zero_cotangent_masking(True):
+        np.testing.assert_array_equal(jax.lax.masked_scale(t, jnp.zeros(2)), [0.0, np.nan])
 
 
 GUARDED_POINTS = {
