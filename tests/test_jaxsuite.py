@@ -2,6 +2,7 @@
 pytest run per flag value (a stand-in test file that reads the env var the patched config reads)."""
 
 import sys
+import unittest
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_differences_and_table_name_every_changed_test():
 def _fake_jax_tree(root: Path) -> Path:
     preimage_tree(P0002.read_text(), root)  # the smallest tests/lax_autodiff_test.py 0002 applies to
     (root / "tests" / "api_test.py").write_text(
-        "from jax._src.ad_checkpoint import saved_residuals, custom_remat, SaveOnlyTheseNames\n")
+        jaxsuite.API_TEST_IMPORT)
     return root
 
 
@@ -52,8 +53,16 @@ def test_prepare_tests_applies_0002_and_the_import_adaptation(tmp_path):
     applied = jaxsuite.prepare_tests(src, tmp_path / "out")
     assert applied[0] == "jax/0002-tests-zero-cotangent-masking.patch"
     assert "class ZeroCotangentMaskingTest" in (tmp_path / "out/tests/lax_autodiff_test.py").read_text()
-    assert "custom_remat" not in (tmp_path / "out/tests/api_test.py").read_text()
-    assert "custom_remat" in (src / "tests/api_test.py").read_text()  # the source tree is left alone
+    assert (src / "tests/api_test.py").read_text() == jaxsuite.API_TEST_IMPORT  # the source tree is left alone
+    # The adapted import runs against the jax of this venv (0.12.0.1 lacks custom_remat and
+    # SaveOnlyTheseNames): the tests that call custom_remat skip instead of the file failing to import.
+    namespace: dict = {}
+    exec(compile((tmp_path / "out/tests/api_test.py").read_text(), "api_test.py", "exec"), namespace)
+    import jax._src.ad_checkpoint as ad_checkpoint
+    if not hasattr(ad_checkpoint, "custom_remat"):
+        with pytest.raises(unittest.SkipTest, match="custom_remat is not in the jax under test"):
+            namespace["custom_remat"](abs, None, None, None)
+        assert not isinstance(object(), namespace["SaveOnlyTheseNames"])
 
 
 def test_prepare_tests_refuses_a_tree_without_jax_tests(tmp_path):

@@ -44,14 +44,23 @@ class SuiteFile:
 
 
 GRADIENT_TESTS = "grad or jvp or vjp or jac or hessian or lineariz"
+# jax main's api_test imports two names jax 0.12.0.1 lacks; without them the tests that use them skip.
+API_TEST_IMPORT = "from jax._src.ad_checkpoint import saved_residuals, custom_remat, SaveOnlyTheseNames\n"
+API_TEST_IMPORT_ADAPTED = """from jax._src.ad_checkpoint import saved_residuals
+try:
+  from jax._src.ad_checkpoint import custom_remat, SaveOnlyTheseNames
+except ImportError:  # not in the jax under test: the tests that use them skip
+  import unittest as _unittest
+  class SaveOnlyTheseNames: pass
+  def custom_remat(*args, **kwargs):
+    raise _unittest.SkipTest('jax._src.ad_checkpoint.custom_remat is not in the jax under test')
+"""
 SUITE = (
     SuiteFile("lax_autodiff_test.py"),
     SuiteFile("nn_test.py"),
     SuiteFile("pjit_test.py", f"reduced or remat or {GRADIENT_TESTS}", devices=8),
     SuiteFile("lax_control_flow_test.py", GRADIENT_TESTS),
-    SuiteFile("api_test.py", GRADIENT_TESTS, adapt=(
-        ("from jax._src.ad_checkpoint import saved_residuals, custom_remat, SaveOnlyTheseNames",
-         "from jax._src.ad_checkpoint import saved_residuals, SaveOnlyTheseNames"),)),
+    SuiteFile("api_test.py", GRADIENT_TESTS, adapt=((API_TEST_IMPORT, API_TEST_IMPORT_ADAPTED),)),
     SuiteFile("linalg_test.py", GRADIENT_TESTS),
     SuiteFile("lax_test.py", GRADIENT_TESTS),
 )
