@@ -3,8 +3,11 @@
 # libgmock-dev); downloads the wheel once into ~/.cache/xla-harness/.
 #   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1] [FILTER=gtest-filter]
 #   make xla-mutants XLA_SRC=dir
-# Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree).
+# Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree);
+# `make test` runs both first, so CI's log says so.
 .PHONY: xla-test xla-mutants xla-blast-radius
+
+test: xla-test xla-mutants
 
 xla-test: setup
 	$(PY) -m harness.upstream.xlatest test --series $(or $(SERIES),default) \

@@ -40,7 +40,7 @@ def test_series_toml_is_valid():
         assert b.command.startswith("make xla-test") and b.commit[:10] in b.command
         if b.series == "default":
             assert b.applies and b.compiles and b.tests_pass
-            assert (ROOT / b.evidence).is_file(), b.evidence
+        assert (ROOT / b.evidence).is_file(), b.evidence  # every recorded run has its log
     assert re.fullmatch(r"[0-9a-f]{64}", s.upstream("jax").base_sha256)
     assert s.fingerprint("xla", "default") != s.fingerprint("xla", "experimental")
 

@@ -1,8 +1,11 @@
 """make xla-test / xla-mutants: the pure planning of harness.upstream.xlatest, and the
 edges that need no XLA tree (CI has none; the real runs are logged under results/xla/)."""
 
+import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,6 +167,31 @@ def test_without_xla_src_is_not_a_pass(command, capsys):
     out = capsys.readouterr().out
     assert out.strip().endswith("not checked: no XLA_SRC")
     assert "passed" not in out
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    """make in this checkout without XLA_SRC; -o keeps `setup` from rebuilding .venv."""
+    pin = re.search(r"^JAX_PIN\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k not in ("XLA_SRC", "SERIES")}
+    return subprocess.run(["make", "--no-print-directory", "-o", f".venv/.setup-{pin}", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="not checked: no make on PATH")
+def test_make_test_prints_not_checked_for_xla_without_xla_src():
+    # `make test` (what CI runs) has xla-test and xla-mutants as prerequisites, before the suite
+    plan = _make("-n", "test").stdout.splitlines()
+    xla_test = next(i for i, line in enumerate(plan) if "harness.upstream.xlatest test" in line)
+    mutants = next(i for i, line in enumerate(plan) if "harness.upstream.xlatest mutants" in line)
+    suite = next(i for i, line in enumerate(plan) if line.strip().endswith("-m pytest -q"))
+    assert xla_test < suite and mutants < suite
+    assert "--xla-src" not in plan[xla_test] + plan[mutants]
+    # and those two targets, run for real without XLA_SRC, say so and succeed
+    res = _make("xla-test", "xla-mutants", f"PY={sys.executable}")
+    assert res.returncode == 0, res.stderr
+    assert "xla-test: not checked: no XLA_SRC" in res.stdout
+    assert "xla-mutants: not checked: no XLA_SRC" in res.stdout
 
 
 def test_bad_xla_src_is_one_error_line(tmp_path, capsys):
