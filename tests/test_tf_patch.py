@@ -3,6 +3,7 @@ patch, and the PR bundle. The patched lowering itself runs in tests/frameworks (
 
 import importlib.util
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,6 +72,36 @@ def test_oplib_build_without_tensorflow_is_one_error_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ")
     assert "tensorflow is not importable" in err[0] or "g++ is not installed" in err[0]
     assert not (tmp_path / "o" / "harness_grad_ops.so").exists()
+
+
+def test_syntax_check_command_compiles_without_linking():
+    src, inc = Path("harness_grad_ops.cc"), Path("o")
+    check = build.compile_command(src, inc, None, "/tf/include", None)
+    full = build.compile_command(src, inc, Path("o/x.so"), "/tf/include", "/tf")
+    assert check[:2] == ["g++", "-fsyntax-only"] and "-o" not in check and not any(a.startswith("-l") for a in check)
+    assert {"-shared", "-o", "-l:libtensorflow_cc.so.2"} <= set(full)
+    # the same defines and include path in both, so the check compiles what the build compiles
+    same = ("-I", "-D", "-std")
+    assert [a for a in check if a.startswith(same)] == [a for a in full if a.startswith(same)]
+
+
+def test_syntax_check_rejects_a_tree_that_is_not_tensorflow(tmp_path, capsys):
+    assert build.main(["--out", str(tmp_path / "o"), "--tf-include", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a TensorFlow include tree" in err[0]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="not checked: no g++")
+def test_syntax_check_reports_a_failing_compile(tmp_path, capsys):
+    # a tree with cwise_ops.h but none of what it includes: g++ really runs and fails
+    kernels = tmp_path / "inc" / "tensorflow" / "compiler" / "tf2xla" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "cwise_ops.h").write_text('#include "tensorflow/no/such/header.h"\n')
+    assert build.main(["--out", str(tmp_path / "o"), "--tf-include", str(tmp_path / "inc")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "do not compile against" in err[0]
+    log = (tmp_path / "o" / "syntax-check.log").read_text()
+    assert log.startswith("g++ -fsyntax-only") and "no/such/header.h" in log and not log.endswith("exit 0\n")
 
 
 def test_pr_bundle_for_tensorflow(tmp_path):

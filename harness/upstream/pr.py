@@ -121,9 +121,10 @@ CONTEXT = {
             "tensorflow-cpu 2.21.0 wheel, linked them to its libtensorflow_cc.so.2 as ops "
             "HarnessSqrtGrad etc., and ran them inside that TF under jit_compile=True on x86-64 "
             "CPU: equal to eager on its whole gradient registry, bitwise at the dead-branch "
-            "points. `git apply --check` passed on the newest TensorFlow texts readable there; "
-            "not run: the v2.21.0 tag and master sources (not readable), a Bazel build of "
-            "TensorFlow, GPU, TPU."),
+            "points. The same lines compile (g++ -fsyntax-only) against the headers of the "
+            "tf-nightly 2.23.0.dev20261026 wheel. `git apply --check` passed on the newest "
+            "TensorFlow texts readable there; not run: `git apply` on the v2.21.0 tag and on a "
+            "nightly's source (not readable), a Bazel build of TensorFlow, GPU, TPU."),
     },
 }
 

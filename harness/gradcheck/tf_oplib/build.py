@@ -7,6 +7,9 @@ they register beside TF's own. ``harness_grad_ops.cc`` supplies the op definitio
 ``XLA_MAKE_BINARY`` shape; g++ compiles against ``tf.sysconfig`` include and library dirs.
 
     python -m harness.gradcheck.tf_oplib.build --out DIR   # prints DIR/harness_grad_ops.so
+    python -m harness.gradcheck.tf_oplib.build --out DIR --tf-include INC
+        # only g++ -fsyntax-only against another TF include tree (e.g. a tf-nightly wheel's
+        # tensorflow/include, unpacked), to check the patch's lines against a newer TF's API
 """
 
 from __future__ import annotations
@@ -83,11 +86,42 @@ def lowerings_source(patch_text: str) -> str:
     return text
 
 
-def compile_command(source: Path, include_dir: Path, out: Path, tf_include: str, tf_lib: str) -> list[str]:
-    return ["g++", "-std=c++17", "-shared", "-fPIC", "-O1", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
-            "-DEIGEN_MAX_ALIGN_BYTES=64", f"-I{tf_include}", f"-I{tf_include}/external/highwayhash",
-            f"-I{tf_include}/external/farmhash_archive/src", f"-I{include_dir}", str(source), "-o", str(out),
+def compile_command(source: Path, include_dir: Path, out: Path | None, tf_include: str,
+                    tf_lib: str | None) -> list[str]:
+    """g++ argv building the op library; with ``out`` None, only -fsyntax-only (no link)."""
+    flags = ["-std=c++17", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DEIGEN_MAX_ALIGN_BYTES=64", f"-I{tf_include}",
+             f"-I{tf_include}/external/highwayhash", f"-I{tf_include}/external/farmhash_archive/src",
+             f"-I{include_dir}"]
+    if out is None:
+        return ["g++", "-fsyntax-only", *flags, str(source)]
+    return ["g++", "-shared", "-fPIC", "-O1", *flags, str(source), "-o", str(out),
             f"-L{tf_lib}", "-l:libtensorflow_framework.so.2", "-l:libtensorflow_cc.so.2"]
+
+
+def _write_lowerings(out_dir: Path, patch: Path) -> None:
+    try:
+        inc = lowerings_source(patch.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise HarnessError(f"cannot read {patch}: {exc.strerror}") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "patched_lowerings.inc").write_text(inc, encoding="utf-8")
+
+
+def syntax_check(tf_include: Path, out_dir: Path, patch: Path = PATCH) -> Path:
+    """Compile (g++ -fsyntax-only) the patch's lowerings against another TF include tree."""
+    if not (tf_include / "tensorflow" / "compiler" / "tf2xla" / "kernels" / "cwise_ops.h").is_file():
+        raise HarnessError(f"{tf_include} is not a TensorFlow include tree "
+                           "(no tensorflow/compiler/tf2xla/kernels/cwise_ops.h)")
+    if shutil.which("g++") is None:
+        raise HarnessError("g++ is not installed; the TF op library cannot be built")
+    _write_lowerings(out_dir, patch)
+    cmd = compile_command(HERE / "harness_grad_ops.cc", out_dir, None, str(tf_include), None)
+    res = subprocess.run(["nice", *cmd], capture_output=True, text=True)
+    log = out_dir / "syntax-check.log"
+    log.write_text(" ".join(cmd) + "\n" + res.stdout + res.stderr + f"exit {res.returncode}\n", encoding="utf-8")
+    if res.returncode != 0:
+        raise HarnessError(f"the patched lowerings do not compile against {tf_include} (see {log})")
+    return log
 
 
 def build(out_dir: Path, patch: Path = PATCH) -> Path:
@@ -97,12 +131,7 @@ def build(out_dir: Path, patch: Path = PATCH) -> Path:
         import tensorflow as tf
     except ImportError:
         raise HarnessError("tensorflow is not importable in this interpreter; use .venv-frameworks") from None
-    try:
-        inc = lowerings_source(patch.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise HarnessError(f"cannot read {patch}: {exc.strerror}") from None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "patched_lowerings.inc").write_text(inc, encoding="utf-8")
+    _write_lowerings(out_dir, patch)
     so = out_dir / "harness_grad_ops.so"
     tmp = out_dir / "harness_grad_ops.so.tmp"
     cmd = compile_command(HERE / "harness_grad_ops.cc", out_dir, tmp, tf.sysconfig.get_include(),
@@ -119,8 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.add_argument("--patch", type=Path, default=PATCH, help="the tensorflow patch (default: the series' 0001)")
+    p.add_argument("--tf-include", type=Path, default=None,
+                   help="only check that the lowerings compile (g++ -fsyntax-only) against this TF include tree")
     args = p.parse_args(argv)
     try:
+        if args.tf_include is not None:
+            syntax_check(args.tf_include, args.out, args.patch)
+            print(f"compiles against {args.tf_include}")
+            return 0
         print(build(args.out, args.patch))
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
