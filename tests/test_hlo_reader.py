@@ -5,7 +5,6 @@ import os
 import stat
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -13,6 +12,7 @@ from harness.cli import main
 from harness.hlo.parser import HloParseError, parse_file, parse_module, parse_shape
 from harness.hlo.scan import scan_module
 from harness.hlo.xla_oracle import compare
+from tests.jax_hlo_programs import JAX_PROGRAMS
 
 BASE = """HloModule m
 
@@ -147,6 +147,66 @@ ENTRY e {
   ROOT r = f32[3] negate(p#2)
 }
 """,
+"inline_computations": """HloModule m
+ENTRY e {
+  w = f32[4,6]{1,0} parameter(0)
+  i = s32[2,1]{1,0} parameter(1)
+  u = f32[2,4]{1,0} parameter(2)
+  ROOT f = f32[6,4]{1,0} fusion(w, i, u), kind=kLoop, calls=
+  {
+    p0 = f32[4,6]{1,0} parameter(0)
+    p1 = s32[2,1]{1,0} parameter(1)
+    p2 = f32[2,4]{1,0} parameter(2)
+    t = f32[6,4]{1,0} transpose(p0), dimensions={1,0}
+    ROOT s = f32[6,4]{1,0} scatter(t, p1, p2), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+      to_apply={ x = f32[] parameter(0) y = f32[] parameter(1) ROOT a = f32[] add(x, y) }
+  }
+}
+""",
+"called_computations_wrapped_and_select_scatter": """HloModule m
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+cond {
+  p = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[4] get-tuple-element(p), index=1
+  src = f32[2] slice(v), slice={[0:2]}
+  z = f32[] constant(0)
+  w = f32[4] select-and-scatter(v, src, z), window={size=2 stride=2}, select=ge, scatter=add
+  ROOT t = (s32[], f32[4]) tuple(i, w)
+}
+ENTRY e {
+  p0 = (s32[], f32[4]) parameter(0)
+  ROOT w = (s32[], f32[4]) while(p0), condition=
+    cond, body=body
+}
+""",
+"send_recv_shapes_built_by_xla": """HloModule m
+ENTRY e {
+  d = f32[8,2]{1,0} parameter(0)
+  tok = token[] after-all()
+  r = (f32[8,2]{0,1}, u32[], token[]) recv(tok), channel_id=2
+  s = (f32[8,2]{0,1}, u32[], token[]) send(d, tok), channel_id=1
+  rd = (f32[8,2]{1,0}, token[]) recv-done(r), channel_id=2
+  sd = token[] send-done(s), channel_id=1
+  ROOT t = tuple(s, rd, sd)
+}
+""",
 }
 
 # What each case must show, stated by hand: does XLA (and so must ours) accept it?
@@ -157,6 +217,8 @@ ACCEPTED = {
     "multiline_backend_config_and_header": True, "headerless": True, "one_line_computation": True,
     "async_sugar": True, "shape_less_tuple": True, "self_cycle": False, "forward_computation": False,
     "scatter_operand_count": False, "malformed_aliasing": False, "gte_index_out_of_range": False,
+    "inline_computations": True, "send_recv_shapes_built_by_xla": True,
+    "called_computations_wrapped_and_select_scatter": True,
 }
 
 
@@ -172,6 +234,20 @@ def test_same_verdict_and_structure_as_xla(name):
     if verdict.xla_accepts:  # XLA's own reprint reads the same
         again = compare(verdict.reprint)
         assert again.category == "agree", (again.mismatch, again.ours_error)
+
+
+def test_inline_computations_are_read_and_scanned():
+    mod = parse_module(CASES["inline_computations"])
+    assert [c.name for c in mod.computations] == ["_", "_.1", "e"]  # as XLA names and orders them
+    assert mod.entry.by_name["f"].called == ["_.1"]
+    (finding,) = scan_module(mod, "cpu")  # the scatter through transpose(w) is not missed
+    assert (finding.fusion, finding.parameter, finding.cls) == ("f", 0, "hazard")
+
+
+def test_send_recv_shapes_follow_their_operands():
+    entry = parse_module(CASES["send_recv_shapes_built_by_xla"]).entry
+    assert str(entry.by_name["s"].shape) == "(f32[8,2]{1,0}, u32[], token[])"  # the operand's layout
+    assert str(entry.by_name["rd"].shape) == "(f32[8,2]{0,1}, token[])"  # the recv's element 0
 
 
 def test_rejections_name_the_line():
@@ -313,47 +389,6 @@ def test_property_random_modules_match_xla():
 
 
 # ----------------------------------------------------------------------------- jax programs dumped here
-
-JAX_PROGRAMS = textwrap.dedent("""
-    import jax, jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
-    x = jnp.arange(64.0).reshape(8, 8)
-    idx = jnp.array([1, 3, 5])
-
-    def loop(x):
-        return jax.lax.fori_loop(0, 5, lambda i, c: c * 1.01 + jnp.sin(c), x)
-
-    def scan(x):
-        return jax.lax.scan(lambda c, r: (c + r, c.sum()), jnp.zeros(8), x)
-
-    def remat(w, x):
-        f = jax.checkpoint(lambda w, x: jnp.tanh(x @ w) @ w.T)
-        return jax.grad(lambda w: f(w, x).sum())(w)
-
-    def tied(w, i, h):
-        return jax.grad(lambda w: (w[i].sum() + (h @ w.T).sum()))(w)
-
-    def while_(x):
-        return jax.lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] @ c[1].T), (0, x))
-
-    def custom(x):
-        return jnp.linalg.qr(x)[0], jnp.sort(x, axis=0), jnp.fft.fft(x).real
-
-    def dus(x):
-        return jax.lax.dynamic_update_slice(x, jnp.ones((2, 8)), (3, 0)), x.at[idx].add(1.0)
-
-    jax.jit(loop)(x); jax.jit(scan)(x); jax.jit(remat)(x, x); jax.jit(tied)(x, idx, x)
-    jax.jit(while_)(x); jax.jit(custom)(x)
-    jax.jit(dus, donate_argnums=0)(x + 0)
-    mesh = jax.sharding.Mesh(jax.devices(), ("d",))
-    xs = jax.device_put(jnp.arange(512.0).reshape(64, 8), NamedSharding(mesh, P("d")))
-    jax.jit(lambda a: (a.sum(0), a @ a.T, jnp.roll(a, 1, axis=0)))(xs)
-    ppermute = jax.shard_map(lambda a: (jax.lax.ppermute(a, "d", [(i, (i + 1) % 8) for i in range(8)]),
-                                        jax.lax.psum(a, "d"), jax.lax.all_gather(a, "d")),
-                             mesh=mesh, in_specs=P("d"), out_specs=(P("d"), P(), P("d")), check_vma=False)
-    jax.jit(ppermute)(xs)
-""")
-
 
 @pytest.mark.slow
 def test_jax_dumps_and_their_reprints_match_xla(tmp_path):

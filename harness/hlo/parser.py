@@ -370,7 +370,7 @@ def check_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], i
 
 _SPECIAL = re.compile(r'[{}()\[\]",]')
 _CALL_RE = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computation|false_computation|"
-                      r"branch_computations|called_computations)=(\{[^}]*\}|%?[^\s,{}]+)")
+                      r"branch_computations|called_computations|select|scatter)=\s*(\{[^}]*\}|%?[^\s,{}]+)")
 _LITERAL_OPCODES = {"constant", "parameter", "iota", "rng-bit-generator-state"}
 _PCT_NAME = re.compile(r"%([^\s,()%{}]+)")
 _OPERAND_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*$")
@@ -390,6 +390,7 @@ _OPERAND_COUNTS: dict[str, tuple[int, int | None]] = {
     "get-tuple-element": (1, 1), "dynamic-update-slice": (2, None), "set-dimension-size": (2, 2),
     "ragged-all-to-all": (6, 6), "async-done": (1, 1), "async-update": (1, None),
     "all-reduce-start": (1, None), "collective-permute-start": (1, None), "collective-permute": (1, None),
+    "send": (2, 2), "recv": (1, 1), "send-done": (1, 1), "recv-done": (1, 1), "outfeed": (2, 2),
 }
 
 
@@ -518,7 +519,7 @@ _HEADER = re.compile(r"HloModule\b\s*")
 _FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\n]*\](?:\{{[^{{}}\n]*\}})?)"
                         r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)")
 _NAME_REF = re.compile(r"[A-Za-z_][\w.\-]*(?:#\d+)*")
-_CALLS_HINT = re.compile(r"calls=|to_apply=|body=|condition=|_computation")
+_CALLS_HINT = re.compile(r"calls=|to_apply=|body=|condition=|_computation|select=|scatter=")
 _SECTION = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\b")
 _SECTION_ENTRY = re.compile(r"\s*\d+\s+")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?%?({_NAME})\s*")
@@ -552,6 +553,8 @@ class _Reader:
         self.pos = 0
         self._line_pos = 0
         self._line_no = 1
+        self.inline: list[Computation] = []  # computations written inline, not yet placed in the module
+        self.inline_stack: list[int] = []
 
     def line_at(self, pos: int) -> int:
         if pos < self._line_pos:
@@ -598,6 +601,9 @@ class _Reader:
         by_name: dict[str, Computation] = {}
         while not self.at_end() and not _HEADER.match(text, self.pos):
             c = self.computation(by_name)
+            for inline in self.inline:
+                comps.append(inline)
+            self.inline.clear()
             if c.name in by_name:
                 raise _At(c.line, f"computation {c.name!r} is defined twice (first at line "
                                   f"{by_name[c.name].line})")
@@ -635,6 +641,13 @@ class _Reader:
         is_entry, name = bool(m.group(1)), m.group(2)
         line = self.line_at(start)
         self.pos = self._signature(name, m.end())
+        comp = self.body(name, is_entry, line, defined)
+        comp.execution_thread = self._thread(name)
+        return comp
+
+    def body(self, name: str, is_entry: bool, line: int, defined: dict[str, Computation]) -> Computation:
+        """The instructions after a computation's '{' up to its '}'."""
+        text = self.text
         instructions: list[Instruction] = []
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
@@ -656,7 +669,29 @@ class _Reader:
             root = _add(name, self.instruction(nm, instructions, by_name, defined), root, instructions, by_name)
         if not instructions:
             raise _At(line, f"computation {name} has no instructions")
-        return Computation(name, instructions, is_entry, line, self._thread(name), by_name)
+        return Computation(name, instructions, is_entry, line, "", by_name)
+
+    def inline_computation(self, brace: int, defined: dict[str, Computation]) -> str:
+        """A computation written in place of a name ('calls={ p = ... }'): read it as XLA does,
+        named '_' made unique, placed before the computation using it; its name."""
+        if len(self.inline_stack) >= _MAX_NESTING:
+            raise ValueError(f"computations written inline nested deeper than {_MAX_NESTING} levels")
+        saved = self.pos
+        self.inline_stack.append(brace)
+        try:
+            self.pos = brace + 1
+            comp = self.body("_", False, self.line_at(brace), defined)
+        finally:
+            self.inline_stack.pop()
+            self.pos = saved
+        name, n = "_", 0  # named when complete, so one written inside it comes first (as in XLA)
+        while name in defined:
+            n += 1
+            name = f"_.{n}"
+        comp.name = name
+        self.inline.append(comp)
+        defined[name] = comp
+        return name
 
     def _fast_instruction(self, fm: re.Match, by_name: dict[str, Instruction],
                           comps: dict[str, Computation]) -> Instruction | None:
@@ -671,7 +706,7 @@ class _Reader:
                   or (rest.count('"') - rest.count('\\"')) % 2):
             return None
         nxt = _WS.match(text, end).end()
-        if text.startswith(",", nxt) or name in by_name:
+        if text.startswith(",", nxt) or name in by_name or opcode in _SHAPE_BUILT_BY_XLA:
             return None
         if opcode in _LITERAL_OPCODES:
             operands: list[str] = []
@@ -691,6 +726,8 @@ class _Reader:
         shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
         called: list[str] = []
         if "=" in rest and _CALLS_HINT.search(rest):
+            if _INLINE_CALL.search(rest):
+                return None
             for cm in _CALL_RE.finditer(rest):
                 called.extend(n.strip().lstrip("%") for n in cm.group(2).strip("{}").split(",") if n.strip())
         async_wrapped = ""
@@ -737,7 +774,7 @@ class _Reader:
         line = self.line_at(self.pos)
         if name in defined_ins:
             raise _At(line, f"instruction name {name!r} is used twice (first at line {defined_ins[name].line})")
-        scope = _Scope(instructions, defined_ins, defined_comps, line)
+        scope = _Scope(instructions, defined_ins, defined_comps, line, self)
         ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
 
@@ -762,6 +799,7 @@ class _Scope:
     defined: dict[str, Instruction]
     comps: dict[str, Computation]
     line: int
+    reader: _Reader | None = None
 
 
 _MAX_NESTING = 64  # nested instructions as operands, 'add(f32[] constant(0), x)' (XLA caps this too)
@@ -794,6 +832,8 @@ def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
         operands = _parse_operands(inner, scope, depth)
     end = len(text) if nested else _attr_end(text, close)
     rest = text[close:end]
+    if "{" in rest and _INLINE_CALL.search(rest):
+        rest = _inline_computations(text, close, rest, scope)
     called: list[str] = []
     if "=" in rest:
         for cm in _CALL_RE.finditer(rest):
@@ -804,9 +844,33 @@ def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
         opcode = "async-" + kind
     if shape is None:
         shape = _infer_shape(opcode, operands, rest, scope)
+    if opcode in _SHAPE_BUILT_BY_XLA:
+        shape = _built_shape(opcode, operands, shape, scope.defined)
     ins = Instruction(name, shape, opcode, operands, rest, is_root, scope.line, literal, called, async_wrapped)
     _check_instruction(ins, scope.defined, scope.comps)
     return ins, end
+
+
+_INLINE_CALL = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computation|false_computation)"
+                          r"=\s*\{(?=[^}]*=)")
+
+
+def _inline_computations(text: str, offset: int, rest: str, scope: _Scope) -> str:
+    """The attribute text with each computation written inline read and replaced by its name."""
+    reader = scope.reader
+    if reader is None or text is not reader.text:
+        raise ValueError("a computation written inline inside a nested operand is not supported here")
+    parts = []
+    last = 0
+    while True:
+        m = _INLINE_CALL.search(rest, last)
+        if m is None:
+            break
+        brace = m.end() - 1
+        name = reader.inline_computation(offset + brace, scope.comps)
+        parts += [rest[last:m.start()], f"{m.group(1)}={name}"]
+        last = _match_brace(rest, brace)
+    return "".join(parts) + rest[last:]
 
 
 def _nested_operand(part: str, scope: _Scope, depth: int) -> str:
@@ -868,6 +932,30 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope
         if callee is not None:
             return callee.root.shape
     raise ValueError(f"a {opcode} written without a shape is not supported here")
+
+
+_SHAPE_BUILT_BY_XLA = {"send", "recv", "send-done", "recv-done", "outfeed"}
+_TOKEN = Shape("token")
+
+
+def _built_shape(opcode: str, operands: list[str], written: Shape, defined: dict[str, Instruction]) -> Shape:
+    """The shape XLA's parser gives send/recv/outfeed and their -done ops, built from the
+    operands whatever the text says (a wrong operand count is left to the checks after)."""
+    sources = [defined.get(split_ref(o)[0]) for o in operands]
+    if None in sources or len(operands) != {"send": 2, "outfeed": 2}.get(opcode, 1):
+        return written
+    first = sources[0].shape.subshape(split_ref(operands[0])[1])
+    if opcode == "send":
+        return Shape("tuple", tuple_shapes=(first, Shape("u32"), _TOKEN))
+    if opcode == "recv":
+        if not written.is_tuple or not written.tuple_shapes:
+            raise ValueError("recv must have a non-empty tuple shape")
+        return Shape("tuple", tuple_shapes=(written.tuple_shapes[0], Shape("u32"), _TOKEN))
+    if opcode == "recv-done":
+        if not first.is_tuple or not first.tuple_shapes:
+            raise ValueError("recv-done takes a recv (a tuple-shaped operand)")
+        return Shape("tuple", tuple_shapes=(first.tuple_shapes[0], _TOKEN))
+    return _TOKEN  # send-done, outfeed
 
 
 def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps: dict[str, Computation]) -> None:

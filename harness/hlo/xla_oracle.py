@@ -8,7 +8,7 @@ from its reprint. Two things XLA adds while parsing are mapped back: a ``name#k`
 becomes a get-tuple-element instruction in XLA (read back as ``name#k``), and async sugar
 (``call-start``) gets a wrapped computation that the text does not have. XLA makes names
 unique in the module (a second ``p0`` becomes ``p0.1``): names are matched by stem in order.
-Not compared: the written shape of send/recv/outfeed (XLA builds those itself) and the
+The computations each instruction calls are compared too (as sets). Not compared: the
 element size ``E(n)`` of a layout (XLA's printer omits the default one).
 """
 
@@ -22,9 +22,6 @@ from harness.hlo.parser import HloModule, HloParseError, Shape, parse_module, pa
 _COMMENT = re.compile(r"/\*.*?\*/")
 _UNIQUE_SUFFIX = re.compile(r"\.\d+$")
 _ELEMENT_SIZE = re.compile(r"E\(\d+\)")
-# Ops whose shape XLA's parser builds itself, whatever the text says (send/recv carry a
-# context, outfeed returns a token): their written shape is not compared.
-_SHAPE_SET_BY_XLA = {"send", "recv", "send-done", "recv-done", "outfeed"}
 
 _KEBAB = re.compile(r"(?<!^)(?=[A-Z])")
 _OPCODE_EXCEPTIONS = {"kClz": "count-leading-zeros", "kCos": "cosine", "kExp": "exponential",
@@ -34,6 +31,8 @@ _OPCODE_EXCEPTIONS = {"kClz": "count-leading-zeros", "kCos": "cosine", "kExp": "
 _COMP_LINE = re.compile(r"^(ENTRY )?%?(\S+) .*\{\s*$|^(ENTRY )?%?(\S+) \{\s*$")
 _ROOT_LINE = re.compile(r"^\s*ROOT %?([^\s=]+) =")
 _INDEX_ATTR = re.compile(r"index=(\d+)")
+_XLA_CALL = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computation|false_computation|"
+                       r"branch_computations|called_computations|select|scatter)=(\{[^}]*\}|%?[^\s,{}]+)")
 
 
 def opcode_text(enum_name: str) -> str:
@@ -115,13 +114,13 @@ def compare_structures(ours: HloModule, xla_module, reprint: str) -> str:
     if xla_entry and matched.get(ours.entry.name) != xla_entry:
         return f"entry: ours {ours.entry.name}, XLA {xla_entry}"
     for comp in ours.computations:
-        diff = _compare_computation(comp, *xla[matched[comp.name]])
+        diff = _compare_computation(comp, *xla[matched[comp.name]], matched)
         if diff:
             return f"computation {comp.name}: {diff}"
     return ""
 
 
-def _compare_computation(comp, xla_root: str, xla_rows: list) -> str:
+def _compare_computation(comp, xla_root: str, xla_rows: list, matched: dict[str, str]) -> str:
     synthesized = set()  # XLA's names for the get-tuple-elements it makes of 'p#1#0': p_1, p_1_0
     for i in comp.instructions:
         for o in i.operands:
@@ -138,7 +137,7 @@ def _compare_computation(comp, xla_root: str, xla_rows: list) -> str:
             m = _INDEX_ATTR.search(ins.to_string())
             alias[name] = f"{operands[0]}#{m.group(1) if m else '?'}"
             continue
-        rows.append((name, opcode, shape, operands))
+        rows.append((name, opcode, shape, operands, ins))
     if len(rows) != len(comp.instructions):
         return f"{len(comp.instructions)} instructions, XLA {len(rows)}"
     renamed = {}  # XLA makes names unique in the module: 'p0' in a second computation is 'p0.1'
@@ -149,10 +148,10 @@ def _compare_computation(comp, xla_root: str, xla_rows: list) -> str:
         base, sep, k = o.partition("#")
         return renamed.get(base, base) + sep + k
 
-    rows = [(renamed.get(n, n), op, sh, [ref(o) for o in ops]) for n, op, sh, ops in rows]
+    rows = [(renamed.get(n, n), op, sh, [ref(o) for o in ops], x) for n, op, sh, ops, x in rows]
     xla_root = ref(alias.get(xla_root, xla_root))
     for ins, row in zip(comp.instructions, rows, strict=True):
-        diff = _compare_instruction(ins, *row)
+        diff = _compare_instruction(ins, *row[:4]) or _compare_called(ins, row[4], matched)
         if diff:
             return diff
     if comp.root.name != xla_root:
@@ -166,13 +165,25 @@ def _compare_instruction(ins, name: str, opcode: str, shape: str, operands: list
         return f"instruction order: ours {ins.name}, XLA {name}"
     if ins.opcode != opcode:
         return f"{name}: opcode ours {ins.opcode}, XLA {opcode}"
-    if ins.opcode not in _SHAPE_SET_BY_XLA and _norm_shape(ins.shape) != _norm_shape(parse_shape(shape)[0]):
+    if _norm_shape(ins.shape) != _norm_shape(parse_shape(shape)[0]):
         return f"{name}: shape ours {ins.shape}, XLA {shape}"
     ours_ops = list(ins.operands)
     if ins.async_wrapped and ins.opcode != "async-start":
         ours_ops = ours_ops[:len(operands)]
     if ours_ops != operands:
         return f"{name}: operands ours {ours_ops}, XLA {operands}"
+    return ""
+
+
+def _compare_called(ins, xla_ins, matched: dict[str, str]) -> str:
+    """The computations an instruction calls (calls=, to_apply=, body= ...), as sets."""
+    if ins.async_wrapped or ins.opcode.startswith("async-"):
+        return ""  # XLA wraps the sugar's callee in a computation the text does not have
+    xla_called = sorted(n.strip().lstrip("%") for m in _XLA_CALL.finditer(xla_ins.to_string())
+                        for n in m.group(2).strip("{}").split(",") if n.strip())
+    ours = sorted(matched.get(c, c) for c in ins.called)
+    if ours != xla_called:
+        return f"{ins.name}: calls ours {ours}, XLA {xla_called}"
     return ""
 
 
