@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,7 +78,10 @@ def extract(git_dir: str, rev: str, out: Path) -> int:
 
 
 def _verdict_row(name: str, text: str) -> dict:
-    """One module: our and XLA's verdict on it and on XLA's reprint of it."""
+    """One module: our and XLA's verdict on it and on XLA's reprint of it; every module ours
+    accepts is also scanned (a scanner exception counts as a crash of ours)."""
+    from harness.hlo.parser import parse_module
+    from harness.hlo.scan import scan
     from harness.hlo.xla_oracle import compare
 
     row: dict = {"name": name}
@@ -90,8 +96,11 @@ def _verdict_row(name: str, text: str) -> dict:
                         "detail": (v.mismatch or v.ours_error or v.xla_error)[:240]}
             if key == "written":
                 row["_reprint"] = v.reprint
+            if v.ours_accepts:
+                scan(parse_module(body, name))
         except Exception as exc:  # noqa: BLE001 - a crash of ours is counted and shown
-            row[key] = {"xla": True, "cat": "crash", "detail": f"{type(exc).__name__}: {exc}"[:240]}
+            xla = row.get(key, {}).get("xla", True)
+            row[key] = {"xla": xla, "cat": "crash", "detail": f"{type(exc).__name__}: {exc}"[:240]}
     row.pop("_reprint", None)
     return row
 
@@ -105,22 +114,59 @@ def worker() -> int:
     return 0
 
 
-def _run_workers(paths: list[Path]) -> list[dict]:
-    """Verdicts for every path; jaxlib's parser can crash the process on some inputs, so it runs
-    in a child that is restarted after the file it died on (counted as an XLA crash)."""
+def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
+    """Verdicts for every path. jaxlib's parser can crash the process on some inputs, and either
+    parser could hang: the child prints one row per file, and when it dies or prints nothing for
+    ``timeout`` seconds, the file it was on is counted (XLA crash / hang) and a new child goes on
+    with the next file."""
     rows: list[dict] = []
     todo = list(paths)
     while todo:
-        proc = subprocess.run([sys.executable, __file__, "_worker"], input="\n".join(map(str, todo)) + "\n",
-                              capture_output=True, text=True)
-        done = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-        rows.extend(done)
-        todo = todo[len(done):]
-        if proc.returncode != 0 and todo:
-            rows.append({"name": todo[0].name, "written": {"xla": False, "cat": "xla-crash",
-                                                           "detail": f"XLA's parser crashed ({proc.returncode})"}})
+        proc = subprocess.Popen([sys.executable, __file__, "_worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        feeder = threading.Thread(target=_feed, args=(proc, todo), daemon=True)
+        feeder.start()
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
+        done = 0
+        failure = ""
+        while done < len(todo):
+            try:
+                line = lines.get(timeout=timeout)
+            except queue.Empty:
+                failure = "hang"
+                proc.kill()
+                break
+            if line is None:
+                failure = "xla-crash"
+                break
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+                done += 1
+        proc.wait()
+        todo = todo[done:]
+        if failure and todo:
+            detail = (f"no answer in {timeout:.0f} s" if failure == "hang"
+                      else f"XLA's parser crashed ({proc.returncode})")
+            rows.append({"name": todo[0].name, "written": {"xla": False, "cat": failure, "detail": detail}})
             todo = todo[1:]
     return rows
+
+
+def _drain(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _feed(proc: subprocess.Popen, paths: list[Path]) -> None:
+    try:
+        for p in paths:
+            proc.stdin.write(f"{p}\n")
+            proc.stdin.flush()
+        proc.stdin.close()
+    except (BrokenPipeError, ValueError):
+        pass
 
 
 def _tally(rows: list[dict], key: str, label: str, show: int) -> collections.Counter:
@@ -139,33 +185,63 @@ def _tally(rows: list[dict], key: str, label: str, show: int) -> collections.Cou
     return counts
 
 
+COLUMNS = ("set", "modules", "XLA accepts", "ours accepts of those", "ours rejects what XLA accepts",
+           "silent mismatches", "ours accepts what XLA rejects", "crashes (ours / process)", "hangs")
+
+
+def table_row(label: str, c: collections.Counter) -> list[str]:
+    acc = c["xla-accepts"]
+    ok = acc - c["ours-rejects"] - c["mismatch"]
+    pct = f"{ok:,} ({100 * ok / acc:.2f}%)" if acc else "-"
+    return [label, f"{c['modules']:,}", f"{acc:,}", pct, f"{c['ours-rejects']:,}", str(c["mismatch"]),
+            str(c["ours-accepts-xla-rejects"]), f"{c['crash']} / {c['xla-crash']}", str(c["hang"])]
+
+
+def dump_jax(dest: Path) -> int:
+    """--xla_dump_to dumps (every pass) of the jax programs the reader's tests compile, on CPU."""
+    from tests.jax_hlo_programs import JAX_PROGRAMS
+
+    dest.mkdir(parents=True, exist_ok=True)
+    flags = (f"--xla_force_host_platform_device_count=8 --xla_dump_to={dest} --xla_dump_hlo_as_text "
+             "--xla_dump_hlo_pass_re=.*")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
+    subprocess.run([sys.executable, "-c", JAX_PROGRAMS], env=env, check=True)
+    n = sum(1 for p in dest.rglob("*.txt") if p.read_text(errors="replace").lstrip().startswith("HloModule"))
+    print(f"{n} HLO modules dumped into {dest}")
+    return 0
+
+
 def measure(args) -> int:
     files = sorted(args.out.glob("*/written/*"))
     if args.limit:
         files = files[:args.limit]
     t0 = time.perf_counter()
-    rows = _run_workers(files)
+    rows = _run_workers(files, args.timeout)
     sets = [("upstream as written", _tally(rows, "written", "written", args.show)),
             ("XLA's own reprint", _tally(rows, "reprint", "reprint", args.show))]
     dumps = []
     for d in args.jax_dumps:
         dumps += [p for p in sorted(Path(d).rglob("*.txt"))
                   if p.read_text(errors="replace").lstrip().startswith("HloModule")]
+    dump_rows = _run_workers(dumps, args.timeout) if dumps else []
     if dumps:
-        sets.append(("jax dumps (CPU)", _tally(_run_workers(dumps), "written", "dumps", args.show)))
+        sets.append(("jax dumps (CPU)", _tally(dump_rows, "written", "dumps", args.show)))
+        sets.append(("XLA's reprint of the jax dumps", _tally(dump_rows, "reprint", "dumps-reprint", args.show)))
     elapsed = time.perf_counter() - t0
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(table_row(label, c)) + " |" for label, c in sets]
     print()
-    print("| set | modules | XLA accepts | ours rejects what XLA accepts | silent mismatches "
-          "| ours accepts what XLA rejects | crashes (ours / XLA's parser) |")
-    print("|---|---|---|---|---|---|---|")
-    for label, c in sets:
-        acc = c["xla-accepts"]
-        rej = c["ours-rejects"]
-        pct = f" ({100 * rej / acc:.1f}%)" if acc else ""
-        print(f"| {label} | {c['modules']:,} | {acc:,} | {rej:,}{pct} | {c['mismatch']} | "
-              f"{c['ours-accepts-xla-rejects']} | {c['crash']} / {c['xla-crash']} |")
+    print("\n".join(lines))
     print(f"\n{len(files) + len(dumps)} files in {elapsed:.0f} s")
-    print(json.dumps({label: dict(c) for label, c in sets}))
+    summary = {label: dict(c) for label, c in sets}
+    print(json.dumps(summary))
+    if args.results:
+        others = [{"set": "dumps" if i >= len(rows) else "upstream", **r}
+                  for i, r in enumerate(rows + dump_rows)
+                  if any(r.get(k, {}).get("cat", "agree") not in ("agree",) for k in ("written", "reprint"))]
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps({"table": lines, "summary": summary, "files": len(files) + len(dumps),
+                                            "seconds": round(elapsed), "not_agreeing": others}, indent=1) + "\n")
     return 0
 
 
@@ -176,16 +252,22 @@ def main() -> int:
     e.add_argument("--xla-git", required=True)
     e.add_argument("--rev", required=True)
     e.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    d = sub.add_parser("dump-jax")
+    d.add_argument("--dest", type=Path, default=DEFAULT_OUT.parent / "jax-dumps")
     m = sub.add_parser("measure")
     m.add_argument("--out", type=Path, default=DEFAULT_OUT)
     m.add_argument("--jax-dumps", nargs="*", default=[])
     m.add_argument("--limit", type=int, default=0)
     m.add_argument("--show", type=int, default=5)
+    m.add_argument("--timeout", type=float, default=60.0, help="seconds one file may take before it counts as a hang")
+    m.add_argument("--results", type=Path, help="write the table, the counts and every file not agreeing (JSON)")
     if sys.argv[1:] == ["_worker"]:
         return worker()
     args = ap.parse_args()
     if args.cmd == "extract":
         return extract(args.xla_git, args.rev, args.out)
+    if args.cmd == "dump-jax":
+        return dump_jax(args.dest)
     return measure(args)
 
 
