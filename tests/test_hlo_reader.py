@@ -196,6 +196,19 @@ ENTRY e {
     cond, body=body
 }
 """,
+"shape_less_transpose_pad_concatenate_imag": """HloModule m:
+ENTRY e {
+  p = f32[3,4] parameter(0)
+  q = f32 [3,4]{0,1} parameter(1)
+  c = c64[3,4] parameter(2)
+  t = transpose(p), dimensions={1,0}
+  u = transpose(q), dimensions={1,0}
+  d = pad(p, f32[] constant(0)), padding=1_2x0_1_3
+  k = concatenate(p, q), dimensions={1}
+  i = imag(c)
+  ROOT r = tuple(t, u, d, k, i)
+}
+""",
 "send_recv_shapes_built_by_xla": """HloModule m
 ENTRY e {
   d = f32[8,2]{1,0} parameter(0)
@@ -218,7 +231,7 @@ ACCEPTED = {
     "async_sugar": True, "shape_less_tuple": True, "self_cycle": False, "forward_computation": False,
     "scatter_operand_count": False, "malformed_aliasing": False, "gte_index_out_of_range": False,
     "inline_computations": True, "send_recv_shapes_built_by_xla": True,
-    "called_computations_wrapped_and_select_scatter": True,
+    "called_computations_wrapped_and_select_scatter": True, "shape_less_transpose_pad_concatenate_imag": True,
 }
 
 

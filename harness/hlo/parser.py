@@ -102,7 +102,7 @@ _WS = re.compile(r"\s*")
 _BRACKETS = re.compile(r'[{}()\[\]"]')
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
 # An array shape with an optional layout (no nested braces inside a layout), in one match.
-_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
+_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
 
 
 def _match_brace(text: str, i: int, open_ch: str = "", close_ch: str = "") -> int:
@@ -585,8 +585,9 @@ class _Reader:
             if nm is None:
                 raise ValueError("expected a module name after 'HloModule'")
             name = nm.group(1)
-            end = _skip_attributes(text, nm.end())
-            header_attrs = text[nm.end():end]
+            after = nm.end() + text.startswith(":", nm.end())  # 'HloModule name:' (XLA's lexer allows it)
+            end = _skip_attributes(text, after)
+            header_attrs = text[after:end]
             self.pos = end
             k = header_attrs.find("input_output_alias")
             if k >= 0:
@@ -926,6 +927,9 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope
         return of(operands[0])
     if opcode == "after-all":
         return Shape("token")
+    inferred = _INFERRED.get(opcode)
+    if inferred is not None and operands:
+        return inferred([of(o) for o in operands], attr_text)
     if opcode == "call":
         m = _CALL_RE.search(attr_text)
         callee = scope.comps.get(m.group(2).lstrip("%")) if m else None
@@ -956,6 +960,53 @@ def _built_shape(opcode: str, operands: list[str], written: Shape, defined: dict
             raise ValueError("recv-done takes a recv (a tuple-shaped operand)")
         return Shape("tuple", tuple_shapes=(first.tuple_shapes[0], _TOKEN))
     return _TOKEN  # send-done, outfeed
+
+
+def _padded(operand: Shape, attr_text: str) -> Shape:
+    """XLA's inferred pad shape: each dim grows by low + high + interior * (size - 1)."""
+    m = re.search(r"\bpadding=([\d_x\-]+)", attr_text)
+    specs = m.group(1).split("x") if m else []
+    if operand.is_tuple or len(specs) != len(operand.dims):
+        raise ValueError("pad without a shape needs padding=... for each of its operand's dims")
+    dims = []
+    for d, spec in zip(operand.dims, specs, strict=True):
+        lo, hi, interior = ([int(x) for x in spec.split("_")] + [0])[:3]
+        dims.append(lo + hi + d + max(d - 1, 0) * interior)
+    return Shape(operand.element_type, tuple(dims))
+
+
+def _concatenated(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred concatenate shape: the operands' sizes summed along ``dimensions``."""
+    m = re.search(r"\bdimensions=\{\s*(\d+)\s*\}", attr_text)
+    first = shapes[0]
+    k = int(m.group(1)) if m else -1
+    if first.is_tuple or not 0 <= k < len(first.dims) or any(len(s.dims) != len(first.dims) for s in shapes):
+        raise ValueError("concatenate without a shape needs dimensions={k} and operands of one rank")
+    dims = list(first.dims)
+    dims[k] = sum(s.dims[k] for s in shapes)
+    return Shape(first.element_type, tuple(dims))
+
+
+def _transposed(operand: Shape, attr_text: str) -> Shape:
+    """XLA's inferred transpose shape: dims permuted, the layout permuted along (a bitcast)."""
+    m = re.search(r"\bdimensions=\{([\d,\s]*)\}", attr_text)
+    perm = tuple(int(x) for x in m.group(1).split(",") if x.strip()) if m else ()
+    if operand.is_tuple or sorted(perm) != list(range(len(operand.dims))):
+        raise ValueError("transpose without a shape needs dimensions={...} permuting its operand's dims")
+    inverse = {d: i for i, d in enumerate(perm)}  # an operand printed without a layout has the default one
+    m2m = tuple(inverse[d] for d in operand.layout_or_default())
+    return Shape(operand.element_type, tuple(operand.dims[d] for d in perm), m2m, None, operand.layout_extra)
+
+
+def _real_part(shapes: list[Shape], attr_text: str) -> Shape:
+    s = shapes[0]
+    real = {"c64": "f32", "c128": "f64"}.get(s.element_type, s.element_type)
+    return Shape(real, s.dims, s.minor_to_major, None, s.layout_extra)
+
+
+_INFERRED = {"transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
+             "pad": lambda shapes, attrs: _padded(shapes[0], attrs),
+             "concatenate": _concatenated, "real": _real_part, "imag": _real_part}
 
 
 def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps: dict[str, Computation]) -> None:
