@@ -148,9 +148,25 @@ def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
         if failure and todo:
             detail = (f"no answer in {timeout:.0f} s" if failure == "hang"
                       else f"XLA's parser crashed ({proc.returncode})")
-            rows.append({"name": todo[0].name, "written": {"xla": False, "cat": failure, "detail": detail}})
+            verdict = {"xla": False, "cat": failure, "detail": detail}
+            if failure == "xla-crash":  # ours is pure Python: read and scan it here, so a crash of ours counts
+                verdict["ours"] = _ours_only(todo[0])
+            rows.append({"name": todo[0].name, "written": verdict})
             todo = todo[1:]
     return rows
+
+
+def _ours_only(path: Path) -> str:
+    from harness.hlo.parser import HloParseError, parse_module
+    from harness.hlo.scan import scan
+
+    try:
+        scan(parse_module(path.read_text(encoding="utf-8", errors="replace"), path.name))
+    except HloParseError:
+        return "rejects"
+    except Exception:  # noqa: BLE001 - counted as a crash of ours
+        return "crash"
+    return "accepts"
 
 
 def _drain(stream, lines: queue.Queue) -> None:
@@ -179,6 +195,8 @@ def _tally(rows: list[dict], key: str, label: str, show: int) -> collections.Cou
         counts["modules"] += 1
         counts["xla-accepts"] += bool(v["xla"]) and v["cat"] != "xla-crash"
         counts[v["cat"]] += 1
+        counts["crash"] += v.get("ours") == "crash"
+        counts["ours-accepts-xla-crashes"] += v.get("ours") == "accepts"
         if v["cat"] != "agree" and shown[v["cat"]] < show:
             shown[v["cat"]] += 1
             print(f"  [{label}] {v['cat']}: {row['name']}: {v['detail']}")
@@ -211,6 +229,28 @@ def dump_jax(dest: Path) -> int:
     return 0
 
 
+def write_results(args, lines: list[str], summary: dict, rows: list[dict], dump_rows: list[dict],
+                  n_files: int, elapsed: float) -> None:
+    """The table, the counts, the environment, and every file not agreeing by name and category
+    (no upstream text: the details stay on stdout)."""
+    import platform
+
+    import jaxlib
+
+    others = []
+    for set_name, group in (("upstream", rows), ("dumps", dump_rows)):
+        for r in group:
+            cats = {k: r[k]["cat"] for k in ("written", "reprint") if k in r}
+            if any(c != "agree" for c in cats.values()):
+                others.append({"set": set_name, "name": r["name"], **cats})
+    env = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "jaxlib": jaxlib.__version__,
+           "python": platform.python_version(), "corpus": sorted(p.name for p in args.out.iterdir()),
+           "jax_dumps": [str(d).replace(str(Path.home()), "~") for d in args.jax_dumps]}
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps({"environment": env, "table": lines, "summary": summary, "files": n_files,
+                                        "seconds": round(elapsed), "not_agreeing": others}, indent=1) + "\n")
+
+
 def measure(args) -> int:
     files = sorted(args.out.glob("*/written/*"))
     if args.limit:
@@ -236,12 +276,7 @@ def measure(args) -> int:
     summary = {label: dict(c) for label, c in sets}
     print(json.dumps(summary))
     if args.results:
-        others = [{"set": "dumps" if i >= len(rows) else "upstream", **r}
-                  for i, r in enumerate(rows + dump_rows)
-                  if any(r.get(k, {}).get("cat", "agree") not in ("agree",) for k in ("written", "reprint"))]
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps({"table": lines, "summary": summary, "files": len(files) + len(dumps),
-                                            "seconds": round(elapsed), "not_agreeing": others}, indent=1) + "\n")
+        write_results(args, lines, summary, rows, dump_rows, len(files) + len(dumps), elapsed)
     return 0
 
 
