@@ -326,6 +326,11 @@ def _effective_uncached(module: HloModule, comp_name: str, model: Model, cache: 
     return model
 
 
+def effective_model(module: HloModule, comp_name: str, policy: str, backend: str) -> Model:
+    """The simplest model giving this computation the same pairs (policies that agree share it)."""
+    return _effective(module, comp_name, Model(policy, backend))
+
+
 def effective_backend(module: HloModule, comp_name: str, backend: str) -> str:
     """The backend rule that gives the same pairs for this computation (cpu when it has no reshape)."""
     return _effective(module, comp_name, Model("proposed", backend)).backend

@@ -253,6 +253,17 @@ class Instruction:
 
     def int_list(self, key: str) -> tuple[int, ...]:
         """``dimensions={1,0}`` -> (1, 0); a direct search when the key occurs once."""
+        t = self.attr_text
+        k = t.find(key + "={")
+        i = k - 1
+        while i > 0 and t[i] in " \t\n":
+            i -= 1
+        if k > 0 and t[i] == "," and t.count(key + "=") == 1:  # the attribute, once, not inside a string
+            j = k + len(key) + 2
+            e = t.find("}", j)
+            body = t[j:e]
+            if e > 0 and body.replace(",", "").isdigit():
+                return tuple(map(int, body.split(",")))
         found = re.findall(rf"(?:^|,)\s*{re.escape(key)}\s*=\s*\{{([\d,\s]*)\}}", self.attr_text)
         if len(found) == 1 and self.attr_text.count(key + "=") == 1:
             return tuple(int(x) for x in found[0].split(",") if x.strip())
@@ -746,7 +757,9 @@ class _Reader:
         """Skip '(params) -> shape' if present and the '{'; the index after it."""
         text = self.text
         if text.startswith("(", i):
-            i = _WS.match(text, _match_brace(text, i)).end()
+            j = text.find(")", i)
+            close = j + 1 if j > 0 and "(" not in text[i + 1:j] and '"' not in text[i + 1:j] else _match_brace(text, i)
+            i = _WS.match(text, close).end()
             if not text.startswith("->", i):
                 raise ValueError(f"expected '->' after the parameters of {name}")
             _, i = parse_shape(text, i + 2)
@@ -1015,7 +1028,8 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
     for callee in ins.called:
         if callee not in comps:
             raise _At(ins.line, f"{ins.name} calls computation {callee!r}, which is not defined before it")
-    _check_operand_count(ins)
+    if ins.opcode in _OPERAND_COUNTS or ins.opcode == "scatter":
+        _check_operand_count(ins)
     if "output_to_operand_aliasing" in ins.attr_text:
         try:
             pairs = check_output_to_operand_aliasing(ins.attrs.get("output_to_operand_aliasing", ""))
@@ -1029,6 +1043,8 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
 
 def _check_operands(ins: Instruction, defined: dict[str, Instruction]) -> None:
     for op in ins.operands:
+        if "#" not in op and op in defined:
+            continue  # the common case
         base, index = split_ref(op)
         src = defined.get(base)
         if src is None:

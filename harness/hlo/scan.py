@@ -153,8 +153,13 @@ def _context(module: HloModule, caller: Computation, fusion: Instruction, parame
 
 def _classify(module: HloModule, fusion: Instruction, rule: str) -> dict[tuple[int, ...], tuple]:
     """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule."""
-    by_policy = {p: {pair.output_index: pair for pair in alias.fusion_in_place_pairs(module, fusion, p, rule)}
-                 for p in alias.POLICIES}
+    by_model: dict[alias.Model, dict] = {}  # policies that agree here are traced once
+    by_policy = {}
+    for p in alias.POLICIES:
+        model = alias.effective_model(module, fusion.called[0], p, rule)
+        if model not in by_model:
+            by_model[model] = {pair.output_index: pair for pair in alias.fusion_in_place_pairs(module, fusion, p, rule)}
+        by_policy[p] = by_model[model]
     out = {}
     for index in set().union(*(set(v) for v in by_policy.values())):
         stock = index in by_policy["stock"]
