@@ -15,7 +15,7 @@ from harness.cli import main
 from harness.errors import HarnessError
 from harness.hlo import alias, buffers
 from harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, parse_shape
-from harness.hlo.scan import detect_backend, module_json, scan, scan_module
+from harness.hlo.scan import detect_backend, format_findings, module_json, scan, scan_module
 
 HLO = Path(__file__).resolve().parent / "hlo"
 # tests/hlo/*.hlo are also the C++ tests of the XLA patch; tests/hlo/scanner/*.hlo are the scanner's own.
@@ -263,6 +263,41 @@ frontend_attributes={{x="{pad}"}}
     assert mod.input_output_alias.startswith("{ {0}: (0")
 
 
+OUTPUT_SIDE = """HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+fused {
+  p0 = f32[4,6]{1,0} parameter(0)
+  p1 = s32[2,1]{1,0} parameter(1)
+  p2 = f32[2,6]{1,0} parameter(2)
+  s = f32[4,6]{1,0} scatter(p0, p1, p2), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT r = ROOT_SHAPE ROOT_OP(s)ROOT_ATTRS
+}
+ENTRY e {
+  w = f32[4,6]{1,0} parameter(0)
+  i = s32[2,1]{1,0} parameter(1)
+  u = f32[2,6]{1,0} parameter(2)
+  ROOT f = ROOT_SHAPE fusion(w, i, u), kind=kLoop, calls=fused
+}
+"""
+
+
+@pytest.mark.parametrize("root, shape, attrs, cls", [
+    ("bitcast", "f32[24]{0}", "", "aliased"),
+    ("transpose", "f32[6,4]{1,0}", ", dimensions={1,0}", "hazard"),  # moves data on the output side
+    ("transpose", "f32[6,4]{0,1}", ", dimensions={1,0}", "layout-preserving-miss"),
+])
+def test_output_side_no_ops_are_shown(root, shape, attrs, cls):
+    text = OUTPUT_SIDE.replace("ROOT_SHAPE", shape).replace("ROOT_OP", root).replace("ROOT_ATTRS", attrs)
+    (finding,) = scan_module(parse_module(text), "cpu")
+    assert (finding.root_opcode, finding.output_path, finding.path, finding.cls) == ("scatter", [root], [], cls)
+    assert f"{root} <- scatter" in format_findings(parse_module(text), [finding], show_aliased=True)
+
+
 def test_tuple_element_operands_are_traced():
     """Newer XLA prints `%t#1` for element 1 of a tuple value instead of a get-tuple-element."""
     text = (HLO / "multi_output_scatter_index1.hlo").read_text()
@@ -364,7 +399,7 @@ def test_json_schema_exact(capsys):
     assert main(["scan", str(HLO / "transpose_moves_data.hlo"), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     (f,) = data["modules"][0]["findings"]
-    assert set(f) == {"fusion", "computation", "root_opcode", "output_index", "parameter",
+    assert set(f) == {"fusion", "computation", "root_opcode", "output_path", "output_index", "parameter",
                       "parameter_index", "path", "stock", "proposed", "layout_aware", "class", "classes"}
     assert set(data["modules"][0]) == {"module", "backend", "findings", "fusion_decisions"}
     (d,) = data["modules"][0]["fusion_decisions"]

@@ -419,5 +419,13 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
 def output_source(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,
                   backend: str = "cpu") -> Instruction:
     """The instruction a fusion output comes from, after following indirections."""
+    return output_source_path(module, fusion, index, policy, backend)[0]
+
+
+def output_source_path(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,
+                       backend: str = "cpu") -> tuple[Instruction, list[str]]:
+    """The output source and the opcodes walked to it from the fused root (tuple,
+    get-tuple-element, no-ops), root first."""
     comp = module.computation(fusion.called[0])
-    return _follow(comp, comp.root, index, Model(policy, backend), [])[0]
+    path: list[str] = []
+    return _follow(comp, comp.root, index, Model(policy, backend), path)[0], path

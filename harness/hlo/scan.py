@@ -55,6 +55,7 @@ class Finding:
     layout_aware: bool
     cls: str
     classes: dict[str, str] = field(default_factory=dict)  # class under each backend rule considered
+    output_path: list[str] = field(default_factory=list)  # opcodes from the fused root to root_opcode's op
     # Context for hazards (not part of the JSON schema): the caller's value feeding the
     # parameter and that value's other users.
     source: str = ""
@@ -189,12 +190,12 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
         worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
         cls, stock, proposed, la, pair = per_rule[worst][index]
-        root = alias.output_source(module, fusion, index, "proposed", worst)
+        root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
             else ("", [], False)
         findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
-                                classes, source, users, dense))
+                                classes, output_path, source, users, dense))
     return findings
 
 
@@ -285,7 +286,8 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
         rows = [("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
                  "by rule")]
         for f in shown:
-            rows.append((f.cls, f.fusion, f.computation, f.root_opcode, str(tuple(f.output_index)),
+            rows.append((f.cls, f.fusion, f.computation, " <- ".join([*f.output_path, f.root_opcode]),
+                         str(tuple(f.output_index)),
                          f"{f.parameter}{tuple(f.parameter_index) if f.parameter_index else ''}",
                          " <- ".join(f.path) or "(parameter)",
                          "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware)),
