@@ -352,6 +352,11 @@ allocation 0: size 8192, parameter 0, shape |f32[32,64]| at ShapeIndex {}, maybe
  value: <5 fusion @0> (size=8192,offset=0): f32[64,32]{1,0}
 allocation 1: size 1024, parameter 1:
  value: <1 h @0> (size=1024,offset=0): f32[4,32]{1,0}
+allocation 2: size 4:
+ value: <6 t{0} (phi) @0> (size=4,offset=0): f32[]
+allocation 3: size 8192:
+ value: <7 t{1} @0> (size=8192,offset=0): f32[32,64]{1,0}
+ value: <8 fusion.2> (size=8192,offset=0): f32[64,32]{1,0}
 """
 
 
@@ -360,6 +365,9 @@ def test_buffer_assignment_sharing():
     res = buffers.compare(ba, "fusion", (), "w")
     assert res.shared and res.output_allocation == 0 and "SHARE" in res.sentence()
     assert not buffers.compare(ba, "fusion", (), "h").shared
+    assert buffers.compare(ba, "fusion.2", (), "t#1").shared  # a tuple element written name#k
+    assert not buffers.compare(ba, "fusion.2", (), "t#0").shared
+    assert buffers.compare(ba, "fusion.2", (), "t#0").source_allocation == 2  # a phi value is read too
     with pytest.raises(HarnessError, match="not a buffer-assignment"):
         buffers.parse_buffer_assignment("hello", "x.txt")
 

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.hlo.parser import split_ref
 
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
-_VALUE = re.compile(r"^\s*value: <(\d+) ([^\s{@>]+)(\{[\d,\s]*\})? @(\d+)> \(size=(\d+),offset=(\d+)\)")
+# HloValue::ToShortString: '<id name{index} (phi) @color>', index only for tuple-shaped values
+_VALUE = re.compile(r"^\s*value: <(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?(?: \(phi\))?(?: @(\d+))?> "
+                    r"\(size=(\d+),offset=(\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,9 @@ class SharedBuffer:
 
 
 def compare(ba: BufferAssignment, fusion: str, output_index: tuple[int, ...], source: str) -> SharedBuffer:
+    """Does the fusion's output share bytes with ``source`` ('name' or 'name#k', a tuple element)?"""
     out = ba.find(fusion, output_index) or ba.find(fusion)
-    src = ba.find(source)
+    src = ba.find(*split_ref(source))
     shared = False
     if out and src and out[0].number == src[0].number:
         o, s = out[1], src[1]
