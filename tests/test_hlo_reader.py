@@ -209,6 +209,23 @@ ENTRY e {
   ROOT r = tuple(t, u, d, k, i)
 }
 """,
+"literals_with_parens": """HloModule m
+ENTRY e {
+  c = c64[2] constant({(1, 2), (3, 4)})
+  n = f32[2] constant({nan(0x1), 1})
+  ROOT r = tuple(c, n)
+}
+""",
+"parens_in_a_real_literal": """HloModule m
+ENTRY e {
+  ROOT c = f32[] constant(((0)))
+}
+""",
+"dimension_beyond_64_bits": """HloModule m
+ENTRY e {
+  ROOT p = f32[99999999999999999999999999] parameter(0)
+}
+""",
 "send_recv_shapes_built_by_xla": """HloModule m
 ENTRY e {
   d = f32[8,2]{1,0} parameter(0)
@@ -231,7 +248,8 @@ ACCEPTED = {
     "async_sugar": True, "shape_less_tuple": True, "self_cycle": False, "forward_computation": False,
     "scatter_operand_count": False, "malformed_aliasing": False, "gte_index_out_of_range": False,
     "inline_computations": True, "send_recv_shapes_built_by_xla": True,
-    "called_computations_wrapped_and_select_scatter": True, "shape_less_transpose_pad_concatenate_imag": True,
+    "called_computations_wrapped_and_select_scatter": True, "literals_with_parens": True,
+    "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False, "shape_less_transpose_pad_concatenate_imag": True,
 }
 
 

@@ -144,6 +144,7 @@ def _skip_string(text: str, i: int) -> int:
         i = m.end()
 
 
+_MAX_DIM = 2**63 - 1
 _SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
 
 
@@ -156,7 +157,7 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     if shape is not None:
         return shape, m.end()
     etype, dims_text, main, extra = m.groups()
-    if dims_text.isdigit():
+    if dims_text.isdigit() and len(dims_text) < 19:
         dims: tuple[int, ...] = (int(dims_text),)
     elif not dims_text:
         dims = ()
@@ -164,6 +165,8 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
         if not _DIMS_OK.fullmatch(dims_text):
             raise ValueError(f"bad dimensions [{dims_text}]")
         dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(dims_text))
+        if any(d > _MAX_DIM for d in dims):
+            raise ValueError(f"dimension out of range in [{dims_text}] (XLA's dims are 64-bit)")
     m2m = None
     if main is not None:
         main = main.strip()
@@ -1024,6 +1027,8 @@ _INFERRED = {"transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
 
 def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps: dict[str, Computation]) -> None:
     """What XLA's parser checks and the alias model relies on (raises _At)."""
+    if ins.literal and "(" in ins.literal and ins.opcode == "constant":
+        _check_literal_parens(ins)
     _check_operands(ins, defined)
     for callee in ins.called:
         if callee not in comps:
@@ -1039,6 +1044,18 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
             if op_num >= len(ins.operands) and ins.opcode not in ("async-start", "async-update"):
                 raise _At(ins.line, f"{ins.name}: output_to_operand_aliasing names operand {op_num}, "
                                     f"it has {len(ins.operands)}")
+
+
+_NAN_PAYLOAD = re.compile(r"nan\(0x[0-9a-fA-F]+\)")
+
+
+def _check_literal_parens(ins: Instruction) -> None:
+    """XLA takes '(' in a literal only for complex numbers, tuples and NaN payloads."""
+    if ins.shape.is_tuple or ins.shape.element_type in ("c64", "c128"):
+        return
+    if "(" in _NAN_PAYLOAD.sub("", ins.literal):
+        raise _At(ins.line, f"{ins.name}: '(' in the literal of a {ins.shape.element_type} constant "
+                            "(parens are only for complex numbers and tuples)")
 
 
 def _check_operands(ins: Instruction, defined: dict[str, Instruction]) -> None:
