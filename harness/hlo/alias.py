@@ -293,14 +293,17 @@ def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
     """The simplest model with the same answer for this computation: without reshapes (nested
     fusions included) the backend rules agree; without transposes and reshapes the policies do."""
     cache = _cache(module)
-    known = cache.get(("effective", comp_name, model))
-    if known is not None:
-        return known
-    result = cache[("effective", comp_name, model)] = _effective_uncached(module, comp_name, model, cache)
-    return result
+    table = cache.get(("effective", comp_name))
+    if table is None:
+        table = cache[("effective", comp_name)] = _effective_table(module, comp_name, cache)
+    return table[model]
 
 
-def _effective_uncached(module: HloModule, comp_name: str, model: Model, cache: dict) -> Model:
+_ALL_MODELS = tuple(Model(p, b) for p in POLICIES for b in BACKEND_RULES)
+
+
+def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Model, Model]:
+    """Every model -> the simplest one with the same pairs here, computed once per computation."""
     ops = cache.get(("ops", comp_name))
     if ops is None:  # opcodes of every computation with its nested fusions', callees first
         for comp in module.computations:
@@ -310,20 +313,25 @@ def _effective_uncached(module: HloModule, comp_name: str, model: Model, cache: 
                     own |= cache.get(("ops", i.called[0]), set())
             cache[("ops", comp.name)] = frozenset(own)
         ops = cache[("ops", comp_name)]
-    if "reshape" not in ops:
-        model = Model(model.policy, "cpu")
-        if "transpose" not in ops:
-            return Model("stock", "cpu")
-    if model.policy == "layout-aware" and "fusion" not in ops:
-        # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
+    # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
+    layout_aware_as = "layout-aware"
+    if "fusion" not in ops and ("transpose" in ops or "reshape" in ops):
         comp = module.computation(comp_name)
-        movers = [i for i in comp.instructions if i.opcode in ("transpose", "reshape") and i.operands]
-        same = {is_bitcast_equivalent(i, comp) for i in movers}
-        if same == {True}:
-            model = Model("proposed", model.backend)
-        elif same == {False}:
-            model = Model("stock", model.backend)
-    return model
+        same = {is_bitcast_equivalent(i, comp) for i in comp.instructions
+                if i.opcode in ("transpose", "reshape") and i.operands}
+        layout_aware_as = {frozenset({True}): "proposed", frozenset({False}): "stock"}.get(frozenset(same),
+                                                                                        "layout-aware")
+    table = {}
+    for model in _ALL_MODELS:
+        policy, backend = model
+        if "reshape" not in ops:
+            backend = "cpu"
+            if "transpose" not in ops:
+                policy = "stock"
+        if policy == "layout-aware":
+            policy = layout_aware_as
+        table[model] = Model(policy, backend)
+    return table
 
 
 def effective_model(module: HloModule, comp_name: str, policy: str, backend: str) -> Model:
