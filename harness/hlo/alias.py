@@ -299,7 +299,8 @@ def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
     return table[model]
 
 
-_ALL_MODELS = tuple(Model(p, b) for p in POLICIES for b in BACKEND_RULES)
+_MODELS = {(p, b): Model(p, b) for p in POLICIES for b in BACKEND_RULES}  # made once: NamedTuple() is slow
+_ALL_MODELS = tuple(_MODELS.values())
 
 
 def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Model, Model]:
@@ -330,18 +331,18 @@ def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Mod
                 policy = "stock"
         if policy == "layout-aware":
             policy = layout_aware_as
-        table[model] = Model(policy, backend)
+        table[model] = _MODELS[policy, backend]
     return table
 
 
 def effective_model(module: HloModule, comp_name: str, policy: str, backend: str) -> Model:
     """The simplest model giving this computation the same pairs (policies that agree share it)."""
-    return _effective(module, comp_name, Model(policy, backend))
+    return _effective(module, comp_name, _MODELS[policy, backend])
 
 
 def effective_backend(module: HloModule, comp_name: str, backend: str) -> str:
     """The backend rule that gives the same pairs for this computation (cpu when it has no reshape)."""
-    return _effective(module, comp_name, Model("proposed", backend)).backend
+    return _effective(module, comp_name, _MODELS["proposed", backend]).backend
 
 
 def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
@@ -415,7 +416,7 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
     if fusion.opcode != "fusion" or not fusion.called:
         raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    model = _effective(module, fusion.called[0], Model(policy, backend))
+    model = _effective(module, fusion.called[0], _MODELS[policy, backend])
     _ensure_nested(module, fusion, model)
     out = list(_cache(module)[(fusion.called[0], model)])
     if "output_to_operand_aliasing" in fusion.attr_text:
@@ -436,4 +437,4 @@ def output_source_path(module: HloModule, fusion: Instruction, index: tuple[int,
     get-tuple-element, no-ops), root first."""
     comp = module.computation(fusion.called[0])
     path: list[str] = []
-    return _follow(comp, comp.root, index, Model(policy, backend), path)[0], path
+    return _follow(comp, comp.root, index, _MODELS[policy, backend], path)[0], path
