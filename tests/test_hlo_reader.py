@@ -249,7 +249,8 @@ ACCEPTED = {
     "scatter_operand_count": False, "malformed_aliasing": False, "gte_index_out_of_range": False,
     "inline_computations": True, "send_recv_shapes_built_by_xla": True,
     "called_computations_wrapped_and_select_scatter": True, "literals_with_parens": True,
-    "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False, "shape_less_transpose_pad_concatenate_imag": True,
+    "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False,
+    "shape_less_transpose_pad_concatenate_imag": True,
 }
 
 
