@@ -226,6 +226,21 @@ ENTRY e {
   ROOT p = f32[99999999999999999999999999] parameter(0)
 }
 """,
+"shape_less_dot_and_reduce": """HloModule m
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  a = f32[5,2,3] parameter(0)
+  b = bf16[5,3,4] parameter(1)
+  d = dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  z = f32[] constant(0)
+  r = reduce(d, z), dimensions={0,2}, to_apply=add
+  ROOT t = tuple(d, r)
+}
+""",
 "send_recv_shapes_built_by_xla": """HloModule m
 ENTRY e {
   d = f32[8,2]{1,0} parameter(0)
@@ -250,7 +265,7 @@ ACCEPTED = {
     "inline_computations": True, "send_recv_shapes_built_by_xla": True,
     "called_computations_wrapped_and_select_scatter": True, "literals_with_parens": True,
     "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False,
-    "shape_less_transpose_pad_concatenate_imag": True,
+    "shape_less_transpose_pad_concatenate_imag": True, "shape_less_dot_and_reduce": True,
 }
 
 

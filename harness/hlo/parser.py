@@ -1040,7 +1040,45 @@ def _real_part(shapes: list[Shape], attr_text: str) -> Shape:
     return Shape(real, s.dims, s.minor_to_major, None, s.layout_extra)
 
 
-_INFERRED = {"transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
+def _attr_ints(attr_text: str, key: str) -> list[int]:
+    m = re.search(rf"(?<![\w.\-]){key}=\{{([\d,\s]*)\}}", attr_text)
+    return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+
+
+_WIDER_FLOAT = {frozenset(("f32", "bf16")): "f32", frozenset(("f32", "f16")): "f32",
+                frozenset(("f64", "f32")): "f64"}
+
+
+def _dot_shape(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred dot shape: batch dims, then lhs and rhs free dims; the wider element type."""
+    if len(shapes) != 2 or shapes[0].is_tuple or shapes[1].is_tuple:
+        raise ValueError("dot without a shape needs two array operands")
+    lhs, rhs = shapes
+    lb, lc = _attr_ints(attr_text, "lhs_batch_dims"), _attr_ints(attr_text, "lhs_contracting_dims")
+    rb, rc = _attr_ints(attr_text, "rhs_batch_dims"), _attr_ints(attr_text, "rhs_contracting_dims")
+    if any(d >= len(lhs.dims) for d in lb + lc) or any(d >= len(rhs.dims) for d in rb + rc) or len(lb) != len(rb):
+        raise ValueError("dot dimension numbers out of range")
+    etype = lhs.element_type if lhs.element_type == rhs.element_type else \
+        _WIDER_FLOAT.get(frozenset((lhs.element_type, rhs.element_type)))
+    if etype is None:
+        raise ValueError(f"a dot of {lhs.element_type} and {rhs.element_type} written without a shape "
+                         "is not supported here")
+    dims = [lhs.dims[d] for d in lb]
+    dims += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]
+    dims += [n for d, n in enumerate(rhs.dims) if d not in rb and d not in rc]
+    return Shape(etype, tuple(dims))
+
+
+def _reduce_shape(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred shape of a one-input reduce: the reduced dims dropped, the init's type."""
+    if len(shapes) != 2 or shapes[0].is_tuple:
+        raise ValueError("a reduce of several inputs written without a shape is not supported here")
+    dropped = set(_attr_ints(attr_text, "dimensions"))
+    return Shape(shapes[1].element_type, tuple(n for d, n in enumerate(shapes[0].dims) if d not in dropped))
+
+
+_INFERRED = {"dot": _dot_shape, "reduce": _reduce_shape,
+             "transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
              "pad": lambda shapes, attrs: _padded(shapes[0], attrs),
              "concatenate": _concatenated, "real": _real_part, "imag": _real_part}
 
