@@ -740,9 +740,10 @@ class _Reader:
         text = self.text
         end = fm.end()
         s = rest.strip()
+        # complete on this line: braces and quotes balanced (XLA prints '(' and '[' in attribute
+        # values only inside braces or strings, so those balance with them)
         if s and (s[0] != "," or s[-1] in ",=" or rest.count("{") != rest.count("}")
-                  or rest.count("(") != rest.count(")") or rest.count("[") != rest.count("]")
-                  or (rest.count('"') - rest.count('\\"')) % 2):
+                  or (rest.count('"') - (rest.count('\\"') if "\\" in rest else 0)) % 2):
             return None
         nxt = _WS.match(text, end).end()
         if text.startswith(",", nxt) or name in by_name or opcode in _SHAPE_BUILT_BY_XLA:
