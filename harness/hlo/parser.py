@@ -14,12 +14,17 @@ one line. It follows XLA's grammar where the scanner depends on it:
 - the module header with attributes, headerless modules (``ENTRY e {...}``), stack-frame
   tables, ``}, execution_thread="..."``;
 - async sugar (``call-start``, ``custom-call-start``, ...): read as async-start/-update/-done
-  wrapping that opcode.
+  wrapping that opcode;
+- computations written inline (``calls={ p = ... }``), named ``_``, ``_.1`` ... as XLA names them;
+- shape-less instructions whose shape XLA infers (tuple, get-tuple-element, elementwise,
+  transpose, pad, concatenate, real/imag, dot, one-input reduce, ...); send/recv/outfeed and
+  their ``-done`` ops get the shape XLA builds from their operands.
 
 It rejects what XLA's parser rejects where the scanner's answer would otherwise be wrong:
 an operand or a called computation used before it is defined (so no cycles), two ROOTs,
 two ENTRYs, a name defined twice, in-place and indirection ops with the wrong number of
-operands, ``name#k`` on a non-tuple, malformed ``output_to_operand_aliasing``.
+operands, ``name#k`` on a non-tuple, malformed ``output_to_operand_aliasing``, dims beyond
+64 bits, parentheses in a real constant's literal.
 Nothing here recurses on the input's nesting, so deep input cannot exhaust the stack.
 The common one-line instruction takes a fast path, so a 100k-instruction module parses in
 about a second.
