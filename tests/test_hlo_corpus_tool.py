@@ -14,14 +14,16 @@ TOOL = ROOT / "tools" / "hlo_corpus.py"
 
 GOOD = "HloModule m\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT n = f32[4]{0} negate(p)\n}\n"
 XLA_REJECTS = GOOD.replace("negate(p)", "negate(q)")  # undefined operand: both reject
-OURS_REJECTS = "HloModule m\nENTRY e {\n  a = f32[2,3] parameter(0)\n  b = f32[3,4] parameter(1)\n" \
-               "  ROOT d = dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n"  # no shape
+OURS_REJECTS = ("HloModule m\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+                "  ROOT s = f32[] add(x, y)\n}\nENTRY e {\n  a = f32[8] parameter(0)\n  z = f32[] constant(0)\n"
+                "  ROOT r = reduce-window(a, z), window={size=2 stride=2}, to_apply=add\n}\n")  # shape not inferred
 
 
 def _corpus(tmp_path: Path) -> Path:
     written = tmp_path / "corpus" / "rev" / "written"
     written.mkdir(parents=True)
-    for name, text in (("good.hlo", GOOD), ("both_reject.hlo", XLA_REJECTS), ("shape_less_dot.hlo", OURS_REJECTS)):
+    for name, text in (("good.hlo", GOOD), ("both_reject.hlo", XLA_REJECTS),
+                       ("shape_less_reduce_window.hlo", OURS_REJECTS)):
         (written / name).write_text(text)
     return tmp_path / "corpus"
 
@@ -36,7 +38,7 @@ def test_measure_counts_and_results_file(tmp_path):
     written = data["summary"]["upstream as written"]
     assert (written["modules"], written["xla-accepts"], written["ours-rejects"], written["agree"]) == (3, 2, 1, 2)
     assert data["summary"]["XLA's own reprint"]["agree"] == 2
-    assert {r["name"]: r["written"] for r in data["not_agreeing"]} == {"shape_less_dot.hlo": "ours-rejects"}
+    assert {r["name"]: r["written"] for r in data["not_agreeing"]} == {"shape_less_reduce_window.hlo": "ours-rejects"}
     assert "| upstream as written | 3 | 2 | 1 (50.00%) | 1 | 0 | 0 | 0 / 0 | 0 |" in proc.stdout
 
 
