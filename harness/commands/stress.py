@@ -31,6 +31,11 @@ state, so every step is one trial) and frozen (the reporter's: identical inputs 
 Built-in modes: full (lookup and output projection both differentiate the tied matrix W),
 sparse_only (untied output matrix), dense_only (lookup under stop_gradient).
 
+Workaround variants (--variants baseline,barrier,onehot,sumgrad,xla-no-fusion) multiply
+the matrix: each variant is compiled separately in the same run and every row is
+compared with the baseline row of its configuration (two-sided Fisher exact p, and the
+largest relative loss difference at the same seed and step).
+
 Results are appended to OUT/stress.jsonl (flushed and fsynced per block of --block
 steps); --resume continues an interrupted run without repeating or skipping steps.
 SIGINT/SIGTERM flush, print the partial table and exit 130/143.
@@ -52,6 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remat", type=flags.csv("remat", flags.onoff), default=(True, False),
                    help="built-in: comma-separated remat settings on,off (default both)")
     p.add_argument("--dtype", default="f32", help="built-in: parameter dtype f32 or bf16 (default f32)")
+    p.add_argument("--variants", type=flags.csv("variant", str), default=(), metavar="LIST",
+                   help="workaround variants as a matrix axis, baseline first: program variants (barrier, "
+                        "onehot, sumgrad; the program's factory must take variant=), compiler-flag sets "
+                        "(xla-no-fusion) or both (barrier+xla-no-fusion); each is compiled separately and "
+                        "its row compared with the baseline's (Fisher exact test, loss trajectory)")
     p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
     p.add_argument("--steps", type=int, default=20, help="calls of the step per (config, seed) (default 20)")
@@ -191,7 +201,7 @@ def spec_from_args(args):
         reference_every=args.reference_every, block=args.block, learning_rate=args.lr,
         vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
         batch=args.batch, program=args.program, program_options=tuple(sorted(dict(args.program_option).items())),
-        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds)
+        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds, variants=args.variants)
 
 
 def wait_for_coordinator(address: str, timeout: float) -> None:

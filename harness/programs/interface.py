@@ -106,18 +106,40 @@ def _import_attr(module_part: str, attr: str, spec_text: str):
     return getattr(module, attr)
 
 
-def load_program(spec_text: str, **options) -> TrainProgram:
-    """Resolve ``--program`` to a TrainProgram (built-in name, ``file.py:name`` or ``module:name``)."""
+def program_factory(spec_text: str) -> Callable[..., TrainProgram]:
+    """``--program`` as a function of keyword options (what workaround variants need: they call it
+    with ``variant=``; a name bound to a TrainProgram object takes no options: TypeError)."""
+    module_part, attr = _split_spec(spec_text)
+    obj = _import_attr(module_part, attr, spec_text)
+
+    def make(**options) -> TrainProgram:
+        if isinstance(obj, TrainProgram) and options:
+            raise TypeError(f"{attr} is a TrainProgram object, not a factory taking {', '.join(options)}")
+        return _instantiate(obj, attr, spec_text, options)
+
+    return make
+
+
+def _split_spec(spec_text: str) -> tuple[str, str]:
     if spec_text in BUILTINS:
         module_part, attr = BUILTINS[spec_text].split(":")
-    elif ":" in spec_text:
+        return module_part, attr
+    if ":" in spec_text:
         module_part, attr = spec_text.rsplit(":", 1)
         if not module_part or not attr:
             raise HarnessError(f"--program {spec_text}: expected FILE.py:NAME or MODULE:NAME")
-    else:
-        raise HarnessError(f"--program {spec_text}: not a built-in ({', '.join(sorted(BUILTINS)) or 'none'}) "
-                           "and not FILE.py:NAME or MODULE:NAME")
-    obj = _import_attr(module_part, attr, spec_text)
+        return module_part, attr
+    raise HarnessError(f"--program {spec_text}: not a built-in ({', '.join(sorted(BUILTINS)) or 'none'}) "
+                       "and not FILE.py:NAME or MODULE:NAME")
+
+
+def load_program(spec_text: str, **options) -> TrainProgram:
+    """Resolve ``--program`` to a TrainProgram (built-in name, ``file.py:name`` or ``module:name``)."""
+    module_part, attr = _split_spec(spec_text)
+    return _instantiate(_import_attr(module_part, attr, spec_text), attr, spec_text, options)
+
+
+def _instantiate(obj, attr: str, spec_text: str, options: dict) -> TrainProgram:
     if not isinstance(obj, TrainProgram):
         if not callable(obj):
             raise HarnessError(f"--program {spec_text}: {attr} is neither a TrainProgram nor a callable")

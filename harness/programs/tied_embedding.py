@@ -126,16 +126,25 @@ def _block(p, x, heads: int):
     return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
 
 
-def logits(params: dict, tokens: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] (float32, float64 for the reference)."""
+def logits(params: dict, tokens: jax.Array, cfg: ModelConfig, ops=None) -> jax.Array:
+    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] (float32, float64 for the reference).
+
+    ``ops`` (a :class:`harness.programs.variants.TiedOps`) writes the two uses of W for a
+    workaround variant; None is the model as written."""
     w = params["embed"]
+    w_out_tied = w
+    if ops is not None:
+        w, w_out_tied = ops.split(w)
     w_lookup = jax.lax.stop_gradient(w) if cfg.mode == "dense_only" else w
-    x = jnp.take(w_lookup, tokens, axis=0)  # gather; backward: scatter-add into W
+    # Lookup: a gather; backward: scatter-add into W.
+    x = jnp.take(w_lookup, tokens, axis=0) if ops is None else ops.lookup(w_lookup, tokens)
     block = jax.checkpoint(_block, static_argnums=(2,)) if cfg.remat else _block
     for p in params["layers"]:
         x = block(p, x, cfg.heads)
     h = _rms_norm(x, params["final_norm"])
-    w_out = params["unembed"] if cfg.mode == "sparse_only" else w
+    w_out = params["unembed"] if cfg.mode == "sparse_only" else w_out_tied
+    if ops is not None:
+        return _acc(ops.unembed(h, w_out))
     return _acc(h @ w_out.T)  # dot; backward: dense update of W
 
 
@@ -149,18 +158,18 @@ def make_batches(cfg: ModelConfig, key: jax.Array) -> tuple[jax.Array, jax.Array
     return a, b
 
 
-def _xent(params, tokens, cfg):
-    lg = logits(params, tokens[:, :-1], cfg)
+def _xent(params, tokens, cfg, ops=None):
+    lg = logits(params, tokens[:, :-1], cfg, ops)
     tgt = tokens[:, 1:]
     logz = jax.nn.logsumexp(lg, axis=-1)
     picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
     return jnp.mean(logz - picked)
 
 
-def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig) -> jax.Array:
+def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig, ops=None) -> jax.Array:
     """Mean next-token cross-entropy over both batches (float32 scalar)."""
     a, b = batches
-    return _xent(params, a, cfg) + _xent(params, b, cfg)
+    return _xent(params, a, cfg, ops) + _xent(params, b, cfg, ops)
 
 
 # ----------------------------------------------------------------------------- as a TrainProgram
@@ -196,10 +205,13 @@ def _mesh_shardings(cfg: ModelConfig, devices: int, optimizer):
 
 def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
             layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices: int = 1,
-            learning_rate: float = 1e-3):
-    """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step."""
+            learning_rate: float = 1e-3, variant: str = "baseline"):
+    """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step;
+    ``variant`` names a workaround of :mod:`harness.programs.variants` (``baseline``: the model as
+    written, compiled exactly as before the variants existed)."""
     import optax
 
+    from harness.programs import variants
     from harness.programs.interface import TrainProgram, step_from_loss
 
     cfg = ModelConfig(mode=mode, remat=bool(remat), dtype=dtype, vocab=int(vocab), d_model=int(d_model),
@@ -209,7 +221,8 @@ def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: i
     if not float(learning_rate) > 0:
         raise HarnessError("learning rate must be positive")
     optimizer = optax.adam(float(learning_rate))
-    step = step_from_loss(lambda params, batches: loss_fn(params, batches, cfg), optimizer)
+    ops = None if variants.tied_ops(variant).name == "baseline" else variants.tied_ops(variant)
+    step = step_from_loss(lambda params, batches: loss_fn(params, batches, cfg, ops), optimizer)
 
     def init_fn(key):
         params = init_params(cfg, key)
@@ -228,6 +241,9 @@ def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: i
     else:
         init_jit, batch_jit = jax.jit(init_fn), jax.jit(batch_fn)
     options = {**cfg.to_dict(), "devices": int(devices), "learning_rate": float(learning_rate)}
-    return TrainProgram(name=f"tied-embedding {cfg.label()}", init=init_jit,
+    if ops is not None:
+        options["variant"] = variant
+    name = f"tied-embedding {cfg.label()}" + (f"+{variant}" if ops is not None else "")
+    return TrainProgram(name=name, init=init_jit,
                         batch=lambda key, step_index: batch_jit(key), step=step, donate_argnums=(0, 1),
                         jit_kwargs=jit_kwargs, options=options, target_leaf="['embed']")

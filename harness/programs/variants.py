@@ -218,16 +218,23 @@ def with_flag_set(program, name: str):
                    options={**program.options, "flag_set": name, fs.env: fs.env_text()})
 
 
-def variant_program(make, name: str, **options):
-    """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
-    ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
-    This is what a ``--variants`` list expands to, one compile per name."""
+def parse_variant(name: str) -> tuple[str, str]:
+    """``(program variant, flag set or '')`` of a variant name: ``barrier``, ``xla-no-fusion``
+    (the baseline under that flag set) or ``barrier+xla-no-fusion``; HarnessError for an unknown part."""
     head, _, flags = name.partition("+")
     if head in FLAG_SETS and not flags:
         head, flags = "baseline", head
     tied_ops(head)  # one clear error for an unknown name
     if flags:
         flag_set(flags)
+    return head, flags
+
+
+def variant_program(make, name: str, **options):
+    """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
+    ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
+    This is what a ``--variants`` list expands to, one compile per name."""
+    head, flags = parse_variant(name)
     try:
         program = make(**options, variant=head) if head != "baseline" else make(**options)
     except TypeError as e:

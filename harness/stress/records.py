@@ -24,7 +24,7 @@ from typing import Any
 SCHEMA = 1
 # Spec keys that say which trials a run asks for rather than what one trial computes.
 RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every",
-                            "checkpoint_seconds"})
+                            "checkpoint_seconds", "variants"})
 # Spec keys a --resume may change: how often state is checkpointed, not what is measured.
 RESUMABLE_KEYS = frozenset({"checkpoint_seconds"})
 BUILTIN_PROGRAM = "tied-embedding"
@@ -37,20 +37,27 @@ class RecordError(ValueError):
 
 def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
     """The run label of a configuration (rows of every table): the built-in program's
-    ``mode/remat=on|off/dtype``; any other program's ``PROGRAM[key=value,...]``."""
+    ``mode/remat=on|off/dtype`` (``...[variant=NAME]`` in a ``--variants`` run); any other
+    program's ``PROGRAM[key=value,...]`` (the variant is one of its keys)."""
     if program == BUILTIN_PROGRAM:
         remat = config.get("remat", True)
-        return f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
+        text = f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
+        return text + (f"[variant={config['variant']}]" if "variant" in config else "")
     extra = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
     return program + (f"[{extra}]" if extra else "")
 
 
 def spec_labels(spec: Mapping[str, Any]) -> list[str]:
-    """The labels a stress spec asks for, in matrix order."""
+    """The labels a stress spec asks for, in matrix order (each configuration's variants together)."""
     program = spec.get("program", BUILTIN_PROGRAM)
     if program != BUILTIN_PROGRAM:
-        return [label(spec.get("program_options") or {}, program)]
-    return [label({"mode": m, "remat": r, "dtype": spec["dtype"]}) for m in spec["modes"] for r in spec["remats"]]
+        configs = [dict(spec.get("program_options") or {})]
+    else:
+        configs = [{"mode": m, "remat": r, "dtype": spec["dtype"]} for m in spec["modes"] for r in spec["remats"]]
+    variants = spec.get("variants") or []
+    if variants:
+        configs = [{**c, "variant": v} for c in configs for v in variants]
+    return [label(c, program) for c in configs]
 
 
 def spec_fingerprint(spec: Mapping[str, Any]) -> str:
@@ -178,6 +185,8 @@ def parse_spec(spec: Any) -> dict:
             raise RecordError(f"spec seed {s} is outside [0, 2**31)")
     _int(spec, "steps", "spec", lo=1)
     _need(spec, "dtype", str, "spec")
+    if spec.get("variants"):
+        _unique_list(spec, "variants", str)
     return spec
 
 

@@ -25,6 +25,8 @@ class Row:
     referenced: int = 0
     injected: int = 0
     first_bad: dict[str, int] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)  # the first block's configuration
+    losses: dict[tuple[int, int], float | None] = field(default_factory=dict)  # variants runs: (seed, step)
 
     @property
     def k(self) -> int:
@@ -71,7 +73,7 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
     for f in files:
         fp = f.header.fingerprint
         for b in f.blocks:
-            row = rows.setdefault(b.label, Row(b.label))
+            row = rows.setdefault(b.label, Row(b.label, config=dict(b.config)))
             seeds.add(b.seed)
             for s in b.steps:
                 key = (fp, b.label, b.seed, s.step)
@@ -96,6 +98,8 @@ def _count(row: Row, seed: int, s: records.Step) -> None:
     k, n = row.per_seed.get(seed, (0, 0))
     row.per_seed[seed] = (k + (not s.finite), n + 1)
     row.injected += s.injected is not None
+    if "variant" in row.config:
+        row.losses[(seed, s.step)] = s.loss
     if s.first_bad:
         row.first_bad[s.first_bad] = row.first_bad.get(s.first_bad, 0) + 1
     ref = s.reference
@@ -161,6 +165,35 @@ def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
     return table
 
 
+def baseline_comparisons(t: Table) -> dict[str, dict]:
+    """For every variant row of a ``--variants`` run: its baseline row (same configuration,
+    ``variant=baseline``), the two-sided Fisher exact p of the two non-finite rates, and the
+    largest relative loss difference over the (seed, step) both recorded as finite."""
+    by_config = {json.dumps(r.config, sort_keys=True): r for r in t.rows}
+    out = {}
+    for r in t.rows:
+        if r.config.get("variant", "baseline") == "baseline":
+            continue
+        base = by_config.get(json.dumps({**r.config, "variant": "baseline"}, sort_keys=True))
+        if base is None:
+            continue
+        pairs = [(loss, base.losses[key]) for key, loss in r.losses.items()
+                 if loss is not None and base.losses.get(key) is not None]
+        diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in pairs), default=None)
+        out[r.label] = {"baseline": base.label, "p_value": stats.fisher_exact(r.k, r.n, base.k, base.n),
+                        "max_loss_rel_diff": diff, "compared_steps": len(pairs)}
+    return out
+
+
+def _fmt_vs_baseline(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    text = f"p={c['p_value']:.2g}"
+    if c["max_loss_rel_diff"] is not None:
+        text += f" dloss={c['max_loss_rel_diff']:.1e}"
+    return text
+
+
 def _fmt_spread(r: Row) -> str:
     d = r.dispersion()
     if len(d["rates"]) < 2:
@@ -173,11 +206,14 @@ def format_table(t: Table) -> str:
     """Plain-text table, one row per configuration."""
     show_ref = any(r.referenced for r in t.rows)
     show_inj = any(r.injected for r in t.rows)
+    vs_base = baseline_comparisons(t)
     head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% upper", "seed spread"]
     if show_inj:
         head.append("injected")
     if show_ref:
         head.append("silent (ref)")
+    if vs_base:
+        head.append("vs baseline")
     lines = [head]
     for r in t.rows:
         rate = r.rate()
@@ -190,6 +226,8 @@ def format_table(t: Table) -> str:
             cells.append(str(r.injected))
         if show_ref:
             cells.append(f"{r.silent}/{r.referenced}")
+        if vs_base:
+            cells.append(_fmt_vs_baseline(vs_base.get(r.label)))
         lines.append(cells)
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     out = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
@@ -200,12 +238,16 @@ def format_table(t: Table) -> str:
                    f"{e.get('device_count')} x {e.get('device_kind')})")
     out.append("95% upper: one-sided exact (Clopper-Pearson) bound on the rate; seed spread: lowest-highest "
                "per-seed rate, p = chi-square test that all seeds share one rate")
+    if vs_base:
+        out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
+                   "row; dloss: largest relative loss difference at the same seed and step (both finite)")
     for g in t.gaps:
         out.append(f"gap: {g}")
     return "\n".join(out)
 
 
 def table_json(t: Table) -> dict:
+    vs_base = baseline_comparisons(t)
     return {
         "configs": [
             {"config": r.label,
@@ -214,7 +256,8 @@ def table_json(t: Table) -> dict:
              "seed_dispersion": r.dispersion(),
              "injected": r.injected,
              "first_bad": r.first_bad,
-             "silent": r.silent, "referenced": r.referenced}
+             "silent": r.silent, "referenced": r.referenced,
+             **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}
             for r in t.rows
         ],
         "seeds": t.seeds,

@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.programs.interface import TrainProgram, load_program
+from harness.programs.interface import TrainProgram, load_program, program_factory
 from harness.programs.tied_embedding import DTYPES, MODES, ModelConfig
+from harness.programs.variants import parse_variant, variant_program
 from harness.stress import records
 from harness.stress import store as results
 
@@ -59,7 +60,9 @@ class StressSpec:
 
     With the built-in program the configurations are (mode x remat) of the tied-embedding
     model at the given sizes; any other ``program`` is one configuration built with
-    ``program_options``.
+    ``program_options``. ``variants`` (workaround variants and compiler-flag sets of
+    :mod:`harness.programs.variants`, ``baseline`` first) multiply every configuration: each
+    is compiled separately and its rows are compared with the baseline's.
     """
 
     modes: tuple[str, ...] = MODES
@@ -84,9 +87,11 @@ class StressSpec:
     program_options: tuple[tuple[str, object], ...] = ()
     protocol: str = "train"
     checkpoint_seconds: float = 300.0
+    variants: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_matrix()
+        self._check_variants()
         for name in ("steps", "devices", "block", "reference_every"):
             if getattr(self, name) <= 0:
                 raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -100,7 +105,7 @@ class StressSpec:
             raise HarnessError("learning rate must be positive")
         if self.program == BUILTIN:
             for opts in self.configs():
-                ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate")})
+                ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate", "variant")})
             if self.devices > 1 and (self.vocab % self.devices or self.batch % self.devices):
                 raise HarnessError(f"with --devices {self.devices}, vocab ({self.vocab}) and batch "
                                    f"({self.batch}) must be divisible by {self.devices}")
@@ -122,14 +127,32 @@ class StressSpec:
         if any(s < 0 or s >= 2**31 for s in self.seeds):
             raise HarnessError("seeds must be integers in [0, 2**31)")
 
+    def _check_variants(self) -> None:
+        if not self.variants:
+            return
+        if len(set(self.variants)) != len(self.variants):
+            raise HarnessError("variants must be distinct")
+        if self.variants[0] != "baseline":
+            raise HarnessError("the variants list must start with baseline (every variant is compared with it), "
+                               f"got {','.join(self.variants)}")
+        for name in self.variants:
+            parse_variant(name)
+        if "variant" in dict(self.program_options):
+            raise HarnessError("--program-option variant=... and --variants exclude each other")
+
     def configs(self) -> list[dict]:
-        """The program options of every configuration of the matrix."""
+        """The program options of every configuration of the matrix (with ``variant`` in a
+        variants run: the name :func:`build` applies)."""
         if self.program != BUILTIN:
-            return [dict(self.program_options)]
-        return [{"mode": m, "remat": r, "dtype": self.dtype, "vocab": self.vocab, "d_model": self.d_model,
-                 "layers": self.layers, "heads": self.heads, "seq": self.seq, "batch": self.batch,
-                 "devices": self.devices, "learning_rate": self.learning_rate}
-                for m in self.modes for r in self.remats]
+            base = [dict(self.program_options)]
+        else:
+            base = [{"mode": m, "remat": r, "dtype": self.dtype, "vocab": self.vocab, "d_model": self.d_model,
+                     "layers": self.layers, "heads": self.heads, "seq": self.seq, "batch": self.batch,
+                     "devices": self.devices, "learning_rate": self.learning_rate}
+                    for m in self.modes for r in self.remats]
+        if not self.variants:
+            return base
+        return [{**c, "variant": v} for c in base for v in self.variants]
 
     def label(self, options: dict) -> str:
         """The row label of one configuration (the built-in's ``mode/remat=../dtype``)."""
@@ -141,6 +164,8 @@ class StressSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["program_options"] = dict(self.program_options)
+        if not self.variants:  # results written before variants existed keep their spec
+            del d["variants"]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
@@ -152,8 +177,11 @@ class StressSpec:
 
 
 def build(spec: StressSpec, options: dict) -> TrainProgram:
-    """The TrainProgram of one configuration."""
-    return load_program(spec.program, **options)
+    """The TrainProgram of one configuration (under its ``variant``, if it names one)."""
+    if not spec.variants:
+        return load_program(spec.program, **options)
+    rest = {k: v for k, v in options.items() if k != "variant"}
+    return variant_program(program_factory(spec.program), options["variant"], **rest)
 
 
 # ----------------------------------------------------------------------------- keys and injection

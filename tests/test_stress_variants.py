@@ -1,0 +1,189 @@
+"""`stress --variants`: workaround variants as a matrix axis, each compiled separately in the same
+run, each row compared with its configuration's baseline (Fisher exact test, loss trajectory)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.errors import HarnessError
+from harness.stress import records, report, stats
+from harness.stress import store as results
+from harness.stress.runner import StressSpec
+
+from .helpers import TINY, TINY_ARGS
+
+ROOT = Path(__file__).resolve().parent.parent
+LOSS_RTOL = 1e-5  # variants compute the same function; measured differences are ~1e-7 (see test_variants.py)
+
+# A user's program whose factory takes variant=: the baseline plants a NaN at rate POISON by its
+# own randomness; "barrier" stands for a workaround that removes it; the flag set leaves it alone.
+FOREIGN = '''
+import jax
+import jax.numpy as jnp
+import optax
+
+from harness.programs.interface import TrainProgram, step_from_loss
+
+POISON = 0.4
+
+
+def make(width=8, variant="baseline"):
+    opt = optax.sgd(0.1)
+    poison = POISON if variant == "baseline" else 0.0
+
+    def init(key):
+        params = {"w": jax.random.normal(key, (4, width)), "v": jnp.zeros((width,))}
+        return params, opt.init(params)
+
+    def batch(key, step):
+        kx, kp = jax.random.split(key)
+        return {"x": jax.random.normal(kx, (16, 4)), "poison": jax.random.uniform(kp) < poison}
+
+    def loss(params, b):
+        y = jnp.tanh(b["x"] @ params["w"]) @ params["v"]
+        return jnp.mean((y - 1.0) ** 2) + jnp.where(b["poison"], jnp.nan, 0.0)
+
+    return TrainProgram(name="foreign", init=init, batch=batch, step=step_from_loss(loss, opt),
+                        options={"width": width})
+
+
+def plain(width=8):
+    return make(width)
+'''
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory):
+    path = tmp_path_factory.mktemp("user") / "variant_model.py"
+    path.write_text(FOREIGN)
+    return path
+
+
+def test_variant_labels_are_distinct_and_known_to_the_records():
+    spec = StressSpec(modes=("full", "dense_only"), remats=(True,), seeds=(1,), steps=2,
+                      variants=("baseline", "barrier", "xla-no-fusion", "onehot+xla-no-fusion"), **TINY)
+    labels = spec.labels()
+    assert len(labels) == len(set(labels)) == 8
+    assert labels == records.spec_labels(spec.to_dict())  # what report/gaps expect
+    assert labels[:2] == ["full/remat=on/f32[variant=baseline]", "full/remat=on/f32[variant=barrier]"]
+    user = StressSpec(program="x.py:make", program_options=(("width", 8),), variants=("baseline", "sumgrad"))
+    assert user.labels() == records.spec_labels(user.to_dict()) == [
+        "x.py:make[variant=baseline,width=8]", "x.py:make[variant=sumgrad,width=8]"]
+    # Without variants the spec (and so every label and the header fingerprint) is what it was.
+    plain = StressSpec(**TINY)
+    assert "variants" not in plain.to_dict()
+    assert StressSpec.from_dict(spec.to_dict()) == spec
+    assert records.spec_fingerprint(spec.to_dict()) == records.spec_fingerprint(
+        StressSpec(modes=("full", "dense_only"), remats=(True,), seeds=(1,), steps=2, **TINY).to_dict())
+
+
+@pytest.mark.parametrize("variants, needle", [
+    (("barrier", "baseline"), "must start with baseline"),
+    (("baseline", "bogus"), "unknown variant 'bogus'"),
+    (("baseline", "barrier+bogus"), "unknown flag set 'bogus'"),
+    (("baseline", "barrier", "barrier"), "distinct"),
+])
+def test_bad_variant_lists_are_refused(variants, needle):
+    with pytest.raises(HarnessError, match=needle):
+        StressSpec(variants=variants, **TINY)
+
+
+def test_variants_and_a_variant_program_option_exclude_each_other():
+    with pytest.raises(HarnessError, match="exclude each other"):
+        StressSpec(program="x.py:make", program_options=(("variant", "barrier"),), variants=("baseline", "onehot"))
+
+
+def _fps(stdout: str) -> dict[str, str]:
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("step fingerprint "):
+            label, _, rest = line[len("step fingerprint "):].partition(": ")
+            out[label] = rest.split()[0]
+    return out
+
+
+def test_each_variant_row_is_compared_with_the_baseline(foreign, tmp_path, capsys):
+    out = tmp_path / "o"
+    rc = main(["stress", "--program", f"{foreign}:make", "--variants", "baseline,barrier,xla-no-fusion",
+               "--seeds", "1,2", "--steps", "40", "--block", "20", "--out", str(out), "--quiet"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    base, fixed, flags = (f"{foreign}:make[variant={v}]" for v in ("baseline", "barrier", "xla-no-fusion"))
+    fps = _fps(text)
+    assert list(fps) == [base, fixed, flags]
+    # Its "barrier" changes only the batches, so its step compiles as the baseline's; the flag set
+    # changes the compile.
+    assert fps[base] == fps[fixed] != fps[flags]
+    table = report.load_table([out])
+    assert not table.gaps
+    rows = {r.label: r for r in table.rows}
+    assert rows[base].k > 0 and rows[fixed].k == 0 and rows[flags].k == rows[base].k
+    vs = report.baseline_comparisons(table)
+    assert set(vs) == {fixed, flags}
+    assert vs[fixed]["p_value"] == stats.fisher_exact(0, 80, rows[base].k, 80) < 0.05
+    assert vs[flags]["p_value"] == pytest.approx(1.0)
+    # The flag set compiles the same function: the same loss at every (seed, step) both ran.
+    assert vs[flags]["compared_steps"] == 80 - rows[base].k
+    assert vs[flags]["max_loss_rel_diff"] <= LOSS_RTOL
+    line = next(ln for ln in text.splitlines() if ln.startswith(fixed))
+    assert f"p={vs[fixed]['p_value']:.2g}" in line
+    assert "vs baseline: two-sided Fisher exact p" in text
+    # `report` reads the same comparison back from the results file.
+    assert main(["report", str(out), "--json"]) == 0
+    data = {c["config"]: c for c in json.loads(capsys.readouterr().out)["configs"]}
+    assert "vs_baseline" not in data[base] and data[fixed]["vs_baseline"]["baseline"] == base
+
+
+def test_program_variants_need_a_factory_that_takes_them(foreign, tmp_path, capsys):
+    for spec in (f"{foreign}:plain",):
+        rc = main(["stress", "--program", spec, "--variants", "baseline,barrier", "--steps", "2",
+                   "--out", str(tmp_path / "x"), "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "variant" in err[0] and err[0].startswith("error:"), err
+        assert not (tmp_path / "x" / "stress.jsonl").exists()
+    # A flag set needs nothing of the program.
+    rc = main(["stress", "--program", f"{foreign}:plain", "--variants", "baseline,xla-no-fusion", "--steps", "2",
+               "--out", str(tmp_path / "y"), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+
+
+def test_builtin_variants_keep_the_loss_trajectory(tmp_path, capsys):
+    out = tmp_path / "o"
+    names = ("baseline", "barrier", "onehot", "sumgrad")
+    rc = main(["stress", "--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "5",
+               "--variants", ",".join(names), "--out", str(out), "--json", "--quiet", *TINY_ARGS])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    labels = [f"full/remat=on/f32[variant={v}]" for v in names]
+    assert [c["config"] for c in data["configs"]] == labels
+    assert len({fp["id"] for fp in data["fingerprints"].values()}) == 4  # each variant compiles differently
+    for c in data["configs"][1:]:
+        assert c["vs_baseline"]["compared_steps"] == 5
+        assert c["vs_baseline"]["max_loss_rel_diff"] <= LOSS_RTOL
+    # Every block records its variant in its configuration.
+    blocks = results.read_results(out / "stress.jsonl").blocks
+    assert {b.config["variant"] for b in blocks} == set(names)
+
+
+@pytest.mark.slow
+def test_issue_35409_preset_variants_from_the_cli(tmp_path):
+    """The #35409 preset, shrunk, with every program variant and the CPU flag set."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    names = "baseline,barrier,onehot,sumgrad,xla-no-fusion"
+    res = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "stress", "--program", "issue-35409",
+         "--program-option", "scale=0.015625", "--program-option", "seq_scale=0.125",
+         "--program-option", "layers=(1, 2)", "--program-option", "lr=0.001", "--variants", names,
+         "--seeds", "1", "--steps", "4", "--out", str(tmp_path / "o"), "--json", "--quiet"],
+        env=env, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    got = [c["config"] for c in data["configs"]]
+    assert [g.split("variant=")[1].split(",")[0] for g in got] == names.split(",")
+    for c in data["configs"][1:]:
+        assert c["vs_baseline"]["compared_steps"] == 4 and c["vs_baseline"]["max_loss_rel_diff"] <= LOSS_RTOL
