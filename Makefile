@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml tools/find-python
 	@py=$$(tools/find-python) || exit 2; \
 	  echo "setup: creating $(VENV) with $$py"; \
 	  rm -rf $(VENV) && "$$py" -m venv $(VENV) || { echo "error: could not create $(VENV) with $$py" >&2; exit 2; }
-	$(PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" -e ".[dev,plot]"
+	$(PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" -e ".[dev,plot,flax]"
 	@touch $@
 
 setup: $(STAMP)

@@ -233,6 +233,10 @@ STRESS_FLAGS = {
     "process-id-negative": ["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "-1"],
     "devices-indivisible": ["--devices", "3", "--num-processes", "2", "--coordinator", "h:1", "--process-id", "0"],
     "init-timeout-zero": ["--init-timeout", "0"],
+    "variants-empty": ["--variants", ""], "variants-dup": ["--variants", "baseline,baseline"],
+    "variants-unknown": ["--variants", "baseline,bogus"], "variants-no-baseline": ["--variants", "barrier"],
+    "variants-unknown-flag-set": ["--variants", "baseline,barrier+bogus"],
+    "variants-other-backend": ["--variants", "baseline,tpu-no-fusion", "--steps", "1", *TINY_ARGS],
 }
 
 
