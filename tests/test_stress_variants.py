@@ -74,6 +74,9 @@ def test_variant_labels_are_distinct_and_known_to_the_records():
     user = StressSpec(program="x.py:make", program_options=(("width", 8),), variants=("baseline", "sumgrad"))
     assert user.labels() == records.spec_labels(user.to_dict()) == [
         "x.py:make[variant=baseline,width=8]", "x.py:make[variant=sumgrad,width=8]"]
+    # A tuple option is a list once written to the results header: the labels still agree.
+    tup = StressSpec(program="x.py:make", program_options=(("layers", (1, 2)),), variants=("baseline", "onehot"))
+    assert tup.labels() == records.spec_labels(json.loads(json.dumps(tup.to_dict())))
     # Without variants the spec (and so every label and the header fingerprint) is what it was.
     plain = StressSpec(**TINY)
     assert "variants" not in plain.to_dict()
@@ -187,3 +190,5 @@ def test_issue_35409_preset_variants_from_the_cli(tmp_path):
     assert [g.split("variant=")[1].split(",")[0] for g in got] == names.split(",")
     for c in data["configs"][1:]:
         assert c["vs_baseline"]["compared_steps"] == 4 and c["vs_baseline"]["max_loss_rel_diff"] <= LOSS_RTOL
+    assert data["gaps"] == []  # every label the header asks for was recorded
+    assert len({fp["id"] for fp in data["fingerprints"].values()}) == 5

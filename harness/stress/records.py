@@ -43,7 +43,9 @@ def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
         remat = config.get("remat", True)
         text = f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
         return text + (f"[variant={config['variant']}]" if "variant" in config else "")
-    extra = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+    # Values as the results file holds them (a tuple option is a JSON list), so the label of a
+    # block and the one derived from the header's spec agree.
+    extra = ",".join(f"{k}={json.loads(json.dumps(v))}" for k, v in sorted(config.items()))
     return program + (f"[{extra}]" if extra else "")
 
 
