@@ -14,10 +14,9 @@ the same function and the same gradient, so its loss trajectory matches the base
 A mode's ``stop_gradient`` goes on ``w_lookup``/``w_out`` after ``split``; ``out_sharding`` is for
 meshes with explicit axes (None otherwise). The defaults (``baseline``) are ``(W, W)``,
 ``jnp.take(W, tokens, axis=0)`` and ``einsum("...d,vd->...v", h, W)``. The #35409 preset
-(:mod:`harness.programs.issue_35409`, ``make(variant=...)``) is written this way. For the built-in
-tied-embedding model to take the variants, its ``logits`` needs the same three substitutions
-(W through ``ops.split`` first, ``jnp.take(w_lookup, ...)`` -> ``ops.lookup``, ``h @ w_out.T`` ->
-``ops.unembed``); that change is not made yet. A model whose tied uses live in a library layer
+(:mod:`harness.programs.issue_35409`, ``make(variant=...)``) is written this way, and so is the
+built-in tied-embedding model (``program(variant=...)``; its ``baseline`` is the model as written,
+compiled as before). A model whose tied uses live in a library layer
 (a Flax ``nnx.Embed``) needs the same change in its own code: ``examples/flax_tied`` shows it.
 
 Variants, and what each changes in the compiled step, as measured on CPU (jax 0.12.0.1, preset at
@@ -233,7 +232,7 @@ def parse_variant(name: str) -> tuple[str, str]:
 def variant_program(make, name: str, **options):
     """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
     ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
-    This is what a ``--variants`` list expands to, one compile per name."""
+    This is what each name of a ``stress --variants`` list becomes, one compile per name."""
     head, flags = parse_variant(name)
     try:
         program = make(**options, variant=head) if head != "baseline" else make(**options)
