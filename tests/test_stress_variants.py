@@ -192,3 +192,30 @@ def test_issue_35409_preset_variants_from_the_cli(tmp_path):
         assert c["vs_baseline"]["compared_steps"] == 4 and c["vs_baseline"]["max_loss_rel_diff"] <= LOSS_RTOL
     assert data["gaps"] == []  # every label the header asks for was recorded
     assert len({fp["id"] for fp in data["fingerprints"].values()}) == 5
+
+
+@pytest.mark.parametrize("name", ["barrier", "sumgrad", "onehot"])
+def test_builtin_variants_change_the_compiled_step_as_intended(name):
+    """The built-in takes the variants with the preset's effect: the baseline scatters the lookup's
+    gradient onto the dense gradient of W; barrier/sumgrad only into fresh zeros; onehot not at all."""
+    import jax
+
+    from harness.hlo.parser import parse_module
+    from harness.hlo.tied import tied_summary
+    from harness.programs import tied_embedding
+    from harness.programs.variants import variant_program
+
+    def summary(variant):
+        prog = variant_program(tied_embedding.program, variant, **TINY)
+        key = jax.random.key(0)
+        params, opt_state = prog.init(key)
+        text = prog.jit().lower(params, opt_state, prog.batch(key, 0)).compile().as_text()
+        return tied_summary(parse_module(text), (TINY["vocab"], TINY["d_model"]))
+
+    base, var = summary("baseline"), summary(name)
+    assert base.gathers >= 1 and base.scatter_onto_dense >= 1
+    if name == "onehot":
+        assert var.gathers == 0 and not var.scatters and var.dots > base.dots
+    else:
+        assert var.scatters and {s.in_place_source for s in var.scatters} == {"broadcast"}
+        assert var.gathers == base.gathers and var.dots == base.dots
