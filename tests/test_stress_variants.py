@@ -187,7 +187,8 @@ def test_issue_35409_preset_variants_from_the_cli(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     data = json.loads(res.stdout)
     got = [c["config"] for c in data["configs"]]
-    assert [g.split("variant=")[1].split(",")[0] for g in got] == names.split(",")
+    options = {"scale": 0.015625, "seq_scale": 0.125, "layers": (1, 2), "lr": 0.001}
+    assert got == [records.label({**options, "variant": v}, "issue-35409") for v in names.split(",")]
     for c in data["configs"][1:]:
         assert c["vs_baseline"]["compared_steps"] == 4 and c["vs_baseline"]["max_loss_rel_diff"] <= LOSS_RTOL
     assert data["gaps"] == []  # every label the header asks for was recorded
