@@ -149,15 +149,22 @@ def _bases(table: dict, where: str) -> tuple[BaseCheck, ...]:
     return tuple(out)
 
 
+def read_toml(path: Path) -> dict:
+    """A TOML file as a dict; unreadable, non-UTF-8 or malformed files are one HarnessError."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise HarnessError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise HarnessError(f"{path}: malformed TOML: {exc}") from None
+
+
 def load_series(path: Path | str | None = None, check_files: bool = True) -> Series:
     """Parse and validate series.toml; raise HarnessError naming the first problem."""
     path = Path(path) if path is not None else PATCHES_DIR / "series.toml"
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: malformed TOML: {exc}") from None
+    data = read_toml(path)
     if data.get("schema") != 1:
         raise HarnessError(f"{path}: 'schema = 1' is required")
     ups = data.get("upstream")

@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -211,12 +210,9 @@ class Guard:
 
 
 def load_guards(path: Path = GUARDS_FILE) -> list[Guard]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise HarnessError(f"{path}: malformed TOML: {exc}") from None
+    from harness.upstream.series import read_toml
+
+    data = read_toml(path)
     guards = []
     for i, g in enumerate(data.get("guard", [])):
         missing = [k for k in ("patch", "file", "name", "find") if not isinstance(g.get(k), str) or not g.get(k)]
