@@ -15,7 +15,7 @@ and B with a two-sided Fisher exact test and say whether they differ at --alpha.
 Typical use: the same matrix before and after a patch, flag or libtpu version (A the
 baseline). For every configuration that fails in A it also says after how many clean steps
 a fix is shown relative to A's measured rate (two-sided Fisher p < --alpha against 0
-failures; e.g. 34/80 -> 9 clean steps) and how far B is from that.
+failures; e.g. 34/80 -> 7 clean steps) and how far B is from that.
 Exit 0 always when the inputs are valid; the verdicts are the result.
 """
 
