@@ -425,7 +425,9 @@ def tool_versions(cxx: str) -> str:
 
 
 def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool) -> list[str]:
-    return [
+    from harness.paths import shown
+
+    return [shown(line) for line in [
         f"wheel XLA (everything not listed below): {WHEEL.label}, {wheel_dir}/include and "
         f"libtensorflow_framework.so.2",
         f"patched source: {xla_src} at XLA commit {source_commit(xla_src)}, series {series_name}: "
@@ -434,7 +436,7 @@ def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Pat
         + (" (non-test sources kept STOCK: patched tests over stock code)" if stock else ""),
         "not run on GPU; tests are XLA's hardware-independent unit tests",
         "tools: " + tool_versions("g++"),
-    ]
+    ]]
 
 
 def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, list[TestUnit], list[str], Path]:
