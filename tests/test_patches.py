@@ -14,6 +14,8 @@ from harness.hlo.parser import parse_module
 from harness.upstream.patchcheck import parse_patch, preimage_tree
 from harness.upstream.series import load_series
 
+from .helpers import git_am
+
 ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ROOT / "patches"
 P0 = PATCHES / "xla" / "0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
@@ -248,13 +250,7 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     assert "(jax 0.12.0.1" in desc  # stress tables carry their environment line
     assert "- [ ]" in (out / "CHECKLIST.md").read_text()
     # The mbox is what git am takes.
-    repo = tmp_path / "am"
-    preimage_tree(P0.read_text(), repo)
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"], cwd=repo, check=True)
-    am = subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "am", str(out / "series.mbox")],
-                        cwd=repo, capture_output=True, text=True)
+    am = git_am(P0.read_text(), out / "series.mbox", tmp_path / "am")
     assert am.returncode == 0, am.stderr
 
 

@@ -4,7 +4,6 @@ patch, and the PR bundle. The patched lowering itself runs in tests/frameworks (
 import importlib.util
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,8 @@ from harness.errors import HarnessError
 from harness.gradcheck.tf_oplib import build
 from harness.upstream.patchcheck import parse_patch, preimage_tree
 from harness.upstream.series import load_series
+
+from .helpers import git_am
 
 ROOT = Path(__file__).resolve().parent.parent
 TF1 = ROOT / "patches" / "tensorflow" / "0001-tf2xla-zero-gradient-where-dy-is-zero.patch"
@@ -115,11 +116,5 @@ def test_pr_bundle_for_tensorflow(tmp_path):
     desc = (out / "PR.md").read_text()
     assert "//tensorflow/compiler/tests:binary_ops_test_cpu" in desc and "where_sqrt  OK" in desc
     assert "HLO fixtures" not in desc and "Scanner findings" not in desc
-    repo = tmp_path / "am"
-    preimage_tree(TF1.read_text(), repo)
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base"], cwd=repo, check=True)
-    am = subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "am", str(out / "series.mbox")],
-                        cwd=repo, capture_output=True, text=True)
+    am = git_am(TF1.read_text(), out / "series.mbox", tmp_path / "am")
     assert am.returncode == 0, am.stderr
