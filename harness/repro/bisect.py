@@ -162,7 +162,7 @@ class ProbeLog:
             self.record("task", task=self.task)
 
     def _load(self, path: Path) -> None:
-        from harness.stress.store import read_regular
+        from harness.files import read_regular
 
         try:
             lines = read_regular(path).decode("utf-8").splitlines()

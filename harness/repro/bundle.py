@@ -21,7 +21,6 @@ re-run only with ``run_program=True`` (``--run-program``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.files import sha256_file
 
 ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
 STANDALONE = Path(__file__).with_name("standalone.py")  # the built-in's repro.py, copied verbatim
@@ -182,13 +182,6 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
         partial.replace(out)
     return out
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def manifest(root: Path) -> dict[str, str]:

@@ -16,7 +16,6 @@ import fcntl
 import os
 import platform
 import socket
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.files import read_regular
 from harness.stress import records
 
 ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
@@ -86,24 +86,6 @@ def environment() -> dict:
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of a regular file; FIFOs, devices and folders are refused (they could block or never end)."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HarnessError(f"{path} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    except OSError as exc:
-        raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.files import sha256_file
 from harness.upstream.apply import apply_patch
 from harness.upstream.series import load_series
 
@@ -186,13 +187,6 @@ def undefined_targets(tree: Path, targets: list[str]) -> list[str]:
             missing.append(label)
     return missing
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fingerprint(obj) -> str:
@@ -725,7 +719,7 @@ def check_trees_clean(ctx: Ctx, stage: str) -> None:
 
 def read_stamp(path: Path) -> dict:
     """A stage's stamp ({"inputs": ..., "outputs": {...}}); a corrupt one is an error naming it."""
-    from harness.stress.store import read_regular
+    from harness.files import read_regular
 
     try:
         data = json.loads(read_regular(path).decode("utf-8"))

@@ -68,15 +68,14 @@ def verify_sdist(archive: Path, version: str) -> None:
         raise HarnessError("series.toml records no base_sha256 for jax; cannot verify the sdist")
     if jax.base_ref != f"jax-v{version}":
         raise HarnessError(f"the sdist is jax {version}, but series.toml's jax base is {jax.base_ref}")
+    from harness.files import sha256_file
+
     try:
-        h = hashlib.sha256()
-        with open(archive, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        digest = sha256_file(archive)
     except OSError as exc:
         raise HarnessError(f"cannot read {archive}: {exc.strerror or exc}") from None
-    if h.hexdigest() != jax.base_sha256:
-        raise HarnessError(f"{archive}: sha256 {h.hexdigest()} differs from series.toml's base_sha256 "
+    if digest != jax.base_sha256:
+        raise HarnessError(f"{archive}: sha256 {digest} differs from series.toml's base_sha256 "
                            f"{jax.base_sha256} for {jax.base_ref}")
 
 

@@ -425,7 +425,7 @@ def tool_versions(cxx: str) -> str:
 
 
 def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool) -> list[str]:
-    from harness.paths import shown
+    from harness.files import shown
 
     return [shown(line) for line in [
         f"wheel XLA (everything not listed below): {WHEEL.label}, {wheel_dir}/include and "

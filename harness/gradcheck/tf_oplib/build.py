@@ -118,7 +118,7 @@ def syntax_check(tf_include: Path, out_dir: Path, patch: Path = PATCH) -> Path:
     cmd = compile_command(HERE / "harness_grad_ops.cc", out_dir, None, str(tf_include), None)
     res = subprocess.run(["nice", *cmd], capture_output=True, text=True)
     log = out_dir / "syntax-check.log"
-    from harness.paths import shown
+    from harness.files import shown
 
     log.write_text(shown(" ".join(cmd) + "\n" + res.stdout + res.stderr + f"exit {res.returncode}\n"),
                    encoding="utf-8")
