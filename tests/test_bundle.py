@@ -229,3 +229,18 @@ def test_missing_dump_file_is_named(tmp_path, capsys):
     assert "missing module_0001.jit_step.cpu_after_optimizations-buffer-assignment.txt" in err
     assert not (tmp_path / "x.tar.gz").exists()
     assert main(["bundle", "--check", str(tmp_path / "nope.tar.gz")]) == 2
+
+
+@pytest.mark.slow
+def test_bundle_of_the_35409_preset_runs_from_its_own_program_folder(tmp_path, capsys):
+    """A built-in other than tied-embedding is bundled as a program: every module of
+    harness/programs it may import (the preset imports variants) travels with it."""
+    out = tmp_path / "b.tar.gz"
+    options = ["--program-option", "scale=0.015625", "--program-option", "seq_scale=0.125",
+               "--program-option", "layers=(1, 2)"]
+    assert main(["bundle", "--program", "issue-35409", *options, "--steps", "2", "--out", str(out)]) == 0
+    with tarfile.open(out) as tf:
+        assert "bundle/program/harness/programs/variants.py" in tf.getnames()
+    capsys.readouterr()
+    assert main(["bundle", "--check", str(out), "--run-program"]) == 0
+    assert "-> same" in capsys.readouterr().out

@@ -86,10 +86,9 @@ def copy_program_source(program: str, dest: Path) -> str:
     for rel in INTERFACE_FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / rel, dest / rel)
-    if program in BUILTINS:
-        module = BUILTINS[program].split(":")[0]
-        rel = Path(*module.split(".")).with_suffix(".py")
-        shutil.copy(root / rel, dest / rel)
+    if program in BUILTINS:  # a built-in may use any module of harness/programs (the preset uses variants)
+        for src in sorted((root / "harness" / "programs").glob("*.py")):
+            shutil.copy(src, dest / "harness" / "programs" / src.name)
         return program
     module_part, _, attr = program.rpartition(":")
     if module_part.endswith(".py") or "/" in module_part:
