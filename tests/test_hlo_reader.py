@@ -252,6 +252,22 @@ ENTRY e {
   ROOT t = tuple(s, rd, sd)
 }
 """,
+# Typed operand lists the one-line reader does not take by string splits: a shape not printed
+# before (no layout), a tuple element, no space after a comma; then an undefined typed operand.
+"typed_operands_off_the_printed_form": """HloModule m
+ENTRY e {
+  p0 = f32[2,3]{1,0} parameter(0)
+  t = (f32[2,3]{1,0}, f32[2,3]{1,0}) tuple(f32[2,3]{1,0} %p0, f32[2,3]{1,0} %p0)
+  a = f32[2,3]{1,0} add(f32[2,3] %p0, f32[2,3]{1,0} %t#1)
+  ROOT b = f32[2,3]{1,0} add(f32[2,3]{1,0} %a,f32[2,3]{1,0} %p0)
+}
+""",
+"typed_operand_undefined": """HloModule m
+ENTRY e {
+  p0 = f32[2,3]{1,0} parameter(0)
+  ROOT a = f32[2,3]{1,0} add(f32[2,3]{1,0} %p0, f32[2,3]{1,0} %q)
+}
+""",
 }
 
 # What each case must show, stated by hand: does XLA (and so must ours) accept it?
@@ -266,6 +282,7 @@ ACCEPTED = {
     "called_computations_wrapped_and_select_scatter": True, "literals_with_parens": True,
     "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False,
     "shape_less_transpose_pad_concatenate_imag": True, "shape_less_dot_and_reduce": True,
+    "typed_operands_off_the_printed_form": True, "typed_operand_undefined": False,
 }
 
 

@@ -73,6 +73,8 @@ class Shape:
 
     def leaves(self, prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Shape]]:
         """(shape index, array shape) of every leaf, in order (no recursion)."""
+        if self.tuple_shapes is None:
+            return [(prefix, self)]
         out: list[tuple[tuple[int, ...], Shape]] = []
         stack: list[tuple[tuple[int, ...], Shape]] = [(prefix, self)]
         while stack:
@@ -151,6 +153,11 @@ def _skip_string(text: str, i: int) -> int:
 
 _MAX_DIM = 2**63 - 1
 _SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
+
+
+def clear_caches() -> None:
+    """Forget the shapes read so far (the next parse starts as a fresh process would)."""
+    _SHAPE_CACHE.clear()
 
 
 def _array_shape(text: str, i: int) -> tuple[Shape, int]:
@@ -305,7 +312,7 @@ class Computation:
         if not self.by_name:
             self.by_name = {ins.name: ins for ins in self.instructions}
 
-    @property
+    @functools.cached_property
     def root(self) -> Instruction:
         for ins in self.instructions:
             if ins.is_root:
@@ -323,8 +330,13 @@ class Computation:
         if self._users is None:
             index: dict[str, list[Instruction]] = {}
             for ins in self.instructions:
-                for op in dict.fromkeys(o.partition("#")[0] for o in ins.operands):
-                    index.setdefault(op, []).append(ins)
+                for op in ins.operands:
+                    base = op.partition("#")[0] if "#" in op else op
+                    users = index.get(base)
+                    if users is None:
+                        index[base] = [ins]
+                    elif users[-1] is not ins:  # each user once, however many operands it takes
+                        users.append(ins)
             self._users = index
         return self._users.get(name, [])
 
@@ -456,6 +468,50 @@ _OPERAND_LIST = re.compile(rf"(?:{_ITEM},)*{_ITEM}")
 _LIST_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*(?:,|$)")
 
 
+def _attributes_end_here(rest: str) -> bool:
+    """The attribute text after a one-line instruction's operands is complete on its line:
+    empty, or ', ...' with braces and quotes balanced, not ending in ',' or '=' (XLA prints
+    '(' and '[' in attribute values only inside braces or strings, so those balance with them)."""
+    s = rest.strip()
+    return not s or (s[0] == "," and s[-1] not in ",=" and rest.count("{") == rest.count("}")
+                     and (rest.count('"') - (rest.count('\\"') if "\\" in rest else 0)) % 2 == 0)
+
+
+def _one_line_operands(inner: str, defined: dict[str, Instruction]) -> list[str] | None:
+    """The operand names of a one-line instruction (untyped 'a, %b#1' or typed
+    'f32[2]{0} %a, ...'); None when the list is any other form (the general reader takes it)."""
+    if "[" not in inner and "{" not in inner:
+        if _UNTYPED_LIST.fullmatch(inner) is None:
+            return None if inner.strip() else []
+        return [p.strip().lstrip("%") for p in inner.split(",")]
+    operands = _printed_operands(inner, defined)
+    if operands is None:
+        if not _OPERAND_LIST.fullmatch(inner):
+            return None
+        operands = _LIST_NAME.findall(inner)
+    return operands
+
+
+def _printed_operands(inner: str, defined: dict[str, Instruction]) -> list[str] | None:
+    """Operands as XLA prints them, 'f32[2,3]{1,0} %a, s32[] %b', read with string splits: the
+    names, when every shape is one read before (a key of the shape cache) and every name is
+    an instruction defined before; None otherwise (the regular reader decides)."""
+    pieces = inner.split(" %")
+    if len(pieces) < 2 or pieces[0] not in _SHAPE_CACHE:
+        return None
+    names = []
+    for piece in pieces[1:-1]:
+        name, comma, shape = piece.partition(", ")
+        if not comma or name not in defined or shape not in _SHAPE_CACHE:
+            return None
+        names.append(name)
+    last = pieces[-1]
+    if last not in defined:
+        return None
+    names.append(last)
+    return names
+
+
 def _parse_operands(inner: str, scope: _Scope | None = None, depth: int = 0) -> list[str]:
     if not inner.strip():
         return []
@@ -536,11 +592,25 @@ def _attr_end(text: str, i: int) -> int:
 
 _HEADER = re.compile(r"HloModule\b\s*")
 _FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\n]*\](?:\{{[^{{}}\n]*\}})?)"
-                        r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)")
+                        r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)(?![^\n])(?!\s*,)")
+# (the last two: the attributes run to the end of the line, and the next line does not go on
+# with more of them)
 _NAME_REF = re.compile(r"[A-Za-z_][\w.\-]*(?:#\d+)*")
 _CALL_KEYS = ("calls=", "to_apply=", "body=", "condition=", "true_computation=", "false_computation=",
               "branch_computations=", "called_computations=", "select=", "scatter=")
 _CALL_VALUE = re.compile(r"\s*(\{[^}]*\}|%?[^\s,{}]+)")
+_UNTYPED_LIST = re.compile(r"\s*%?[A-Za-z_][\w.\-]*(?:#\d+)*\s*(?:,\s*%?[A-Za-z_][\w.\-]*(?:#\d+)*\s*)*")
+# Opcodes XLA gives no called computation (its parser refuses calls=/to_apply=... on them):
+# the reader does not look for one in their attributes.
+_NO_CALL_OPCODES = frozenset((
+    "abs", "add", "and", "atan2", "bitcast", "bitcast-convert", "broadcast", "cbrt", "ceil", "clamp",
+    "clz", "compare", "complex", "concatenate", "constant", "convert", "convolution", "copy", "cosine",
+    "divide", "dot", "dynamic-slice", "dynamic-update-slice", "erf", "exponential", "exponential-minus-one",
+    "floor", "gather", "get-tuple-element", "imag", "iota", "is-finite", "log", "log-plus-one", "logistic",
+    "maximum", "minimum", "multiply", "negate", "not", "or", "pad", "parameter", "popcnt", "power", "real",
+    "reduce-precision", "remainder", "reshape", "reverse", "round-nearest-afz", "round-nearest-even", "rsqrt",
+    "select", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "slice", "sqrt",
+    "subtract", "tan", "tanh", "transpose", "tuple", "xor"))
 
 
 def _called(rest: str) -> list[str] | None:
@@ -696,11 +766,17 @@ class _Reader:
         by_name: dict[str, Instruction] = {}
         root: Instruction | None = None
         fast_line = _FAST_LINE.match
+        fast_instruction = self._fast_instruction
+        append = instructions.append
         while True:
             fm = fast_line(text, self.pos)
-            ins = self._fast_instruction(fm, by_name, defined) if fm is not None else None
+            ins = fast_instruction(fm, by_name, defined) if fm is not None else None
             if ins is not None:
-                root = _add(name, ins, root, instructions, by_name)
+                if ins.is_root:
+                    root = _add(name, ins, root, instructions, by_name)
+                else:
+                    append(ins)
+                    by_name[ins.name] = ins
                 continue
             nm = _NEXT.match(text, self.pos)
             if nm is None:
@@ -740,46 +816,46 @@ class _Reader:
     def _fast_instruction(self, fm: re.Match, by_name: dict[str, Instruction],
                           comps: dict[str, Computation]) -> Instruction | None:
         """The common one-line instruction 'name = f32[..]{..} op(a, b), attrs' read from one
-        regex match; None when the line is anything else (the general reader takes it)."""
+        regex match; None when the line is anything else (the general reader takes it).
+        Checks as ``_check_instruction``, its common case inline (this runs once per line)."""
         root, name, shape_text, opcode, inner, rest = fm.groups()
-        text = self.text
         end = fm.end()
-        s = rest.strip()
-        # complete on this line: braces and quotes balanced (XLA prints '(' and '[' in attribute
-        # values only inside braces or strings, so those balance with them)
-        if s and (s[0] != "," or s[-1] in ",=" or rest.count("{") != rest.count("}")
-                  or (rest.count('"') - (rest.count('\\"') if "\\" in rest else 0)) % 2):
+        if rest and not _attributes_end_here(rest):
             return None
-        nxt = _WS.match(text, end).end()
-        if text.startswith(",", nxt) or name in by_name or opcode in _SHAPE_BUILT_BY_XLA:
+        if name in by_name or opcode in _SHAPE_BUILT_BY_XLA:
             return None
+        literal = ""
         if opcode in _LITERAL_OPCODES:
-            operands: list[str] = []
+            operands: list[str] | None = []
             literal = inner.strip()
         else:
-            literal = ""
-            if not inner.strip():
-                operands = []
-            elif "[" not in inner and "{" not in inner:
-                operands = [p.strip().lstrip("%") for p in inner.split(",")]
-                if not all(_NAME_REF.fullmatch(o) for o in operands):
-                    return None
-            elif _OPERAND_LIST.fullmatch(inner):
-                operands = _LIST_NAME.findall(inner)
-            else:
+            operands = _one_line_operands(inner, by_name)
+            if operands is None:
                 return None
         shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
-        called = _called(rest) if "=" in rest else []
-        if called is None:  # a computation written inline: the general reader takes it
-            return None
+        if "=" in rest and opcode not in _NO_CALL_OPCODES:
+            called = _called(rest)
+            if called is None:  # a computation written inline: the general reader takes it
+                return None
+        else:
+            called = []
         async_wrapped = ""
         if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
             async_wrapped, _, kind = opcode.rpartition("-")
             opcode = "async-" + kind
-        line = self.line_at(fm.start(2))
-        ins = Instruction(name, shape, opcode, operands, rest, bool(root), line, literal, called, async_wrapped)
-        self.pos = fm.start(2)
-        _check_instruction(ins, by_name, comps)
+        start = fm.start(2)
+        ins = Instruction(name, shape, opcode, operands, rest, bool(root), self.line_at(start), literal, called,
+                          async_wrapped)
+        self.pos = start
+        if called or "(" in literal or opcode == "scatter" or "output_to_operand_aliasing" in rest:
+            _check_instruction(ins, by_name, comps)
+        else:  # what _check_instruction checks of such an instruction, inline
+            for op in operands:
+                if op not in by_name:  # undefined, or 'name#k': the full check says which
+                    _check_operands(ins, by_name)
+                    break
+            if opcode in _OPERAND_COUNTS:
+                _check_operand_count(ins)
         self.pos = end
         return ins
 
