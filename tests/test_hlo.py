@@ -154,6 +154,29 @@ def test_in_place_ops_as_upstream():
     assert ragged == [(1, (), ())]
 
 
+def test_in_place_opcodes_are_every_op_with_pairs():
+    """The scan skips fusions without an op of IN_PLACE_OPCODES (and no annotation): no other
+    opcode may have in-place pairs, even annotated and with operands to spare."""
+    from harness.hlo import parser
+
+    known = (set(parser._NO_CALL_OPCODES) | set(parser._SAME_SHAPE_OPCODES) | set(parser._OPERAND_COUNTS)
+             | set(parser._NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
+             | {"call", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "sort", "while",
+                "conditional", "all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-broadcast",
+                "infeed", "outfeed", "rng-bit-generator", "topk", "partition-id", "replica-id", "after-all"})
+    known.discard("fusion")
+    head = MODULE_HEAD + "ENTRY e {\n  a = f32[8]{0} parameter(0)\n"
+    comp = parse_module(head + "  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(a, a)\n}\n").entry
+    with_pairs = set()
+    for opcode in sorted(known):
+        ins = parser.Instruction("x", Shape("tuple", tuple_shapes=(Shape("f32", (8,)),) * 2), opcode,
+                                 ["a", "a", "a", "a", "a", "a"], ", output_to_operand_aliasing={{1}: (1, {})}")
+        if alias.op_in_place_pairs(ins, comp):
+            with_pairs.add(opcode)
+    assert with_pairs <= alias.IN_PLACE_OPCODES, with_pairs - alias.IN_PLACE_OPCODES
+    assert {"scatter", "dynamic-update-slice", "custom-call", "async-start"} <= with_pairs  # the check sees pairs
+
+
 def test_multi_output_pair_and_hazard_context():
     mod = parse_file(HLO / "multi_output_scatter_index1.hlo")
     fusion = mod.entry.root

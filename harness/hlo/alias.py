@@ -143,12 +143,36 @@ def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
     src, k = comp.operand(ins.operands[0])
     operand = src.shape.subshape(k)
     if ins.opcode == "transpose":
-        result = transpose_is_bitcast(operand, ins.shape, ins.int_list("dimensions"))
+        key = (operand, ins.shape, ins.int_list("dimensions"))
+        result = _BITCAST_BY_SHAPES.get(key)
+        if result is None:
+            result = _remember(key, transpose_is_bitcast(*key))
     elif ins.opcode == "reshape":
-        result = reshape_is_bitcast(operand, ins.shape)
+        key = (operand, ins.shape, None)
+        result = _BITCAST_BY_SHAPES.get(key)
+        if result is None:
+            result = _remember(key, reshape_is_bitcast(operand, ins.shape))
     else:
         result = ins.opcode == "bitcast"
     ins.__dict__["_bitcast_equivalent"] = result
+    return result
+
+
+# (operand shape, result shape, permutation or None for a reshape) -> is a bitcast: a
+# model's many transposes and reshapes repeat a few shape pairs (Shape is immutable).
+_BITCAST_BY_SHAPES: dict[tuple, bool] = {}
+
+
+def clear_caches() -> None:
+    """Forget the bitcast decisions and effective tables made so far (per-module results
+    live on the module and go with it)."""
+    _BITCAST_BY_SHAPES.clear()
+    _TABLES.clear()
+
+
+def _remember(key: tuple, result: bool) -> bool:
+    if len(_BITCAST_BY_SHAPES) < 100_000:
+        _BITCAST_BY_SHAPES[key] = result
     return result
 
 
@@ -303,36 +327,86 @@ _MODELS = {(p, b): Model(p, b) for p in POLICIES for b in BACKEND_RULES}  # made
 _ALL_MODELS = tuple(_MODELS.values())
 
 
-def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Model, Model]:
-    """Every model -> the simplest one with the same pairs here, computed once per computation."""
+# Opcodes that have in-place pairs of their own (op_in_place_pairs); a fusion whose body holds
+# none of them, nested fusions included, and which has no annotation has no in-place pair.
+IN_PLACE_OPCODES = frozenset(("scatter", "dynamic-update-slice", "all-reduce-start", "collective-permute",
+                              "collective-permute-start", "custom-call", "async-start", "async-update",
+                              "async-done", "set-dimension-size", "ragged-all-to-all"))
+
+
+def opcodes(module: HloModule, comp_name: str) -> frozenset[str]:
+    """The opcodes of a computation and of the fusions nested in it (computed for every
+    computation of the module on first use, callees first)."""
+    cache = _cache(module)
     ops = cache.get(("ops", comp_name))
-    if ops is None:  # opcodes of every computation with its nested fusions', callees first
+    if ops is None:
         for comp in module.computations:
             own = {i.opcode for i in comp.instructions}
             for i in comp.instructions:
                 if i.opcode == "fusion" and i.called:
                     own |= cache.get(("ops", i.called[0]), set())
             cache[("ops", comp.name)] = frozenset(own)
-        ops = cache[("ops", comp_name)]
+        ops = cache.get(("ops", comp_name), frozenset())
+    return ops
+
+
+def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Model, Model]:
+    """Every model -> the simplest one with the same pairs here, computed once per computation."""
+    ops = opcodes(module, comp_name)
     # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
     layout_aware_as = "layout-aware"
     if "fusion" not in ops and ("transpose" in ops or "reshape" in ops):
         comp = module.computation(comp_name)
-        same = {is_bitcast_equivalent(i, comp) for i in comp.instructions
-                if i.opcode in ("transpose", "reshape") and i.operands}
-        layout_aware_as = {frozenset({True}): "proposed", frozenset({False}): "stock"}.get(frozenset(same),
-                                                                                        "layout-aware")
-    table = {}
-    for model in _ALL_MODELS:
-        policy, backend = model
-        if "reshape" not in ops:
-            backend = "cpu"
-            if "transpose" not in ops:
-                policy = "stock"
-        if policy == "layout-aware":
-            policy = layout_aware_as
-        table[model] = _MODELS[policy, backend]
+        bitcasts = {is_bitcast_equivalent(i, comp) for i in comp.instructions
+                    if (i.opcode == "transpose" or i.opcode == "reshape") and i.operands}
+        if len(bitcasts) == 1:
+            layout_aware_as = "proposed" if True in bitcasts else "stock"
+    key = ("reshape" in ops, "transpose" in ops, layout_aware_as)
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = {}
+        for model in _ALL_MODELS:
+            policy, backend = model
+            if "reshape" not in ops:
+                backend = "cpu"
+                if "transpose" not in ops:
+                    policy = "stock"
+            if policy == "layout-aware":
+                policy = layout_aware_as
+            table[model] = _MODELS[policy, backend]
     return table
+
+
+_TABLES: dict[tuple, dict[Model, Model]] = {}  # effective tables by what they depend on (a few)
+
+
+def effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
+    """Every model -> the simplest one giving this computation the same pairs (cached)."""
+    cache = _cache(module)
+    table = cache.get(("effective", comp_name))
+    if table is None:
+        table = cache[("effective", comp_name)] = _effective_table(module, comp_name, cache)
+    return table
+
+
+def model(policy: str, backend: str) -> Model:
+    return _MODELS[policy, backend]
+
+
+def discovered_pairs(module: HloModule, fusion: Instruction, model: Model) -> list[InPlacePair]:
+    """The pairs a fusion's body shows under ``model`` (an effective model, as
+    ``effective_table`` gives), without the fusion's own annotation; cached, do not modify."""
+    cache = _cache(module)
+    key = (fusion.called[0], model)
+    found = cache.get(key)
+    if found is None:
+        ops = cache.get(("ops", key[0]))
+        if ops is not None and "fusion" not in ops:  # nothing nested: trace this one directly
+            found = cache[key] = _discover(module, module.computation(key[0]), fusion, model)
+        else:
+            _ensure_nested(module, fusion, model)
+            found = cache[key]
+    return found
 
 
 def effective_model(module: HloModule, comp_name: str, policy: str, backend: str) -> Model:

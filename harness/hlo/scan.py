@@ -152,43 +152,61 @@ def _context(module: HloModule, caller: Computation, fusion: Instruction, parame
     return source, [f"{u.name} ({u.opcode})" for u in users], dense
 
 
-def _classify(module: HloModule, fusion: Instruction, rule: str) -> dict[tuple[int, ...], tuple]:
-    """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule."""
-    by_model: dict[alias.Model, dict] = {}  # policies that agree here are traced once
-    by_policy = {}
+def _classify(module: HloModule, fusion: Instruction, rule: str, table: dict, traced: dict
+              ) -> dict[tuple[int, ...], tuple]:
+    """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule.
+    ``table`` is the computation's effective-model table; ``traced`` holds the pairs by output
+    index of each model traced so far (policies and rules that agree here are traced once)."""
+    by_policy = []
     for p in alias.POLICIES:
-        model = alias.effective_model(module, fusion.called[0], p, rule)
-        if model not in by_model:
-            by_model[model] = {pair.output_index: pair for pair in alias.fusion_in_place_pairs(module, fusion, p, rule)}
-        by_policy[p] = by_model[model]
+        model = table[alias.model(p, rule)]
+        pairs = traced.get(model)
+        if pairs is None:
+            pairs = traced[model] = _by_output(module, fusion, model)
+        by_policy.append(pairs)
+    stock_pairs, proposed_pairs, la_pairs = by_policy
     out = {}
-    for index in set().union(*(set(v) for v in by_policy.values())):
-        stock = index in by_policy["stock"]
-        proposed = index in by_policy["proposed"]
-        la = index in by_policy["layout-aware"]
+    for index in {**stock_pairs, **proposed_pairs, **la_pairs}:
+        stock = index in stock_pairs
+        proposed = index in proposed_pairs
+        la = index in la_pairs
         if stock:
             cls = "aliased"
         elif la and proposed:
             cls = "layout-preserving-miss"
         else:
             cls = "hazard"
-        pair = by_policy["proposed"].get(index) or by_policy["layout-aware"].get(index) \
-            or by_policy["stock"][index]
+        pair = proposed_pairs.get(index) or la_pairs.get(index) or stock_pairs[index]
         out[index] = (cls, stock, proposed, la, pair)
     return out
 
 
+def _by_output(module: HloModule, fusion: Instruction, model: alias.Model) -> dict[tuple[int, ...], alias.InPlacePair]:
+    """A fusion's in-place pairs under one effective model by output index (the last pair
+    for an output wins, the annotated ones after the discovered ones)."""
+    pairs = {pair.output_index: pair for pair in alias.discovered_pairs(module, fusion, model)}
+    if "output_to_operand_aliasing" in fusion.attr_text:
+        for out_index, op, op_index in fusion.output_to_operand_aliasing():
+            pairs[out_index] = alias.InPlacePair(op, op_index, out_index, ())
+    return pairs
+
+
 def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown"
                 ) -> list[Finding]:
+    if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
+            and "output_to_operand_aliasing" not in fusion.attr_text:
+        return []  # no in-place op anywhere in it and no annotation: no in-place output
     rules = RULES_FOR_BACKEND[backend]
+    table = alias.effective_table(module, fusion.called[0])
+    traced: dict = {}
     per_rule: dict[str, dict] = {}
     for r in rules:  # rules that agree on this computation are classified once
-        same = alias.effective_backend(module, fusion.called[0], r)
-        per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r)
+        same = table[alias.model("proposed", r)].backend
+        per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
     findings = []
-    for index in sorted(set().union(*(set(v) for v in per_rule.values()))):
+    for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
-        worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
+        worst = max(classes, key=lambda r: CLASSES.index(classes[r])) if len(classes) > 1 else next(iter(classes))
         cls, stock, proposed, la, pair = per_rule[worst][index]
         root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
@@ -212,6 +230,8 @@ def _moves_data(ins: Instruction, comp: Computation) -> bool:
 def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
                              backend: str = "unknown") -> list[FusionDecisionFinding]:
     """Scatters in the fusion whose in-place operand is a data-moving op reading a parameter."""
+    if "scatter" not in alias.opcodes(module, fusion.called[0]):
+        return []
     comp = module.computation(fusion.called[0])
     out = []
     for scatter in comp.instructions:
