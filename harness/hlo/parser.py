@@ -26,8 +26,9 @@ two ENTRYs, a name defined twice, in-place and indirection ops with the wrong nu
 operands, ``name#k`` on a non-tuple, malformed ``output_to_operand_aliasing``, dims beyond
 64 bits, parentheses in a real constant's literal.
 Nothing here recurses on the input's nesting, so deep input cannot exhaust the stack.
-The common one-line instruction takes a fast path, so a 100k-instruction module parses in
-about a second.
+The common one-line instruction takes a fast path (one regex match; XLA's printed operand
+lists read by string splits against the shapes and names read before), so reading a
+100k-instruction module costs about three quarters of jaxlib's C++ parse of it.
 """
 
 from __future__ import annotations
