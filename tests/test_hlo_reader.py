@@ -262,6 +262,39 @@ ENTRY e {
   ROOT b = f32[2,3]{1,0} add(f32[2,3]{1,0} %a,f32[2,3]{1,0} %p0)
 }
 """,
+"shape_less_sort_and_conditional": """HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+lt1 {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT r = pred[] compare(a, b), direction=LT
+}
+neg {
+  p = f32[4]{0} parameter(0)
+  ROOT n = f32[4]{0} negate(p)
+}
+id {
+  p = f32[4]{0} parameter(0)
+  ROOT c = f32[4]{0} copy(p)
+}
+ENTRY e {
+  x = f32[4]{0} parameter(0)
+  i = s32[4]{0} parameter(1)
+  s = sort(x, i), dimensions={0}, to_apply=lt
+  b = s32[] parameter(2)
+  one = sort(i), dimensions={0}, to_apply=lt1
+  c = conditional(b, x, x), branch_computations={neg, id}
+  t = pred[] parameter(3)
+  d = conditional(t, x, x), false_computation=id, true_computation=neg
+  ROOT r = tuple(s, one, c, d)
+}
+""",
 "typed_operand_undefined": """HloModule m
 ENTRY e {
   p0 = f32[2,3]{1,0} parameter(0)
@@ -283,6 +316,7 @@ ACCEPTED = {
     "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False,
     "shape_less_transpose_pad_concatenate_imag": True, "shape_less_dot_and_reduce": True,
     "typed_operands_off_the_printed_form": True, "typed_operand_undefined": False,
+    "shape_less_sort_and_conditional": True,
 }
 
 
@@ -480,3 +514,59 @@ def test_jax_dumps_and_their_reprints_match_xla(tmp_path):
     # the corpus covers what it claims: loops, collectives, custom calls, in-place ops
     assert {"while", "all-reduce", "collective-permute", "custom-call", "scatter",
             "dynamic-update-slice", "fusion"} <= seen_ops, sorted(seen_ops)
+
+
+def _windowed_strategy():
+    st = pytest.importorskip("hypothesis.strategies")
+
+    def window(draw, sizes):
+        fields = [f"size={'x'.join(map(str, sizes))}"]
+        for key in ("stride", "lhs_dilate", "rhs_dilate"):
+            if draw(st.booleans()):
+                fields.append(f"{key}={'x'.join(str(draw(st.integers(1, 3))) for _ in sizes)}")
+        if draw(st.booleans()):
+            fields.append("pad=" + "x".join(f"{draw(st.integers(-1, 3))}_{draw(st.integers(-1, 3))}"
+                                            for _ in sizes))
+        return "window={" + " ".join(draw(st.permutations(fields))) + "}"
+
+    @st.composite
+    def modules(draw):
+        """A shape-less reduce-window and convolution, windows of every field, any dim order."""
+        rank = draw(st.integers(3, 4))
+        spatial = [str(k) for k in range(rank - 2)]
+        lhs = "".join(draw(st.permutations(["b", "f", *spatial])))
+        rhs = "".join(draw(st.permutations(["i", "o", *spatial])))
+        out = "".join(draw(st.permutations(["b", "f", *spatial])))
+        groups = draw(st.sampled_from([1, 2]))
+        sizes = {"b": 4 * groups, "f": 3, "i": 3, "o": 4 * groups}
+        sizes.update({k: draw(st.integers(4, 7)) for k in spatial})
+        kernel = {k: draw(st.integers(1, 3)) for k in spatial}
+        lhs_dims = [sizes[c] for c in lhs]
+        rhs_dims = [kernel.get(c, sizes[c]) for c in rhs]
+        shape = lambda ds: "f32[" + ",".join(map(str, ds)) + "]"  # noqa: E731
+        rw_window = window(draw, [draw(st.integers(1, 3)) for _ in lhs_dims])
+        conv_window = window(draw, [kernel[k] for k in spatial])
+        return ("HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+                "  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n"
+                f"  a = {shape(lhs_dims)} parameter(0)\n  k = {shape(rhs_dims)} parameter(1)\n"
+                "  z = f32[] constant(0)\n"
+                f"  r = reduce-window(a, z), {rw_window}, to_apply=add\n"
+                f"  c = convolution(a, k), {conv_window}, dim_labels={lhs}_{rhs}->{out}"
+                + (f", batch_group_count={groups}" if groups > 1 else "") + "\n"
+                "  ROOT t = tuple(r, c)\n}\n")
+
+    return modules()
+
+
+def test_property_shape_less_windowed_ops_match_xla():
+    """reduce-window and convolution written without a shape: ours infers what XLA does."""
+    hypothesis = pytest.importorskip("hypothesis")
+
+    @hypothesis.settings(max_examples=120, deadline=None, derandomize=True)
+    @hypothesis.given(_windowed_strategy())
+    def check(text):
+        verdict = compare(text)
+        assert verdict.xla_accepts, (text, verdict.xla_error)
+        assert verdict.category == "agree", (text, verdict.mismatch, verdict.ours_error)
+
+    check()

@@ -17,8 +17,9 @@ one line. It follows XLA's grammar where the scanner depends on it:
   wrapping that opcode;
 - computations written inline (``calls={ p = ... }``), named ``_``, ``_.1`` ... as XLA names them;
 - shape-less instructions whose shape XLA infers (tuple, get-tuple-element, elementwise,
-  transpose, pad, concatenate, real/imag, dot, one-input reduce, ...); send/recv/outfeed and
-  their ``-done`` ops get the shape XLA builds from their operands.
+  transpose, pad, concatenate, real/imag, dot, one-input reduce, reduce-window, convolution,
+  sort, call, conditional, ...); send/recv/outfeed and their ``-done`` ops get the shape XLA
+  builds from their operands.
 
 It rejects what XLA's parser rejects where the scanner's answer would otherwise be wrong:
 an operand or a called computation used before it is defined (so no cycles), two ROOTs,
@@ -1049,9 +1050,10 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope
     inferred = _INFERRED.get(opcode)
     if inferred is not None and operands:
         return inferred([of(o) for o in operands], attr_text)
-    if opcode == "call":
-        m = _CALL_RE.search(attr_text)
-        callee = scope.comps.get(m.group(2).lstrip("%")) if m else None
+    if opcode in ("call", "conditional"):  # the (first) called computation's result
+        first = {m.group(1): m.group(2) for m in _CALL_RE.finditer(attr_text)}
+        name = first.get("to_apply") or first.get("true_computation") or first.get("branch_computations", "")
+        callee = scope.comps.get(name.strip("{}").split(",")[0].strip().lstrip("%"))
         if callee is not None:
             return callee.root.shape
     raise ValueError(f"a {opcode} written without a shape is not supported here")
@@ -1160,7 +1162,97 @@ def _reduce_shape(shapes: list[Shape], attr_text: str) -> Shape:
     return Shape(shapes[1].element_type, tuple(n for d, n in enumerate(shapes[0].dims) if d not in dropped))
 
 
-_INFERRED = {"dot": _dot_shape, "reduce": _reduce_shape,
+_WINDOW_FIELDS = {"size": "size", "stride": "stride", "pad": "pad", "lhs_dilate": "base_dilation",
+                  "rhs_dilate": "window_dilation", "rhs_reversal": "reversal"}
+
+
+def _window(attr_text: str, rank: int) -> list[dict[str, tuple[int, ...] | int]]:
+    """``window={size=2x3 stride=1x2 pad=1_1x0_0 lhs_dilate=.. rhs_dilate=..}`` per dimension,
+    XLA's defaults (stride and dilations 1, padding 0) where a field is not written."""
+    m = re.search(r"(?<![\w.\-])window=\{([^{}]*)\}", attr_text)
+    fields: dict[str, list[str]] = {}
+    for part in (m.group(1).split() if m else []):
+        key, eq, value = part.partition("=")
+        if not eq or key not in _WINDOW_FIELDS:
+            raise ValueError(f"bad window field {part!r}")
+        fields[_WINDOW_FIELDS[key]] = value.split("x")
+    if "size" not in fields or any(len(v) != rank for v in fields.values()):
+        raise ValueError(f"window needs size=... with {rank} dimension(s), each field as many")
+    dims = []
+    for i in range(rank):
+        lo, _, hi = fields.get("pad", ["0_0"] * rank)[i].partition("_")
+        dims.append({"size": int(fields["size"][i]), "stride": int(fields.get("stride", ["1"] * rank)[i]),
+                     "pad": (int(lo), int(hi or "0")),
+                     "base_dilation": int(fields.get("base_dilation", ["1"] * rank)[i]),
+                     "window_dilation": int(fields.get("window_dilation", ["1"] * rank)[i])})
+    if any(d["stride"] < 1 or d["base_dilation"] < 1 or d["window_dilation"] < 1 or d["size"] < 0 for d in dims):
+        raise ValueError("window strides and dilations must be >= 1")
+    return dims
+
+
+def _windowed(bounds: tuple[int, ...], window: list[dict]) -> tuple[int, ...]:
+    """XLA's InferWindowOutputShape: each bound base-dilated and padded, then strided by the
+    dilated window."""
+    out = []
+    for bound, w in zip(bounds, window, strict=True):
+        dilated = (bound - 1) * w["base_dilation"] + 1 if bound else 0
+        padded = w["pad"][0] + dilated + w["pad"][1]
+        size = (w["size"] - 1) * w["window_dilation"] + 1 if w["size"] else 0
+        out.append(0 if size > padded else (padded - size) // w["stride"] + 1)
+    return tuple(out)
+
+
+def _reduce_window_shape(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred reduce-window shape: each input windowed, the init values' types."""
+    n = len(shapes) // 2
+    if len(shapes) % 2 or n < 1 or any(s.is_tuple for s in shapes):
+        raise ValueError("reduce-window takes N array inputs and N init values")
+    window = _window(attr_text, len(shapes[0].dims))
+    outs = [Shape(init.element_type, _windowed(s.dims, window)) for s, init in zip(shapes[:n], shapes[n:],
+                                                                                   strict=True)]
+    return outs[0] if n == 1 else Shape("tuple", tuple_shapes=tuple(outs))
+
+
+def _dim_labels(attr_text: str) -> tuple[str, str, str]:
+    m = re.search(r"(?<![\w.\-])dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)", attr_text)
+    if m is None:
+        raise ValueError("convolution without a shape needs dim_labels=..._...->...")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _convolution_shape(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred convolution shape (InferConvolveShape): the batch divided by the batch
+    group count, the kernel's output features, the spatial dims windowed."""
+    if len(shapes) != 2 or shapes[0].is_tuple or shapes[1].is_tuple:
+        raise ValueError("convolution without a shape needs two array operands")
+    lhs, rhs = shapes
+    lhs_labels, rhs_labels, out_labels = _dim_labels(attr_text)
+    rank = len(lhs.dims)
+    if not (len(lhs_labels) == len(rhs_labels) == len(out_labels) == rank == len(rhs.dims)) or any(
+            sorted(labels) != sorted("".join(map(str, range(rank - 2))) + letters)
+            for labels, letters in ((lhs_labels, "bf"), (rhs_labels, "io"), (out_labels, "bf"))):
+        raise ValueError(f"dim_labels {lhs_labels}_{rhs_labels}->{out_labels} do not fit rank {rank}")
+    window = _window(attr_text, rank - 2)
+    spatial = _windowed(tuple(lhs.dims[lhs_labels.index(str(k))] for k in range(rank - 2)), window)
+    groups = re.search(r"(?<![\w.\-])batch_group_count=(\d+)", attr_text)
+    batch = lhs.dims[lhs_labels.index("b")] // (int(groups.group(1)) if groups else 1)
+    etype = lhs.element_type if lhs.element_type == rhs.element_type else \
+        _WIDER_FLOAT.get(frozenset((lhs.element_type, rhs.element_type)))
+    if etype is None:
+        raise ValueError(f"a convolution of {lhs.element_type} and {rhs.element_type} written without a shape "
+                         "is not supported here")
+    dims = [batch if c == "b" else rhs.dims[rhs_labels.index("o")] if c == "f" else spatial[int(c)]
+            for c in out_labels]
+    return Shape(etype, tuple(dims))
+
+
+def _sort_shape(shapes: list[Shape], attr_text: str) -> Shape:
+    """XLA's inferred sort shape: the operand's, a tuple of them for several."""
+    return shapes[0] if len(shapes) == 1 else Shape("tuple", tuple_shapes=tuple(shapes))
+
+
+_INFERRED = {"dot": _dot_shape, "reduce": _reduce_shape, "reduce-window": _reduce_window_shape,
+             "convolution": _convolution_shape, "sort": _sort_shape,
              "transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
              "pad": lambda shapes, attrs: _padded(shapes[0], attrs),
              "concatenate": _concatenated, "real": _real_part, "imag": _real_part}
