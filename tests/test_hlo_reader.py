@@ -471,19 +471,24 @@ def _module_strategy():
     return modules()
 
 
-def test_property_random_modules_match_xla():
+def _agrees_with_xla_on(strategy, examples: int) -> None:
+    """Every generated module: XLA accepts it, ours reads the same, and XLA's reprint too."""
     hypothesis = pytest.importorskip("hypothesis")
 
-    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
-    @hypothesis.given(_module_strategy())
+    @hypothesis.settings(max_examples=examples, deadline=None, derandomize=True)
+    @hypothesis.given(strategy)
     def check(text):
         verdict = compare(text)
-        assert verdict.xla_accepts, verdict.xla_error
+        assert verdict.xla_accepts, (text, verdict.xla_error)
         assert verdict.category == "agree", (text, verdict.mismatch, verdict.ours_error)
         again = compare(verdict.reprint)
         assert again.category == "agree", (verdict.reprint, again.mismatch, again.ours_error)
 
     check()
+
+
+def test_property_random_modules_match_xla():
+    _agrees_with_xla_on(_module_strategy(), 150)
 
 
 # ----------------------------------------------------------------------------- jax programs dumped here
@@ -560,13 +565,4 @@ def _windowed_strategy():
 
 def test_property_shape_less_windowed_ops_match_xla():
     """reduce-window and convolution written without a shape: ours infers what XLA does."""
-    hypothesis = pytest.importorskip("hypothesis")
-
-    @hypothesis.settings(max_examples=120, deadline=None, derandomize=True)
-    @hypothesis.given(_windowed_strategy())
-    def check(text):
-        verdict = compare(text)
-        assert verdict.xla_accepts, (text, verdict.xla_error)
-        assert verdict.category == "agree", (text, verdict.mismatch, verdict.ours_error)
-
-    check()
+    _agrees_with_xla_on(_windowed_strategy(), 120)
