@@ -313,16 +313,6 @@ def _cache(module: HloModule) -> dict:
     return cache
 
 
-def _effective(module: HloModule, comp_name: str, model: Model) -> Model:
-    """The simplest model with the same answer for this computation: without reshapes (nested
-    fusions included) the backend rules agree; without transposes and reshapes the policies do."""
-    cache = _cache(module)
-    table = cache.get(("effective", comp_name))
-    if table is None:
-        table = cache[("effective", comp_name)] = _effective_table(module, comp_name, cache)
-    return table[model]
-
-
 _MODELS = {(p, b): Model(p, b) for p in POLICIES for b in BACKEND_RULES}  # made once: NamedTuple() is slow
 _ALL_MODELS = tuple(_MODELS.values())
 
@@ -381,7 +371,10 @@ _TABLES: dict[tuple, dict[Model, Model]] = {}  # effective tables by what they d
 
 
 def effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
-    """Every model -> the simplest one giving this computation the same pairs (cached)."""
+    """Every model -> the simplest one giving this computation the same pairs (cached): without
+    reshapes (nested fusions included) the backend rules agree; without transposes and
+    reshapes the policies do; layout-aware is proposed or stock when every transpose and
+    reshape here is, or none is, a bitcast."""
     cache = _cache(module)
     table = cache.get(("effective", comp_name))
     if table is None:
@@ -407,16 +400,6 @@ def discovered_pairs(module: HloModule, fusion: Instruction, model: Model) -> li
             _ensure_nested(module, fusion, model)
             found = cache[key]
     return found
-
-
-def effective_model(module: HloModule, comp_name: str, policy: str, backend: str) -> Model:
-    """The simplest model giving this computation the same pairs (policies that agree share it)."""
-    return _effective(module, comp_name, _MODELS[policy, backend])
-
-
-def effective_backend(module: HloModule, comp_name: str, backend: str) -> str:
-    """The backend rule that gives the same pairs for this computation (cpu when it has no reshape)."""
-    return _effective(module, comp_name, _MODELS["proposed", backend]).backend
 
 
 def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
@@ -490,7 +473,7 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
     if fusion.opcode != "fusion" or not fusion.called:
         raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    model = _effective(module, fusion.called[0], _MODELS[policy, backend])
+    model = effective_table(module, fusion.called[0])[_MODELS[policy, backend]]
     _ensure_nested(module, fusion, model)
     out = list(_cache(module)[(fusion.called[0], model)])
     if "output_to_operand_aliasing" in fusion.attr_text:
