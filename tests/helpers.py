@@ -1,5 +1,6 @@
-"""Small shared settings for the tests: a tiny model that compiles in about a second, and
-`git am` of a PR bundle's mbox onto a patch's pre-images."""
+"""Small shared settings for the tests: a tiny model that compiles in about a second, a user's
+program file the harness has never seen, and `git am` of a PR bundle's mbox onto a patch's
+pre-images."""
 
 import subprocess
 from pathlib import Path
@@ -7,6 +8,41 @@ from pathlib import Path
 TINY = dict(vocab=64, d_model=32, layers=1, heads=2, seq=8, batch=8)
 TINY_ARGS = ["--vocab", "64", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8",
              "--batch", "8"]
+
+# A user's program the harness has never seen: its own model, optimizer and a NaN planted by
+# its own randomness (a "poison" draw in its batch). `make` plants it at rate `poison` and takes
+# no variant; `make_variants` takes variant=: its baseline plants it at rate 0.4, any other
+# program variant (as "barrier", standing for a workaround) removes it.
+FOREIGN_PROGRAM = '''
+import jax
+import jax.numpy as jnp
+import optax
+
+from harness.programs.interface import TrainProgram, step_from_loss
+
+
+def make(width=8, poison=0.25):
+    opt = optax.sgd(0.1)
+
+    def init(key):
+        params = {"w": jax.random.normal(key, (4, width)), "v": jnp.zeros((width,))}
+        return params, opt.init(params)
+
+    def batch(key, step):
+        kx, kp = jax.random.split(key)
+        return {"x": jax.random.normal(kx, (16, 4)), "poison": jax.random.uniform(kp) < poison}
+
+    def loss(params, b):
+        y = jnp.tanh(b["x"] @ params["w"]) @ params["v"]
+        return jnp.mean((y - 1.0) ** 2) + jnp.where(b["poison"], jnp.nan, 0.0)
+
+    return TrainProgram(name="foreign", init=init, batch=batch, step=step_from_loss(loss, opt),
+                        options={"width": width})
+
+
+def make_variants(width=8, variant="baseline"):
+    return make(width, poison=0.4 if variant == "baseline" else 0.0)
+'''
 
 
 def git_am(patch_text: str, mbox: Path, repo: Path) -> subprocess.CompletedProcess:

@@ -28,44 +28,14 @@ from harness.stress.runner import (
     step_keys,
 )
 
-from .helpers import TINY, TINY_ARGS
+from .helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# A user's program the harness has never seen: its own model, optimizer and a NaN planted by
-# its own randomness (a "poison" draw in its batch) at rate POISON.
-FOREIGN = '''
-import jax
-import jax.numpy as jnp
-import optax
-
-from harness.programs.interface import TrainProgram, step_from_loss
-
-
-def make(width=8, poison=0.25):
-    opt = optax.sgd(0.1)
-
-    def init(key):
-        params = {"w": jax.random.normal(key, (4, width)), "v": jnp.zeros((width,))}
-        return params, opt.init(params)
-
-    def batch(key, step):
-        kx, kp = jax.random.split(key)
-        return {"x": jax.random.normal(kx, (16, 4)), "poison": jax.random.uniform(kp) < poison}
-
-    def loss(params, b):
-        y = jnp.tanh(b["x"] @ params["w"]) @ params["v"]
-        return jnp.mean((y - 1.0) ** 2) + jnp.where(b["poison"], jnp.nan, 0.0)
-
-    return TrainProgram(name="foreign", init=init, batch=batch, step=step_from_loss(loss, opt),
-                        options={"width": width})
-'''
-
 
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
     path = tmp_path_factory.mktemp("user") / "my_model.py"
-    path.write_text(FOREIGN)
+    path.write_text(FOREIGN_PROGRAM)
     return path
 
 

@@ -15,52 +15,15 @@ from harness.stress import records, report, stats
 from harness.stress import store as results
 from harness.stress.runner import StressSpec
 
-from .helpers import TINY, TINY_ARGS
+from .helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 LOSS_RTOL = 1e-5  # variants compute the same function; measured differences are ~1e-7 (see test_variants.py)
 
-# A user's program whose factory takes variant=: the baseline plants a NaN at rate POISON by its
-# own randomness; "barrier" stands for a workaround that removes it; the flag set leaves it alone.
-FOREIGN = '''
-import jax
-import jax.numpy as jnp
-import optax
-
-from harness.programs.interface import TrainProgram, step_from_loss
-
-POISON = 0.4
-
-
-def make(width=8, variant="baseline"):
-    opt = optax.sgd(0.1)
-    poison = POISON if variant == "baseline" else 0.0
-
-    def init(key):
-        params = {"w": jax.random.normal(key, (4, width)), "v": jnp.zeros((width,))}
-        return params, opt.init(params)
-
-    def batch(key, step):
-        kx, kp = jax.random.split(key)
-        return {"x": jax.random.normal(kx, (16, 4)), "poison": jax.random.uniform(kp) < poison}
-
-    def loss(params, b):
-        y = jnp.tanh(b["x"] @ params["w"]) @ params["v"]
-        return jnp.mean((y - 1.0) ** 2) + jnp.where(b["poison"], jnp.nan, 0.0)
-
-    return TrainProgram(name="foreign", init=init, batch=batch, step=step_from_loss(loss, opt),
-                        options={"width": width})
-
-
-def plain(width=8):
-    return make(width)
-'''
-
-
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
     path = tmp_path_factory.mktemp("user") / "variant_model.py"
-    path.write_text(FOREIGN)
+    path.write_text(FOREIGN_PROGRAM)
     return path
 
 
@@ -112,11 +75,11 @@ def _fps(stdout: str) -> dict[str, str]:
 
 def test_each_variant_row_is_compared_with_the_baseline(foreign, tmp_path, capsys):
     out = tmp_path / "o"
-    rc = main(["stress", "--program", f"{foreign}:make", "--variants", "baseline,barrier,xla-no-fusion",
+    rc = main(["stress", "--program", f"{foreign}:make_variants", "--variants", "baseline,barrier,xla-no-fusion",
                "--seeds", "1,2", "--steps", "40", "--block", "20", "--out", str(out), "--quiet"])
     text = capsys.readouterr().out
     assert rc == 0
-    base, fixed, flags = (f"{foreign}:make[variant={v}]" for v in ("baseline", "barrier", "xla-no-fusion"))
+    base, fixed, flags = (f"{foreign}:make_variants[variant={v}]" for v in ("baseline", "barrier", "xla-no-fusion"))
     fps = _fps(text)
     assert list(fps) == [base, fixed, flags]
     # Its "barrier" changes only the batches, so its step compiles as the baseline's; the flag set
@@ -143,14 +106,13 @@ def test_each_variant_row_is_compared_with_the_baseline(foreign, tmp_path, capsy
 
 
 def test_program_variants_need_a_factory_that_takes_them(foreign, tmp_path, capsys):
-    for spec in (f"{foreign}:plain",):
-        rc = main(["stress", "--program", spec, "--variants", "baseline,barrier", "--steps", "2",
-                   "--out", str(tmp_path / "x"), "--quiet"])
-        err = capsys.readouterr().err.strip().splitlines()
-        assert rc == 2 and len(err) == 1 and "variant" in err[0] and err[0].startswith("error:"), err
-        assert not (tmp_path / "x" / "stress.jsonl").exists()
+    rc = main(["stress", "--program", f"{foreign}:make", "--variants", "baseline,barrier", "--steps", "2",
+               "--out", str(tmp_path / "x"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "variant" in err[0] and err[0].startswith("error:"), err
+    assert not (tmp_path / "x" / "stress.jsonl").exists()
     # A flag set needs nothing of the program.
-    rc = main(["stress", "--program", f"{foreign}:plain", "--variants", "baseline,xla-no-fusion", "--steps", "2",
+    rc = main(["stress", "--program", f"{foreign}:make", "--variants", "baseline,xla-no-fusion", "--steps", "2",
                "--out", str(tmp_path / "y"), "--quiet"])
     assert rc == 0, capsys.readouterr().err
 
