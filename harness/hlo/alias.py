@@ -340,7 +340,7 @@ def opcodes(module: HloModule, comp_name: str) -> frozenset[str]:
     return ops
 
 
-def _effective_table(module: HloModule, comp_name: str, cache: dict) -> dict[Model, Model]:
+def _effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
     """Every model -> the simplest one with the same pairs here, computed once per computation."""
     ops = opcodes(module, comp_name)
     # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
@@ -378,7 +378,7 @@ def effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
     cache = _cache(module)
     table = cache.get(("effective", comp_name))
     if table is None:
-        table = cache[("effective", comp_name)] = _effective_table(module, comp_name, cache)
+        table = cache[("effective", comp_name)] = _effective_table(module, comp_name)
     return table
 
 

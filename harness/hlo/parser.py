@@ -597,7 +597,6 @@ _FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9
                         r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)(?![^\n])(?!\s*,)")
 # (the last two: the attributes run to the end of the line, and the next line does not go on
 # with more of them)
-_NAME_REF = re.compile(r"[A-Za-z_][\w.\-]*(?:#\d+)*")
 _CALL_KEYS = ("calls=", "to_apply=", "body=", "condition=", "true_computation=", "false_computation=",
               "branch_computations=", "called_computations=", "select=", "scatter=")
 _CALL_VALUE = re.compile(r"\s*(\{[^}]*\}|%?[^\s,{}]+)")
@@ -769,16 +768,11 @@ class _Reader:
         root: Instruction | None = None
         fast_line = _FAST_LINE.match
         fast_instruction = self._fast_instruction
-        append = instructions.append
         while True:
             fm = fast_line(text, self.pos)
             ins = fast_instruction(fm, by_name, defined) if fm is not None else None
             if ins is not None:
-                if ins.is_root:
-                    root = _add(name, ins, root, instructions, by_name)
-                else:
-                    append(ins)
-                    by_name[ins.name] = ins
+                root = _add(name, ins, root, instructions, by_name)
                 continue
             nm = _NEXT.match(text, self.pos)
             if nm is None:

@@ -206,7 +206,7 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
     findings = []
     for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
-        worst = max(classes, key=lambda r: CLASSES.index(classes[r])) if len(classes) > 1 else next(iter(classes))
+        worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
         cls, stock, proposed, la, pair = per_rule[worst][index]
         root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
