@@ -53,7 +53,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check harness tests bench build
+	$(VENV)/bin/ruff check xla_harness tests bench build
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit $$?; done

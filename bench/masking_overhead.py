@@ -3,7 +3,7 @@
 Two jitted steps (forward, backward, Adam), each compiled with the flag off and on (the flag
 is part of the jit key): a small pre-LayerNorm transformer with untied embeddings (LayerNorm
 through sqrt and div, log-softmax cross-entropy) and the tied-embedding model of the stress
-harness (harness.programs.tied_embedding: RMSNorm through rsqrt, logsumexp, remat). Each
+harness (xla_harness.programs.tied_embedding: RMSNorm through rsqrt, logsumexp, remat). Each
 round times STEPS steps with the flag off and STEPS with it on, the order alternating from
 round to round; the figure per model is the median of the per-round ratios on/off with a
 distribution-free 95% interval for that median (order statistics of the ratios, binomial
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.stress.stats import binom_cdf  # noqa: E402
+from xla_harness.stress.stats import binom_cdf  # noqa: E402
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -112,8 +112,8 @@ def tied_program():
     """The stress harness's built-in tied-embedding step (full mode, remat), jitted as a user does."""
     import jax
 
-    from harness.programs.interface import load_program
-    from harness.stress.runner import step_keys
+    from xla_harness.programs.interface import load_program
+    from xla_harness.stress.runner import step_keys
 
     prog = load_program("tied-embedding", mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2,
                         heads=4)
@@ -131,7 +131,7 @@ def tied_program():
         return step.lower(p, o, prog.batch(step_keys(1, 0)[0], 0)).compile().as_text().count(" = ")
 
     def grads():
-        from harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
+        from xla_harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
 
         cfg = ModelConfig(mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2, heads=4)
         batches = make_batches(cfg, jax.random.key(2))

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.hlo import alias, parser  # noqa: E402
-from harness.hlo.parser import HloParseError, parse_module  # noqa: E402
-from harness.hlo.scan import scan_module  # noqa: E402
+from xla_harness.hlo import alias, parser  # noqa: E402
+from xla_harness.hlo.parser import HloParseError, parse_module  # noqa: E402
+from xla_harness.hlo.scan import scan_module  # noqa: E402
 
 META = ('metadata={{op_name="jit(train_step)/jvp(model)/layer_{i}/dot_general" source_file="/src/model.py" '
         'source_line={i}}}')

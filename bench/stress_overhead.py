@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax  # noqa: E402
 
-from harness.stress import store as results  # noqa: E402
-from harness.stress.runner import (  # noqa: E402
+from xla_harness.stress import store as results  # noqa: E402
+from xla_harness.stress.runner import (  # noqa: E402
     StressSpec,
     _checkpoint_path,
     check_same_program,

@@ -1,6 +1,6 @@
 """Build jaxlib from source with the patch series: the entry point `make build-and-test` calls.
 
-The logic lives in harness/upstream/jaxlib_build.py; run with --help for the stages and flags.
+The logic lives in xla_harness/upstream/jaxlib_build.py; run with --help for the stages and flags.
 Any error the build logic does not map itself is one ``error:`` line and exit 2 (``--debug``
 adds the traceback).
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cli import guarded  # noqa: E402
-from harness.upstream.jaxlib_build import main  # noqa: E402
+from xla_harness.cli import guarded  # noqa: E402
+from xla_harness.upstream.jaxlib_build import main  # noqa: E402
 
 
 def entry(argv: list[str] | None = None) -> int:

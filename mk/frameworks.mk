@@ -23,9 +23,9 @@ $(FRAMEWORKS_STAMP): pyproject.toml tools/find-python
 
 frameworks-venv: $(FRAMEWORKS_STAMP)
 
-$(TF_OPLIB): $(FRAMEWORKS_STAMP) harness/gradcheck/tf_oplib/harness_grad_ops.cc harness/gradcheck/tf_oplib/build.py \
+$(TF_OPLIB): $(FRAMEWORKS_STAMP) xla_harness/gradcheck/tf_oplib/harness_grad_ops.cc xla_harness/gradcheck/tf_oplib/build.py \
              patches/tensorflow/0001-tf2xla-zero-gradient-where-dy-is-zero.patch
-	TF_CPP_MIN_LOG_LEVEL=3 nice $(FRAMEWORKS_PY) -m harness.gradcheck.tf_oplib.build --out $(dir $@)
+	TF_CPP_MIN_LOG_LEVEL=3 nice $(FRAMEWORKS_PY) -m xla_harness.gradcheck.tf_oplib.build --out $(dir $@)
 
 tf-oplib: $(TF_OPLIB)
 

@@ -5,7 +5,7 @@ JAXPATCH_OUT := $(OUT)/jaxpatch
 
 .PHONY: patches-jax-check jax-patched-venv
 jax-patched-venv: setup jax-sdist
-	$(PY) -m harness.upstream.jaxvenv --sdist $(JAX_SDIST) --archive $(SDIST_DIR)/jax-$(JAX_PIN).tar.gz \
+	$(PY) -m xla_harness.upstream.jaxvenv --sdist $(JAX_SDIST) --archive $(SDIST_DIR)/jax-$(JAX_PIN).tar.gz \
 	  --venv $(JAX_PATCHED_VENV) --python $(PY)
 
 patches-jax-check: jax-patched-venv
@@ -23,10 +23,10 @@ bench: jax-patched-venv
 .PHONY: gradcheck
 gradcheck: setup $(if $(MASKING),jax-patched-venv) $(if $(FRAMEWORKS),tf-oplib)
 ifeq ($(FRAMEWORKS),)
-	$(if $(MASKING),PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python,$(PY)) -m harness.cli gradcheck $(if $(MASKING),--masking) $(ARGS)
+	$(if $(MASKING),PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python,$(PY)) -m xla_harness.cli gradcheck $(if $(MASKING),--masking) $(ARGS)
 else
 	TF_CPP_MIN_LOG_LEVEL=3 XLA_HARNESS_TF_OPLIB=$(abspath $(TF_OPLIB)) \
-	  $(FRAMEWORKS_PY) -m harness.cli gradcheck --framework jax,$(FRAMEWORKS) $(ARGS)
+	  $(FRAMEWORKS_PY) -m xla_harness.cli gradcheck --framework jax,$(FRAMEWORKS) $(ARGS)
 endif
 
 # JAX's own test files (a jax-ml/jax source tree in JAX_SRC, with 0002 applied) against the patched
@@ -36,7 +36,7 @@ endif
 jax-suite: $(if $(JAX_SRC),jax-patched-venv,setup)
 	@if [ -z "$(JAX_SRC)" ]; then echo "not checked: no JAX_SRC (jax's own tests with the masking flag off/on)"; else \
 	  $(JAX_PATCHED_VENV)/bin/python -m pip install -q --disable-pip-version-check absl-py && \
-	  nice $(PY) -m harness.upstream.jaxsuite --jax-src "$(JAX_SRC)" --python $(JAX_PATCHED_VENV)/bin/python \
+	  nice $(PY) -m xla_harness.upstream.jaxsuite --jax-src "$(JAX_SRC)" --python $(JAX_PATCHED_VENV)/bin/python \
 	    --out $(OUT)/jax-suite $(if $(FILES),--files $(FILES)); fi
 
 test: jax-suite

@@ -10,19 +10,19 @@
 test: xla-test xla-mutants
 
 xla-test: setup
-	$(PY) -m harness.upstream.xlatest test --series $(or $(SERIES),default) \
+	$(PY) -m xla_harness.upstream.xlatest test --series $(or $(SERIES),default) \
 	  $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(STOCK),--stock-sources) $(if $(FILTER),--filter '$(FILTER)')
 
 xla-mutants: setup
-	$(PY) -m harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))
+	$(PY) -m xla_harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))
 
 # How many fusion decisions the default series changes: the stock and patched
 # ShouldFuseInPlaceOp over pre-fusion modules (default: dumped here from the programs of
-# harness/upstream/prefusion.py on CPU).
+# xla_harness/upstream/prefusion.py on CPU).
 #   make xla-blast-radius XLA_SRC=dir [MODULES=dir]
 PREFUSION_DIR := $(OUT)/prefusion
 xla-blast-radius: setup
 	@if [ -n "$(XLA_SRC)" ] && [ -z "$(MODULES)" ]; then rm -rf $(PREFUSION_DIR) && \
-	  $(PY) -m harness.upstream.prefusion --out $(PREFUSION_DIR) || exit $$?; fi
-	$(PY) -m harness.upstream.xlatest blast-radius $(if $(XLA_SRC),--xla-src $(XLA_SRC)) \
+	  $(PY) -m xla_harness.upstream.prefusion --out $(PREFUSION_DIR) || exit $$?; fi
+	$(PY) -m xla_harness.upstream.xlatest blast-radius $(if $(XLA_SRC),--xla-src $(XLA_SRC)) \
 	  --modules $(or $(MODULES),$(PREFUSION_DIR))

@@ -31,7 +31,7 @@ class Case:
     id: str
     argv: list[str]
     setup: Callable[[Path], None] = lambda tmp: None
-    entry: str = "cli"  # "cli": harness.cli.main; "build": harness.upstream.jaxlib_build via build/build_jaxlib.py
+    entry: str = "cli"  # "cli": xla_harness.cli.main; "build": build/build_jaxlib.py
     needs_nonroot: bool = False
     tags: set[str] = field(default_factory=set)
 

@@ -2,9 +2,9 @@
 exactly one ``error:`` line on stderr, no traceback, no file that existed before changed,
 and within a time limit (a hang fails the case).
 
-The cases run in-process (harness.cli.main / the build entry's main) so several hundred
+The cases run in-process (xla_harness.cli.main / the build entry's main) so several hundred
 take seconds; a few run as real subprocesses (marked slow) to check the entry points
-themselves: the console script, ``python -m harness.cli`` and build/build_jaxlib.py.
+themselves: the console script, ``python -m xla_harness.cli`` and build/build_jaxlib.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _on_alarm(signum, frame):
 
 
 def _cli_main():
-    from harness.cli import main
+    from xla_harness.cli import main
 
     return main
 
@@ -101,7 +101,7 @@ def test_bad_input_as_subprocess(case_id, tmp_path):
     work.mkdir()
     case.setup(work)
     before = tree_hashes(work)
-    entry = [str(ROOT / "build" / "build_jaxlib.py")] if case.entry == "build" else ["-m", "harness.cli"]
+    entry = [str(ROOT / "build" / "build_jaxlib.py")] if case.entry == "build" else ["-m", "xla_harness.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, *entry, *case.args(work)], cwd=work, env=env, capture_output=True,
                           text=True, timeout=CASE_LIMIT_S, stdin=subprocess.DEVNULL)
@@ -111,8 +111,8 @@ def test_bad_input_as_subprocess(case_id, tmp_path):
 def test_internal_error_is_one_line_and_exit_2(monkeypatch, capsys):
     """The last-resort handler: an unforeseen exception is one `error: internal:` line, exit 2;
     --debug adds the traceback."""
-    from harness import cli
-    from harness.commands import report
+    from xla_harness import cli
+    from xla_harness.commands import report
 
     def boom(args):
         raise ZeroDivisionError("planted")
@@ -134,8 +134,8 @@ def test_internal_error_is_one_line_and_exit_2(monkeypatch, capsys):
      "error: input is not UTF-8 text (invalid start byte at byte 0)"),
 ])
 def test_unmapped_os_and_decode_errors_are_one_line(monkeypatch, capsys, exc, needle):
-    from harness import cli
-    from harness.commands import report
+    from xla_harness import cli
+    from xla_harness.commands import report
 
     def raise_it(args):
         raise exc
@@ -155,7 +155,7 @@ def test_report_into_closed_pipe_exits_quietly(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     r, w = os.pipe()
     os.close(r)  # nobody reads: the first write fails with EPIPE
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "report", str(tmp_path / "r")], stdout=w,
+    done = subprocess.run([sys.executable, "-m", "xla_harness.cli", "report", str(tmp_path / "r")], stdout=w,
                           stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     os.close(w)
     assert done.stderr == "" and done.returncode == 141

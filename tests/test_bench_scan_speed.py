@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.hlo.parser import parse_module
-from harness.hlo.scan import scan
-from harness.hlo.xla_oracle import compare
+from xla_harness.hlo.parser import parse_module
+from xla_harness.hlo.scan import scan
+from xla_harness.hlo.xla_oracle import compare
 
 BENCH = Path(__file__).resolve().parent.parent / "bench/scan_speed.py"
 _spec = importlib.util.spec_from_file_location("scan_speed", BENCH)

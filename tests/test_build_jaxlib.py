@@ -1,4 +1,4 @@
-"""harness.upstream.jaxlib_build (entry: build/build_jaxlib.py), offline: pin parsing, the plan,
+"""xla_harness.upstream.jaxlib_build (entry: build/build_jaxlib.py), offline: pin parsing, the plan,
 jax repository (our own small files), a local XLA tarball and a fake bazelisk on PATH."""
 
 import hashlib
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.upstream.patchcheck import parse_patch, preimage_tree
-from harness.upstream.series import load_series
+from xla_harness.errors import HarnessError
+from xla_harness.upstream.patchcheck import parse_patch, preimage_tree
+from xla_harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
-from harness.upstream import jaxlib_build as bj  # noqa: E402
+from xla_harness.upstream import jaxlib_build as bj  # noqa: E402
 
 P1 = ROOT / "patches/xla/0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -272,7 +272,7 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
 
 
 FAKE_VENV_PYTHON = r'''#!{python}
-# The python of a stand-in .venv-patched: records what it is asked to run; `harness.cli stress`
+# The python of a stand-in .venv-patched: records what it is asked to run; `xla_harness.cli stress`
 # writes an empty results file.
 import json, os, pathlib, sys
 args = sys.argv[1:]
@@ -331,7 +331,7 @@ def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tm
     assert f"bazel test @xla{bj.series_bazel_targets('default')[-1]}: FAILED (exit 3)" in cap.out
     assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
     ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
-    assert ran == [["-m", "pytest", "-q"], ["-m", "harness.cli", "stress"]]  # both ran after the failure
+    assert ran == [["-m", "pytest", "-q"], ["-m", "xla_harness.cli", "stress"]]  # both ran after the failure
     assert list(res.glob("default-cpu-*/stress.jsonl"))
     assert not (world["work"] / "stamps" / "test.json").exists()
 
@@ -501,7 +501,7 @@ def test_patched_venv_is_built_at_its_final_path_and_stamped_last(world, capsys,
 
 
 def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, capsys):
-    from harness.upstream import jaxvenv
+    from xla_harness.upstream import jaxvenv
 
     monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "record.jsonl"))
     sdist = tmp_path / "jax-0.12.0.1"
@@ -581,7 +581,7 @@ def test_an_edited_tree_is_never_built(world, capsys):
 
 
 def test_jax_sdist_sha256_is_verified_against_series_toml(tmp_path, capsys):
-    from harness.upstream import jaxvenv
+    from xla_harness.upstream import jaxvenv
 
     sdist = tmp_path / "jax-0.12.0.1"
     sdist.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from xla_harness.cli import main
 
 from .helpers import TINY_ARGS
 
@@ -43,8 +43,8 @@ def test_bundle_contents(bundle):
     assert env["devices"] and env["jax"]
     repro = _read(bundle, "repro.py")
     # The built-in's repro.py is the harness's standalone module (jax and numpy only), no program/.
-    assert repro == (ROOT / "harness/repro/standalone.py").read_text()
-    assert "import harness" not in repro and "from harness" not in repro
+    assert repro == (ROOT / "xla_harness/repro/standalone.py").read_text()
+    assert "import xla_harness" not in repro and "from xla_harness" not in repro
     assert not any(n.startswith("bundle/program/") for n in names)
     config = json.loads(_read(bundle, "config.json"))
     assert config["program"] == "tied-embedding" and config["model"]["mode"] == "full"
@@ -169,8 +169,8 @@ def test_check_refuses_a_decompression_bomb_before_writing_it(tmp_path, capsys):
     with tarfile.open(bomb, "w:gz") as tf:
         tf.addfile(_member("bundle/zeros", size), io.BytesIO(bytes(size)))
     assert bomb.stat().st_size < 1 << 20
-    from harness.errors import HarnessError
-    from harness.repro import bundle as bundle_mod
+    from xla_harness.errors import HarnessError
+    from xla_harness.repro import bundle as bundle_mod
 
     dest = tmp_path / "x"
     dest.mkdir()
@@ -183,8 +183,8 @@ def test_repro_timeout_kills_the_whole_process_group(tmp_path):
     import os
     import time
 
-    from harness.errors import HarnessError
-    from harness.repro import bundle as bundle_mod
+    from xla_harness.errors import HarnessError
+    from xla_harness.repro import bundle as bundle_mod
 
     pidfile = tmp_path / "child.pid"
     script = tmp_path / "slow.py"
@@ -211,12 +211,12 @@ def test_repro_timeout_kills_the_whole_process_group(tmp_path):
 
 
 def test_standalone_repro_is_the_harness_module():
-    from harness.repro import bundle as bundle_mod
-    from harness.repro import standalone
+    from xla_harness.repro import bundle as bundle_mod
+    from xla_harness.repro import standalone
 
     assert __import__("pathlib").Path(standalone.__file__) == bundle_mod.STANDALONE
     src = bundle_mod.STANDALONE.read_text()
-    assert "import harness" not in src and "optax" not in src
+    assert "import xla_harness" not in src and "optax" not in src
 
 
 def test_missing_dump_file_is_named(tmp_path, capsys):
@@ -234,13 +234,13 @@ def test_missing_dump_file_is_named(tmp_path, capsys):
 @pytest.mark.slow
 def test_bundle_of_the_35409_preset_runs_from_its_own_program_folder(tmp_path, capsys):
     """A built-in other than tied-embedding is bundled as a program: every module of
-    harness/programs it may import (the preset imports variants) travels with it."""
+    xla_harness/programs it may import (the preset imports variants) travels with it."""
     out = tmp_path / "b.tar.gz"
     options = ["--program-option", "scale=0.015625", "--program-option", "seq_scale=0.125",
                "--program-option", "layers=(1, 2)"]
     assert main(["bundle", "--program", "issue-35409", *options, "--steps", "2", "--out", str(out)]) == 0
     with tarfile.open(out) as tf:
-        assert "bundle/program/harness/programs/variants.py" in tf.getnames()
+        assert "bundle/program/xla_harness/programs/variants.py" in tf.getnames()
     capsys.readouterr()
     assert main(["bundle", "--check", str(out), "--run-program"]) == 0
     assert "-> same" in capsys.readouterr().out

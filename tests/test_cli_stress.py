@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.stress import store as results
+from xla_harness.cli import main
+from xla_harness.stress import store as results
 
 from .helpers import TINY_ARGS
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _cli(*args):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    return [sys.executable, "-m", "harness.cli", *args], env
+    return [sys.executable, "-m", "xla_harness.cli", *args], env
 
 
 def _steps(out):
@@ -206,7 +206,7 @@ def test_compare_two_runs(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["comparisons"]
     assert row["significant"] and row["b"]["nonfinite"] == 0 and row["a"]["nonfinite"] > 10
-    from harness.stress import stats
+    from xla_harness.stress import stats
 
     needed = row["clean_steps_to_show_fix"]
     assert needed == stats.clean_steps_to_show_fix(row["a"]["nonfinite"], 40) and needed < 40

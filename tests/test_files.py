@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from harness.files import REPO, shown
+from xla_harness.files import REPO, shown
 
 
 def test_committed_evidence_names_no_path_of_this_machine():
@@ -16,8 +16,8 @@ def test_read_regular_refuses_what_could_block_and_sha256_file_hashes_the_bytes(
 
     import pytest
 
-    from harness.errors import HarnessError
-    from harness.files import read_regular, sha256_file
+    from xla_harness.errors import HarnessError
+    from xla_harness.files import read_regular, sha256_file
 
     f = tmp_path / "f"
     data = os.urandom(3 * (1 << 20) + 7)  # more than one chunk

@@ -7,13 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from harness.cli import main
-from harness.hlo.parser import parse_module
-from harness.hlo.tied import tied_summary
-from harness.programs.interface import TrainProgram, load_program
-from harness.stress import report
-from harness.stress import store as results
-from harness.stress.runner import StressSpec, check_same_program, fingerprint, initial_state, prepare, step_keys
+from xla_harness.cli import main
+from xla_harness.hlo.parser import parse_module
+from xla_harness.hlo.tied import tied_summary
+from xla_harness.programs.interface import TrainProgram, load_program
+from xla_harness.stress import report
+from xla_harness.stress import store as results
+from xla_harness.stress.runner import StressSpec, check_same_program, fingerprint, initial_state, prepare, step_keys
 
 pytest.importorskip("flax", reason="not checked: flax is not installed (make setup installs it; "
                                    "pip install -e '.[flax]')")

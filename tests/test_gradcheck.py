@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.gradcheck import check
-from harness.gradcheck.cases import REGISTRY, by_name
-from harness.upstream.patchcheck import preimage_tree
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.gradcheck import check
+from xla_harness.gradcheck.cases import REGISTRY, by_name
+from xla_harness.upstream.patchcheck import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,7 @@ def test_checker_catches_a_wrong_rule():
     import jax
     import jax.numpy as jnp
 
-    from harness.gradcheck.cases import Case
+    from xla_harness.gradcheck.cases import Case
 
     @jax.custom_jvp
     def bad_sin(x):
@@ -75,7 +75,7 @@ def test_list(capsys):
 
 
 def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
-    from harness.upstream import jaxvenv
+    from xla_harness.upstream import jaxvenv
 
     sdist = tmp_path / "jax-0.12.0.1"
     preimage_tree((ROOT / "patches/jax/0001-zero-cotangent-masking.patch").read_text(), sdist)
@@ -91,7 +91,7 @@ def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
 
 
 def test_patched_source_applies_a_patch_that_creates_files(tmp_path, capsys):
-    from harness.upstream import jaxvenv
+    from xla_harness.upstream import jaxvenv
 
     sdist = tmp_path / "jax-0.12.0.1"
     preimage_tree((ROOT / "patches/jax/0001-zero-cotangent-masking.patch").read_text(), sdist)
@@ -104,7 +104,7 @@ def test_patched_source_applies_a_patch_that_creates_files(tmp_path, capsys):
 
 
 def test_patched_source_refuses_a_tree_no_patch_applies_to(tmp_path):
-    from harness.upstream import jaxvenv
+    from xla_harness.upstream import jaxvenv
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(HarnessError, match="no patch of the jax series"):
@@ -114,7 +114,7 @@ def test_patched_source_refuses_a_tree_no_patch_applies_to(tmp_path):
 
 def test_cross_framework_table_without_tf_or_mlx(capsys):
     """In a venv without TensorFlow and MLX: one 'not installed' column each, jax still runs."""
-    from harness.gradcheck.frameworks import mlx_adapter, tf_adapter
+    from xla_harness.gradcheck.frameworks import mlx_adapter, tf_adapter
 
     if not tf_adapter.available() or not mlx_adapter.available():
         pytest.skip("tf or mlx is installed here; tests/frameworks covers that venv")

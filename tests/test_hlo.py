@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.hlo import alias, buffers
-from harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, parse_shape
-from harness.hlo.scan import detect_backend, format_findings, module_json, scan, scan_module
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.hlo import alias, buffers
+from xla_harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, parse_shape
+from xla_harness.hlo.scan import detect_backend, format_findings, module_json, scan, scan_module
 
 HLO = Path(__file__).resolve().parent / "hlo"
 # tests/hlo/*.hlo are also the C++ tests of the XLA patch; tests/hlo/scanner/*.hlo are the scanner's own.
@@ -157,7 +157,7 @@ def test_in_place_ops_as_upstream():
 def test_in_place_opcodes_are_every_op_with_pairs():
     """The scan skips fusions without an op of IN_PLACE_OPCODES (and no annotation): no other
     opcode may have in-place pairs, even annotated and with operands to spare."""
-    from harness.hlo import parser
+    from xla_harness.hlo import parser
 
     known = (set(parser._NO_CALL_OPCODES) | set(parser._SAME_SHAPE_OPCODES) | set(parser._OPERAND_COUNTS)
              | set(parser._NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
@@ -355,7 +355,7 @@ def test_parse_real_jax_output(tmp_path):
 
 
 def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
-    from harness.stress.runner import compile_train_step
+    from xla_harness.stress.runner import compile_train_step
 
     from .helpers import TINY
 

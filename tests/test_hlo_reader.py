@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from harness.cli import main
-from harness.hlo.parser import HloParseError, parse_file, parse_module, parse_shape
-from harness.hlo.scan import scan_module
-from harness.hlo.xla_oracle import compare
 from tests.jax_hlo_programs import JAX_PROGRAMS
+from xla_harness.cli import main
+from xla_harness.hlo.parser import HloParseError, parse_file, parse_module, parse_shape
+from xla_harness.hlo.scan import scan_module
+from xla_harness.hlo.xla_oracle import compare
 
 BASE = """HloModule m
 

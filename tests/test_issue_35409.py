@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
-from harness.hlo.parser import parse_module
-from harness.hlo.tied import tied_summary
-from harness.programs import issue_35409
-from harness.programs.interface import TrainProgram, load_program
+from xla_harness.errors import HarnessError
+from xla_harness.hlo.parser import parse_module
+from xla_harness.hlo.tied import tied_summary
+from xla_harness.programs import issue_35409
+from xla_harness.programs.interface import TrainProgram, load_program
 
 # Small enough to compile in seconds on a CI core: D 32, V 1568, sequences 4 and 128.
 SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2))
@@ -113,9 +113,9 @@ def test_two_d_mesh_with_eight_host_devices():
     script = textwrap.dedent("""
         import json, sys
         import jax
-        from harness.programs import issue_35409
-        from harness.hlo.parser import parse_module
-        from harness.hlo.tied import tied_summary
+        from xla_harness.programs import issue_35409
+        from xla_harness.hlo.parser import parse_module
+        from xla_harness.hlo.tied import tied_summary
         out = {}
         for variant in ("baseline", "barrier"):
             program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), devices=8, variant=variant)

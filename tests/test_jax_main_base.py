@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.upstream.patchcheck import check_upstream
-from harness.upstream.series import load_series
+from xla_harness.upstream.patchcheck import check_upstream
+from xla_harness.upstream.series import load_series
 
 JAX_MAIN = Path(os.environ.get("XLA_HARNESS_JAX_MAIN", Path.home() / ".cache" / "xla-harness" / "jax-main"))
 

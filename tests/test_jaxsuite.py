@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.upstream import jaxsuite
-from harness.upstream.patchcheck import preimage_tree
+from xla_harness.errors import HarnessError
+from xla_harness.upstream import jaxsuite
+from xla_harness.upstream.patchcheck import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 P0002 = ROOT / "patches/jax/0002-tests-zero-cotangent-masking.patch"

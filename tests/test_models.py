@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
-from harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
+from xla_harness.errors import HarnessError
+from xla_harness.programs.tied_embedding import ModelConfig, init_params, loss_fn, make_batches
 
 from .helpers import TINY
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.stress import store as results
+from xla_harness.cli import main
+from xla_harness.stress import store as results
 
 from .helpers import TINY_ARGS
 
@@ -29,7 +29,7 @@ def _run_two_processes(out: Path, extra=()):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-    base = [sys.executable, "-m", "harness.cli", "stress", "--out", str(out), "--modes", "full",
+    base = [sys.executable, "-m", "xla_harness.cli", "stress", "--out", str(out), "--modes", "full",
             "--remat", "on", "--seeds", "1", "--steps", "4", "--block", "2", "--devices", "4", "--quiet",
             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--init-timeout", "120",
             *TINY_ARGS, *extra]
@@ -84,7 +84,7 @@ def test_merge_runs_from_several_hosts(tmp_path, capsys):
 def test_coordinator_that_never_comes_up(tmp_path):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "harness.cli", "stress", "--out", str(tmp_path / "o"),
+    res = subprocess.run([sys.executable, "-m", "xla_harness.cli", "stress", "--out", str(tmp_path / "o"),
                           "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
                           "--init-timeout", "2", "--devices", "2", "--steps", "1", *TINY_ARGS],
                          env=env, capture_output=True, text=True, timeout=120)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.hlo import alias
-from harness.hlo.parser import parse_module
-from harness.upstream.patchcheck import parse_patch, preimage_tree
-from harness.upstream.series import load_series
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.hlo import alias
+from xla_harness.hlo.parser import parse_module
+from xla_harness.upstream.patchcheck import parse_patch, preimage_tree
+from xla_harness.upstream.series import load_series
 
 from .helpers import git_am
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import jax
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.programs.interface import TrainProgram, load_program
-from harness.stress import stats
-from harness.stress import store as results
-from harness.stress.runner import (
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.programs.interface import TrainProgram, load_program
+from xla_harness.stress import stats
+from xla_harness.stress import store as results
+from xla_harness.stress.runner import (
     StressSpec,
     check_same_program,
     fingerprint,
@@ -46,7 +46,7 @@ def _poisoned(path, seed, steps):
 
 def _cli(*args, env_extra=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "xla_harness.cli", *args], env=env, capture_output=True, text=True,
                           timeout=900)
 
 
@@ -94,7 +94,7 @@ def test_a_different_compiled_step_is_refused():
 USER_LOOP = '''
 import sys
 import jax
-from harness.programs.interface import load_program
+from xla_harness.programs.interface import load_program
 prog = load_program("tied-embedding", mode="full", remat=True, **{TINY!r})
 step = jax.jit(prog.step, donate_argnums=(0, 1))
 p, o = prog.init(jax.random.key(1))

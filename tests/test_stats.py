@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.stress import stats
+from xla_harness.errors import HarnessError
+from xla_harness.stress import stats
 
 
 def test_wilson_matches_textbook_values():

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.stress import records, report
-from harness.stress import store as results
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.stress import records, report
+from xla_harness.stress import store as results
 
 from .bad_input_cases import GOOD, RUN_ARGS, SPEC, block, header, lines
 from .helpers import TINY_ARGS
@@ -42,7 +42,7 @@ def test_fingerprint_ignores_which_trials_and_tracks_what_a_step_computes():
 
 
 def test_records_round_trip_and_one_label_function():
-    from harness.programs.tied_embedding import ModelConfig
+    from xla_harness.programs.tied_embedding import ModelConfig
 
     for raw in GOOD.splitlines():
         rec = records.parse_line(raw)
@@ -155,7 +155,7 @@ def test_two_real_writers_on_one_out(tmp_path):
     matrix = ["--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "1000000", "--block", "1", "--quiet",
               *TINY_ARGS]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "harness.cli", "stress", "--out", str(out)]
+    cmd = [sys.executable, "-m", "xla_harness.cli", "stress", "--out", str(out)]
     first = subprocess.Popen([*cmd, *matrix], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p = out / "stress.jsonl"
     deadline = time.monotonic() + 300

@@ -7,10 +7,10 @@ import jax
 import numpy as np
 import pytest
 
-from harness.cli import main
-from harness.stress import report, stats
-from harness.stress import store as results
-from harness.stress.runner import (
+from xla_harness.cli import main
+from xla_harness.stress import report, stats
+from xla_harness.stress import store as results
+from xla_harness.stress.runner import (
     StressSpec,
     compare_update,
     initial_state,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.errors import HarnessError
-from harness.stress import records, report, stats
-from harness.stress import store as results
-from harness.stress.runner import StressSpec
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.stress import records, report, stats
+from xla_harness.stress import store as results
+from xla_harness.stress.runner import StressSpec
 
 from .helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS
 
@@ -141,7 +141,7 @@ def test_issue_35409_preset_variants_from_the_cli(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     names = "baseline,barrier,onehot,sumgrad,xla-no-fusion"
     res = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "stress", "--program", "issue-35409",
+        [sys.executable, "-m", "xla_harness.cli", "stress", "--program", "issue-35409",
          "--program-option", "scale=0.015625", "--program-option", "seq_scale=0.125",
          "--program-option", "layers=(1, 2)", "--program-option", "lr=0.001", "--variants", names,
          "--seeds", "1", "--steps", "4", "--out", str(tmp_path / "o"), "--json", "--quiet"],
@@ -163,10 +163,10 @@ def test_builtin_variants_change_the_compiled_step_as_intended(name):
     gradient onto the dense gradient of W; barrier/sumgrad only into fresh zeros; onehot not at all."""
     import jax
 
-    from harness.hlo.parser import parse_module
-    from harness.hlo.tied import tied_summary
-    from harness.programs import tied_embedding
-    from harness.programs.variants import variant_program
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.tied import tied_summary
+    from xla_harness.programs import tied_embedding
+    from xla_harness.programs.variants import variant_program
 
     def summary(variant):
         prog = variant_program(tied_embedding.program, variant, **TINY)

@@ -1,11 +1,11 @@
-"""harness.hlo.tied on hand-written HLO: where a W-shaped scatter's in-place buffer comes from."""
+"""xla_harness.hlo.tied on hand-written HLO: where a W-shaped scatter's in-place buffer comes from."""
 
 from pathlib import Path
 
 import pytest
 
-from harness.hlo.parser import parse_module
-from harness.hlo.tied import tied_summary
+from xla_harness.hlo.parser import parse_module
+from xla_harness.hlo.tied import tied_summary
 
 HLO = Path(__file__).parent / "hlo"
 

@@ -4,11 +4,11 @@ import jax
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
-from harness.hlo.parser import parse_module
-from harness.hlo.tied import tied_summary
-from harness.programs import issue_35409, variants
-from harness.programs.variants import variant_program
+from xla_harness.errors import HarnessError
+from xla_harness.hlo.parser import parse_module
+from xla_harness.hlo.tied import tied_summary
+from xla_harness.programs import issue_35409, variants
+from xla_harness.programs.variants import variant_program
 
 # lr 1e-3 (not the report's 1e-6) so that a gradient path lost by a variant moves W visibly.
 SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), lr=1e-3)

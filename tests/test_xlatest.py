@@ -1,4 +1,4 @@
-"""make xla-test / xla-mutants: the pure planning of harness.upstream.xlatest, and the
+"""make xla-test / xla-mutants: the pure planning of xla_harness.upstream.xlatest, and the
 edges that need no XLA tree (CI has none; the real runs are logged under results/xla/)."""
 
 import os
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.upstream import xlatest
-from harness.upstream.patchcheck import preimage_tree
-from harness.upstream.series import load_series
+from xla_harness.errors import HarnessError
+from xla_harness.upstream import xlatest
+from xla_harness.upstream.patchcheck import preimage_tree
+from xla_harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 SERIES = load_series()
@@ -182,8 +182,8 @@ def _make(*args: str) -> subprocess.CompletedProcess:
 def test_make_test_prints_not_checked_for_xla_without_xla_src():
     # `make test` (what CI runs) has xla-test and xla-mutants as prerequisites, before the suite
     plan = _make("-n", "test").stdout.splitlines()
-    xla_test = next(i for i, line in enumerate(plan) if "harness.upstream.xlatest test" in line)
-    mutants = next(i for i, line in enumerate(plan) if "harness.upstream.xlatest mutants" in line)
+    xla_test = next(i for i, line in enumerate(plan) if "xla_harness.upstream.xlatest test" in line)
+    mutants = next(i for i, line in enumerate(plan) if "xla_harness.upstream.xlatest mutants" in line)
     suite = next(i for i, line in enumerate(plan) if line.strip().endswith("-m pytest -q"))
     assert xla_test < suite and mutants < suite
     assert "--xla-src" not in plan[xla_test] + plan[mutants]

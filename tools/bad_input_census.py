@@ -41,7 +41,7 @@ def _child(case: Case, tmp: Path, err_path: Path, mem_bytes: int) -> None:
             spec.loader.exec_module(mod)
             main = getattr(mod, "entry", None) or mod.main
         else:
-            from harness.cli import main
+            from xla_harness.cli import main
         code = main(case.args(tmp))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -80,9 +80,9 @@ def extract(git_dir: str, rev: str, out: Path) -> int:
 def _verdict_row(name: str, text: str) -> dict:
     """One module: our and XLA's verdict on it and on XLA's reprint of it; every module ours
     accepts is also scanned (a scanner exception counts as a crash of ours)."""
-    from harness.hlo.parser import parse_module
-    from harness.hlo.scan import scan
-    from harness.hlo.xla_oracle import compare
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.scan import scan
+    from xla_harness.hlo.xla_oracle import compare
 
     row: dict = {"name": name}
     for key, body in (("written", text), ("reprint", None)):
@@ -157,8 +157,8 @@ def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
 
 
 def _ours_only(path: Path) -> str:
-    from harness.hlo.parser import HloParseError, parse_module
-    from harness.hlo.scan import scan
+    from xla_harness.hlo.parser import HloParseError, parse_module
+    from xla_harness.hlo.scan import scan
 
     try:
         scan(parse_module(path.read_text(encoding="utf-8", errors="replace"), path.name))

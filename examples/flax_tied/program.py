@@ -8,7 +8,7 @@ jits: ``nnx.merge`` the parameters into the model, ``jax.value_and_grad`` the lo
 Run it through the harness with ``--program examples/flax_tied/program.py:program`` (needs the
 ``flax`` extra: ``pip install -e '.[flax]'``). ``make_program(**sizes)`` builds other sizes, and
 ``make_program(variant="barrier")`` (or ``onehot``, ``sumgrad``) the same model with a workaround
-of :mod:`harness.programs.variants` written into its two uses of the table.
+of :mod:`xla_harness.programs.variants` written into its two uses of the table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from harness.programs.interface import TrainProgram, step_from_loss
+from xla_harness.programs.interface import TrainProgram, step_from_loss
 
 
 class Block(nnx.Module):
@@ -53,7 +53,7 @@ class TiedLM(nnx.Module):
     def __call__(self, tokens, ops=None):
         if ops is None:
             x = self.embed(tokens)  # lookup: gather from the table
-        else:  # a workaround variant (harness.programs.variants) writes the two uses of the table
+        else:  # a workaround variant (xla_harness.programs.variants) writes the two uses of the table
             w_lookup, w_out = ops.split(self.embed.embedding[...])
             x = ops.lookup(w_lookup, tokens)
         for block in self.blocks:
@@ -65,9 +65,9 @@ class TiedLM(nnx.Module):
 
 def make_program(vocab: int = 512, d_model: int = 64, heads: int = 4, ffn: int = 256, layers: int = 2,
                  batch: int = 8, seq: int = 32, lr: float = 1e-3, variant: str | None = None) -> TrainProgram:
-    """The program; ``variant`` names a workaround of :mod:`harness.programs.variants` (None: the
+    """The program; ``variant`` names a workaround of :mod:`xla_harness.programs.variants` (None: the
     model as written, with ``nnx.Embed.__call__`` and ``nnx.Embed.attend``)."""
-    from harness.programs import variants
+    from xla_harness.programs import variants
 
     ops = None if variant is None else variants.tied_ops(variant)
     sizes = dict(vocab=vocab, d_model=d_model, heads=heads, ffn=ffn, layers=layers)

@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from harness.gradcheck import cross
-from harness.gradcheck.cases import REGISTRY, by_name
-from harness.gradcheck.tf_oplib.build import PATCH, added_lines
+from xla_harness.gradcheck import cross
+from xla_harness.gradcheck.cases import REGISTRY, by_name
+from xla_harness.gradcheck.tf_oplib.build import PATCH, added_lines
 
 pytestmark = pytest.mark.skipif(not os.environ.get("XLA_HARNESS_FRAMEWORKS_VENV"),
                                 reason="run by `make frameworks-test` in .venv-frameworks")
@@ -23,7 +23,7 @@ CASES = by_name()
 
 
 def _tf(name, mode):
-    from harness.gradcheck.frameworks import tf_adapter
+    from xla_harness.gradcheck.frameworks import tf_adapter
 
     case = CASES[name]
     return tf_adapter.gradient(case, mode, np.asarray(case.points))
@@ -43,7 +43,7 @@ def test_the_reported_tf_table_is_reproduced():
 
 
 def test_mlx_leaks_and_3633_no_longer_reproduces():
-    from harness.gradcheck.frameworks import mlx_adapter
+    from xla_harness.gradcheck.frameworks import mlx_adapter
 
     case = CASES["where_sqrt"]
     for mode in mlx_adapter.MODES:
@@ -64,7 +64,7 @@ def test_loops_and_selects_are_right_in_every_mode():
 def test_patched_lowering_equals_eager_on_every_tf_case():
     """tf:jit_patched (the patch's tf2xla lowerings inside TF 2.21.0) == tf eager on the
     registry; the dead-branch points bitwise (0, not NaN)."""
-    from harness.gradcheck.frameworks import Unsupported, tf_adapter
+    from xla_harness.gradcheck.frameworks import Unsupported, tf_adapter
 
     assert tf_adapter.PATCHED_MODE in tf_adapter.modes()
     compared, fixed = 0, []
@@ -124,7 +124,7 @@ def test_patch_tests_pass_on_eager_and_patched_xla_and_fail_on_stock_xla(mode, p
     from tensorflow.python.framework import dtypes
     from tensorflow.python.ops import gen_math_ops
 
-    from harness.gradcheck.frameworks import tf_adapter
+    from xla_harness.gradcheck.frameworks import tf_adapter
 
     lib = tf_adapter.oplib()
     ops = ({"sqrt_grad": lib.harness_sqrt_grad, "rsqrt_grad": lib.harness_rsqrt_grad,
@@ -140,7 +140,7 @@ def test_patch_tests_pass_on_eager_and_patched_xla_and_fail_on_stock_xla(mode, p
 
 def test_cli_table_names_the_disagreeing_modes():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    res = subprocess.run([sys.executable, "-m", "harness.cli", "gradcheck", "--framework", "jax,tf,mlx",
+    res = subprocess.run([sys.executable, "-m", "xla_harness.cli", "gradcheck", "--framework", "jax,tf,mlx",
                           "--cases", "where_sqrt,select_const_branch_mlx3633"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 1, res.stderr

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.gradcheck import check
-from harness.gradcheck.cases import REGISTRY
+from xla_harness.gradcheck import check
+from xla_harness.gradcheck.cases import REGISTRY
 
 VARIANT = os.environ.get("XLA_HARNESS_JAX_VARIANT")
 STOCK = os.environ.get("XLA_HARNESS_STOCK_GRADS", "")

@@ -1,0 +1,144 @@
+"""Command-line entry point: parse arguments, call library functions, map errors to exit codes.
+
+Each subcommand lives in its own module exposing ``NAME``, ``HELP``, ``add_arguments(parser)``
+and ``run(args) -> int``; this file only wires them together. Exit codes:
+0 success, 1 the check found a problem (non-finite updates, hazards, wrong gradients),
+2 bad input or usage (and, from the last-resort handler, any error the harness did not
+foresee: one ``error: internal: ...`` line, the traceback only with ``--debug``),
+130/143 interrupted by SIGINT/SIGTERM, 141 stdout closed by its reader (``report | head``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+
+# (subcommand module) in the order shown by --help.
+SUBCOMMANDS = (
+    "xla_harness.commands.stress",
+    "xla_harness.commands.report",
+    "xla_harness.commands.compare",
+    "xla_harness.commands.merge",
+    "xla_harness.commands.scan",
+    "xla_harness.commands.patches_check",
+    "xla_harness.commands.pr",
+    "xla_harness.commands.gradcheck",
+    "xla_harness.commands.bisect_passes",
+    "xla_harness.commands.bundle",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one ``error:`` line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="xla-harness",
+        description=(
+            "Reproduce and localise intermittent non-finite (NaN/Inf) updates under XLA: "
+            "stress-train tied-embedding models, scan compiled HLO for in-place fusions that "
+            "read through a data-moving transpose/reshape, and check gradients."
+        ),
+        epilog="Exit codes: 0 ok, 1 problem found, 2 bad input or an internal error, 130/143 interrupted, "
+               "141 output pipe closed.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for modname in SUBCOMMANDS:
+        mod = importlib.import_module(modname)
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse FIFOs, sockets and devices named on the command line: reading one can block forever."""
+    for value in vars(args).values():
+        for p in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(p, Path) and p.exists() and not (p.is_file() or p.is_dir()):
+                raise HarnessError(f"{p} is not a regular file or folder")
+
+
+def last_resort(exc: BaseException, debug: bool) -> int:
+    """One ``error:`` line (and exit 2) for an exception no part of the harness mapped."""
+    if debug:
+        traceback.print_exception(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        msg = f"input is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    elif isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        msg = f"{where}{exc.strerror or exc}"
+    elif isinstance(exc, RecursionError):
+        msg = "input nested too deeply to process"
+    elif isinstance(exc, MemoryError):
+        msg = "out of memory"
+    else:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        msg = f"internal: {type(exc).__name__}" + (f": {first}" if first else "") + \
+            ("" if debug else " (run with --debug for the traceback)")
+    sys.stderr.write(f"error: {msg}\n")
+    return 2
+
+
+def quiet_broken_pipe() -> int:
+    """stdout closed by the reader (``report | head``): stop quietly; 141 is 128 + SIGPIPE."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
+def guarded(entry: Callable[[list[str]], int], argv: list[str] | None = None, strip_debug: bool = False) -> int:
+    """Run an entry point's main under the last-resort handler (``--debug`` shows tracebacks)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    if strip_debug:
+        argv = [a for a in argv if a != "--debug"]
+    try:
+        return entry(argv)
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback, never exit 1
+        return last_resort(exc, debug)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already reported)
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        _check_paths(args)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler
+        return code
+    except HarnessError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

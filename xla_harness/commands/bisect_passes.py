@@ -1,0 +1,110 @@
+"""xla-harness bisect-passes: which compiler passes must be disabled for the failure to go?"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+
+NAME = "bisect-passes"
+HELP = "delta-debug over --xla_disable_hlo_passes to a minimal set whose disabling removes the failure"
+DESCRIPTION = """\
+List the passes the compiler runs on the program (a real pass dump), then shrink the set
+of disabled passes (delta debugging) to a 1-minimal one that removes the failure.
+
+Oracles:
+  --oracle stress  the configuration produces non-finite updates (rate > 0). A baseline
+                   run measures the rate p; each probe then runs runs_needed(p, 0.95) steps
+                   (if the failure were still there, zero failures in that many steps has
+                   probability <= 5%) and stops at the first non-finite step.
+  --oracle hlo     a property of the compiled HLO (--property multi-op-fusion,
+                   scatter-root-fusion or regex:<pattern>): deterministic, one compile per probe.
+
+Each probe runs in a fresh process with the disabled set as a compile option (the result
+prints the equivalent XLA_FLAGS / LIBTPU_INIT_ARGS flag); a compiler crash under a set
+counts as "failure not removed". Probes are logged to OUT/bisect.jsonl; --resume reuses them.
+The log's first line names the task; --resume refuses a log of another task. Before any
+search a baseline probe with nothing disabled must show the failure (--oracle hlo; for
+--oracle stress the baseline run does). Exit 0 with the minimal set; 2 if the configuration
+does not fail or the input is bad.
+"""
+
+
+def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
+    p.add_argument("--oracle", choices=["stress", "hlo"], default="stress")
+    p.add_argument("--property", default="scatter-root-fusion", help="HLO property for --oracle hlo")
+    flags.add_program_arguments(p)  # plus "small": a tiny elementwise+dot function, for checks
+    flags.add_single_config_arguments(p)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--baseline-steps", type=int, default=200, help="steps of the baseline run (stress)")
+    p.add_argument("--inject-pass", metavar="PASS", help="plant faults while PASS is enabled (test oracle)")
+    p.add_argument("--inject-rate", type=float, default=0.3, help="rate of --inject-pass faults")
+    p.add_argument("--passes", help="comma-separated candidate passes (default: all from the pass dump)")
+    p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
+    p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
+    p.add_argument("--quiet", action="store_true")
+    flags.add_model_arguments(p)
+
+
+def _check_args(args) -> None:
+    """Flag values that would otherwise fail only after minutes of probing."""
+    if not 0.0 <= args.inject_rate <= 1.0:
+        raise HarnessError(f"--inject-rate must be in [0, 1], got {args.inject_rate}")
+    if args.baseline_steps <= 0:
+        raise HarnessError(f"--baseline-steps must be a positive integer, got {args.baseline_steps}")
+    if args.passes is not None and not [q for q in args.passes.split(",") if q.strip()]:
+        raise HarnessError("--passes lists no pass")
+    if args.out.exists() and not args.out.is_dir():
+        raise HarnessError(f"--out {args.out} is not a folder")
+
+
+def run(args) -> int:
+    from xla_harness.commands import flags
+    from xla_harness.repro import bisect
+
+    _check_args(args)
+    options = {} if args.program == "small" else flags.program_options(args)
+    if args.program not in ("small", flags.BUILTIN) and ":" in args.program:
+        path, _, attr = args.program.rpartition(":")
+        if path.endswith(".py"):  # the probe runs in a fresh process, possibly elsewhere: absolute path
+            args.program = f"{Path(path).resolve()}:{attr}"
+    task = {"program": args.program, "options": options, "oracle": args.oracle, "property": args.property,
+            "seed": args.seed}
+    if args.oracle == "hlo":
+        bisect.count_property("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n", args.property)
+    if args.inject_pass:
+        if args.oracle != "stress":
+            raise HarnessError("--inject-pass goes with --oracle stress")
+        task["inject"] = [args.inject_pass, args.inject_rate]
+    log = bisect.ProbeLog(args.out / "bisect.jsonl", args.resume, task=dict(task))
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(line + "\n")
+
+    oracle = bisect.SubprocessOracle(task)
+    say("listing passes (pass dump of the program on this backend)...")
+    passes = oracle.passes()
+    if args.passes:
+        wanted = [q.strip() for q in args.passes.split(",") if q.strip()]
+        unknown = [q for q in wanted if q not in passes]
+        if unknown:
+            raise HarnessError(f"pass {unknown[0]!r} does not change this program (not in its pass dump)")
+        passes = wanted
+    say(f"{len(passes)} candidate passes")
+    baseline, per_probe = "", None
+    if args.oracle == "stress":
+        k, n = oracle.baseline(args.baseline_steps)
+        per_probe = bisect.steps_for_rate(k, n)  # raises when the configuration does not fail
+        baseline = f"{k}/{n} non-finite steps with all passes enabled"
+        say(f"baseline: {baseline}; each probe runs up to {per_probe} steps (95% confidence)")
+        oracle.task["steps"] = per_probe
+        log.record("baseline", nonfinite=k, steps=n, steps_per_probe=per_probe)
+    result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe)
+    print(f"minimal set of passes whose disabling removes the failure: {', '.join(result.minimal)}")
+    print(f"reproduce with XLA_FLAGS={result.flag()}  (on TPU: LIBTPU_INIT_ARGS={result.flag()})")
+    print(f"{result.probes} new probe(s)" + (f", up to {per_probe} steps each; {baseline}" if per_probe else ""))
+    return 0

@@ -1,0 +1,83 @@
+"""xla-harness bundle: a repro bundle for upstream, and --check to re-run one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAME = "bundle"
+HELP = "write a repro bundle (env, config, HLO + buffer assignment, findings, stress, repro.py) or --check one"
+DESCRIPTION = """\
+Write FILE.tar.gz with: env.json (versions, device kinds, topology, XLA_*/LIBTPU_*/JAX_*/TPU_*
+variables only), config.json, the optimized HLO and buffer assignment of the training step
+(from --dump DIR, else compiled here with a dump), the scanner's findings on it, the stress
+results (--results DIR, else a run of --seeds x --steps here), bisect.jsonl (--bisect DIR),
+and a standalone repro.py (jax + numpy only for the built-in; a user's --program is bundled
+as source under program/ and repro.py loads it) with the output it gave when bundled.
+
+--check FILE never runs code from the archive (a user's program only with --run-program).
+It proves: the files are those the manifest names (sha256 of each); repro.py is this
+harness's own copy (or says it is not); findings.json equals a fresh scan of the bundled HLO
+and stress/table.txt the table of the bundled rows; config.json is valid; and this harness's
+repro.py, run on that config here (killed with its process group after --timeout seconds),
+gives the bundled non-finite counts and losses. It does not prove env.json (where the bundle
+was made) beyond its sha256 in the manifest, which whoever made the bundle could rewrite.
+Exit 0: all same; 1: something differs; 2: unreadable.
+"""
+
+
+def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
+    p.add_argument("--out", type=Path, help="bundle to write (FILE.tar.gz)")
+    p.add_argument("--check", type=Path, metavar="FILE", help="verify a bundle and re-run the harness's repro.py on it")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="--check: seconds the re-run may take before it is killed (default 1800)")
+    p.add_argument("--run-program", action="store_true",
+                   help="--check of a user program's bundle: also run the program in its program/ folder "
+                        "(code from the archive: read it first)")
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1,))
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--dump", type=Path, help="XLA dump folder with the step's optimized HLO and buffer assignment")
+    p.add_argument("--results", type=Path, help="stress results folder to include")
+    p.add_argument("--bisect", type=Path, help="bisect-passes output folder to include")
+    flags.add_model_arguments(p)
+
+
+def _check_inputs(args) -> None:
+    """Inputs that would otherwise fail only after the step has been compiled."""
+    from xla_harness.errors import HarnessError
+
+    if args.out.exists():
+        raise HarnessError(f"{args.out} already exists; choose another --out")
+    for flag, folder in (("--dump", args.dump), ("--results", args.results), ("--bisect", args.bisect)):
+        if folder is not None and not folder.is_dir():
+            raise HarnessError(f"{flag} {folder} is not a folder")
+    if args.results is not None:
+        from xla_harness.stress import report
+
+        report.load_table([args.results])  # validates every results line
+
+
+def run(args) -> int:
+    from xla_harness.errors import HarnessError
+    from xla_harness.repro import bundle
+
+    if args.check:
+        if not args.timeout > 0:
+            raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+        same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program)
+        print("\n".join(lines))
+        return 0 if same else 1
+    if not args.out:
+        raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
+    _check_inputs(args)
+    if args.steps <= 0:
+        raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
+    from xla_harness.commands import flags
+
+    out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
+                             dump=args.dump, results_dir=args.results, bisect_dir=args.bisect)
+    print(out)
+    return 0

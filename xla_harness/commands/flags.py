@@ -1,0 +1,109 @@
+"""Flags shared by several subcommands, each declared once here."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+
+from xla_harness.errors import HarnessError
+
+BUILTIN = "tied-embedding"
+
+
+def csv(kind: str, conv):
+    """argparse type: a non-empty comma-separated list converted by ``conv``."""
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"empty {kind} list")
+        try:
+            values = tuple(conv(t) for t in items)
+        except (ValueError, KeyError):
+            raise argparse.ArgumentTypeError(f"invalid {kind} list {text!r}") from None
+        for i, v in enumerate(values):
+            if v in values[:i]:
+                raise argparse.ArgumentTypeError(f"{kind} {items[i]!r} is listed twice in {text!r}")
+        return values
+    return parse
+
+
+def onoff(t: str) -> bool:
+    return {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}[t.lower()]
+
+
+def positive(t: str) -> int:
+    try:
+        v = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def rate(t: str) -> float:
+    try:
+        v = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {t!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {v}")
+    return v
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        parsed = value
+    return key.strip(), parsed
+
+
+def add_program_arguments(p: argparse.ArgumentParser) -> None:
+    """--program and --program-option: which TrainProgram a command works on."""
+    g = p.add_argument_group("program (see xla_harness/programs/interface.py)")
+    g.add_argument("--program", default=BUILTIN, metavar="PROGRAM",
+                   help="the training program: a built-in (tied-embedding, the default), FILE.py:NAME or "
+                        "MODULE:NAME naming a TrainProgram or a function returning one")
+    g.add_argument("--program-option", type=_option, action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument for a program factory (repeatable; VALUE is a Python literal "
+                        "or a string); the built-in takes its options from the model flags instead")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("built-in tied-embedding model size")
+    g.add_argument("--vocab", type=positive, default=256, help="vocabulary size V (default 256)")
+    g.add_argument("--d-model", type=positive, default=64, help="model width D (default 64)")
+    g.add_argument("--layers", type=positive, default=2, help="decoder layers (default 2)")
+    g.add_argument("--heads", type=positive, default=4, help="attention heads (default 4)")
+    g.add_argument("--seq", type=positive, default=16, help="sequence length of batch A; batch B is 2x (default 16)")
+    g.add_argument("--batch", type=positive, default=8, help="batch size (default 8)")
+    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+
+
+def add_single_config_arguments(p: argparse.ArgumentParser) -> None:
+    """One configuration of the built-in (commands that compile one program)."""
+    p.add_argument("--mode", default="full", help="built-in model mode: full, sparse_only, dense_only (default full)")
+    p.add_argument("--remat", choices=["on", "off"], default="on", help="built-in model remat (default on)")
+    p.add_argument("--dtype", default="f32", help="built-in model dtype: f32 or bf16 (default f32)")
+
+
+def model_options(args, **fixed) -> dict:
+    """The built-in's keyword options from the model flags."""
+    return {"vocab": args.vocab, "d_model": args.d_model, "layers": args.layers, "heads": args.heads,
+            "seq": args.seq, "batch": args.batch, "learning_rate": args.lr, **fixed}
+
+
+def program_options(args) -> dict:
+    """Keyword options for the program of a single-configuration command."""
+    if args.program == BUILTIN:
+        if args.program_option:
+            raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
+        opts = model_options(args, mode=args.mode, remat=args.remat == "on", dtype=args.dtype)
+        if getattr(args, "devices", 1) > 1:
+            opts["devices"] = args.devices
+        return opts
+    return dict(args.program_option)

@@ -1,0 +1,37 @@
+"""xla-harness pr: prepare an upstream PR bundle (mbox, description, checklist)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAME = "pr"
+HELP = "prepare out/pr/<target>/: series.mbox, PR.md, CHECKLIST.md from series.toml and results/"
+DESCRIPTION = """\
+Write the default patches of TARGET as an mbox (git format-patch layout, for `git am`),
+a PR description generated from series.toml, the patches' commit messages and the
+evidence under results/ (scanner findings, stress tables with environment lines), and the
+upstream contribution checklist. Missing evidence is stated as missing.
+"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--target", required=True, choices=["xla", "jax", "tensorflow"], help="upstream")
+    p.add_argument("--out", type=Path, help="output folder (default out/pr/<target>)")
+    p.add_argument("--series-file", type=Path, help="series.toml (default patches/series.toml)")
+    p.add_argument("--results", type=Path, help="results folder (default results/)")
+
+
+def run(args) -> int:
+    from xla_harness.upstream.pr import build_bundle
+    from xla_harness.upstream.series import load_series
+
+    if args.results is not None and not args.results.is_dir():
+        from xla_harness.errors import HarnessError
+
+        raise HarnessError(f"--results {args.results} is not a folder")
+    series = load_series(args.series_file)
+    out = args.out or Path("out/pr") / args.target
+    bundle = build_bundle(series, args.target, out, args.results)
+    for f in bundle.files:
+        print(f)
+    return 0

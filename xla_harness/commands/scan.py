@@ -1,0 +1,177 @@
+"""xla-harness scan: find in-place fusions that read their operand through a data-moving
+transpose or reshape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+
+NAME = "scan"
+HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
+DESCRIPTION = """\
+Scan HLO text (a file, or a --xla_dump_to directory) or, with --model, a program's training
+step compiled on the current backend exactly as a plain jax.jit of it (the user's step,
+unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and
+classify every in-place fusion output (scatter, dynamic-update-slice,
+annotated aliasing) under three tracing policies:
+
+  aliased                 stock XLA, the as-reported patch and the layout-aware patch all
+                          pair the output with its fusion parameter;
+  layout-preserving-miss  stock XLA misses the pair, but the transpose/reshape on the way
+                          is a bitcast under its layouts (safe to trace through);
+  hazard                  only the as-reported patch (any transpose/reshape) pairs it: the
+                          op on the way moves data, so an in-place write would overwrite
+                          what it still reads.
+
+Directories: *after_optimizations.txt files are scanned, each with its
+*-buffer-assignment.txt when present (reported: do the hazard's output and source share an
+allocation?). Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
+
+Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-moving-producer,
+2 a usage or parse error (bad files are reported one line each; the others are still scanned).
+"""
+
+
+def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
+    # str, not Path: scan isolates each bad file itself (FIFOs and devices included: one error line
+    # each, the other files still scanned) rather than the CLI refusing the whole command.
+    p.add_argument("paths", nargs="*", type=str, metavar="PATH", help="HLO text file or dump directory")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu", "tpu", "unknown"],
+                   help="whose alias rules count as stock (default: read from the dump)")
+    p.add_argument("--model", nargs="?", const=True, default=None, metavar="PROGRAM",
+                   help="compile the step of --program (or of PROGRAM given here) on the current backend and "
+                        "scan it")
+    flags.add_program_arguments(p)
+    flags.add_single_config_arguments(p)
+    p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
+    p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
+    flags.add_model_arguments(p)
+
+
+def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
+    files = sorted(p for p in d.rglob("*after_optimizations.txt") if p.is_file())  # not FIFOs: they block
+    if files:
+        out = []
+        for f in files:
+            ba = f.with_name(f.name[:-len(".txt")] + "-buffer-assignment.txt")
+            out.append((f, ba if ba.exists() else None))
+        return out
+    cands = sorted(p for p in d.rglob("*") if p.suffix in (".txt", ".hlo") and p.is_file())
+    out = []
+    for f in cands:
+        try:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                head = fh.read(4096).lstrip()
+        except OSError:
+            continue
+        if head.startswith("HloModule"):
+            out.append((f, None))
+    if not out:
+        raise HarnessError(f"{d}: directory holds no HLO text (*after_optimizations.txt, or *.txt/*.hlo "
+                           "starting with 'HloModule')")
+    return out
+
+
+def _model_text(args) -> tuple[str, str, str]:
+    from xla_harness.commands import flags
+    from xla_harness.commands.stress import ensure_host_devices
+
+    if isinstance(args.model, str):
+        args.program = args.model
+    ensure_host_devices(args.devices)
+    import jax
+
+    from xla_harness.stress.runner import compile_train_step
+
+    options = flags.program_options(args)
+    text = compile_train_step(options, program=args.program).as_text()
+    if args.save_hlo:
+        try:
+            args.save_hlo.parent.mkdir(parents=True, exist_ok=True)
+            args.save_hlo.write_text(text)
+        except OSError as exc:
+            raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
+    backend = jax.default_backend()
+    known = backend if backend in ("cpu", "gpu", "tpu") else "unknown"
+    what = f"{options['mode']}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
+    return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {backend}>", known
+
+
+def _collect_targets(paths: list[Path]) -> tuple[list[tuple[Path, Path | None]], int]:
+    targets: list[tuple[Path, Path | None]] = []
+    errors = 0
+    for p in paths:
+        try:
+            if p.is_dir():
+                targets.extend(_dir_targets(p))
+            elif p.exists():
+                targets.append((p, None))
+            else:
+                raise HarnessError(f"{p}: no such file or directory")
+        except HarnessError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            errors += 1
+    return targets, errors
+
+
+def _scan_one(path: Path, ba_path: Path | None, backend: str):
+    """(module, findings, decisions, backend, buffer assignment) of one file; HarnessError when bad."""
+    from xla_harness.hlo import buffers
+    from xla_harness.hlo.parser import parse_file
+    from xla_harness.hlo.scan import detect_backend, scan
+
+    mod = parse_file(path)
+    ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
+    if backend == "auto":
+        backend = detect_backend(mod, str(path))
+    findings, decisions, backend = scan(mod, backend)
+    return mod, findings, decisions, backend, ba
+
+
+def run(args) -> int:
+    from xla_harness.hlo import buffers
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.scan import format_findings, module_json, scan
+
+    if not args.paths and not args.model:
+        raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
+    targets, errors = _collect_targets([Path(p) for p in args.paths])
+    scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
+    for path, ba_path in targets:
+        try:
+            scanned.append(_scan_one(path, ba_path, args.backend))
+        except HarnessError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            errors += 1
+        except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not stop the scan
+            sys.stderr.write(f"error: {path}:1: could not be scanned ({type(exc).__name__}: {exc})\n")
+            errors += 1
+    if args.model:
+        text, label, model_backend = _model_text(args)
+        mod = parse_module(text, label)
+        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend), None))
+    hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
+    n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
+    if args.json:
+        print(json.dumps({"modules": [module_json(m, fs, ds, be) for m, fs, ds, be, _ in scanned]}, indent=2))
+    else:
+        for m, fs, ds, be, ba in scanned:
+            print(format_findings(m, fs, show_aliased=args.all, decisions=ds, backend=be))
+            if ba is not None:
+                for f in fs:
+                    if f.cls == "hazard" and f.source:
+                        print("  buffers: " + buffers.compare(ba, f.fusion, tuple(f.output_index),
+                                                             f.source).sentence())
+        print(f"scanned {len(scanned)} module(s): {hazards} hazard(s), {n_decisions} "
+              "scatter-fused-with-data-moving-producer"
+              + (f", {errors} file(s) could not be read" if errors else ""))
+    if errors:
+        return 2
+    return 1 if hazards or n_decisions else 0

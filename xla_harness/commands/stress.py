@@ -1,0 +1,296 @@
+"""xla-harness stress: run the tied-embedding stress matrix and print the table."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from xla_harness.commands import flags
+from xla_harness.errors import HarnessError
+
+PROTOCOLS = ("train", "frozen")
+INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
+
+NAME = "stress"
+HELP = "call a training step again and again (yours with --program) and count non-finite steps"
+DESCRIPTION = """\
+Run a program's training step (--program FILE.py:NAME, MODULE:NAME, or the built-in
+tied-embedding family for every (mode, remat) configuration) for every seed, compiled
+exactly as a plain jax.jit of it (the fingerprint printed first proves it), check its
+outputs in a separate jitted checker (loss, new parameters, new optimizer state, grads and
+updates when exposed) and print a table of non-finite steps per configuration with the
+one-sided exact 95% upper bound and the spread between seeds.
+
+Protocols: train (a trajectory; a non-finite step is rolled back, parameters and optimizer
+state, so every step is one trial) and frozen (the reporter's: identical inputs every call).
+Built-in modes: full (lookup and output projection both differentiate the tied matrix W),
+sparse_only (untied output matrix), dense_only (lookup under stop_gradient).
+
+Workaround variants (--variants baseline,barrier,onehot,sumgrad,xla-no-fusion) multiply
+the matrix: each variant is compiled separately in the same run and every row is
+compared with the baseline row of its configuration (two-sided Fisher exact p, and the
+largest relative loss difference at the same seed and step).
+
+Results are appended to OUT/stress.jsonl (flushed and fsynced per block of --block
+steps); --resume continues an interrupted run without repeating or skipping steps.
+SIGINT/SIGTERM flush, print the partial table and exit 130/143.
+
+On CPU and GPU a zero count is the expected outcome for the stock compiler: the
+reported failure (jax-ml/jax#35409) was seen on TPU v6e, whose compiler is in libtpu.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    flags.add_program_arguments(p)
+    p.add_argument("--protocol", choices=PROTOCOLS, default="train",
+                   help="train: a trajectory (new batch each step, donated state, a non-finite step is "
+                        "rolled back, params and optimizer state); frozen: the same params, optimizer "
+                        "state and batch on every call, no donation, each call an independent trial "
+                        "(default train)")
+    p.add_argument("--modes", type=flags.csv("mode", str), default=("full", "sparse_only", "dense_only"),
+                   help="built-in: comma-separated modes full,sparse_only,dense_only (default all three)")
+    p.add_argument("--remat", type=flags.csv("remat", flags.onoff), default=(True, False),
+                   help="built-in: comma-separated remat settings on,off (default both)")
+    p.add_argument("--dtype", default="f32", help="built-in: parameter dtype f32 or bf16 (default f32)")
+    p.add_argument("--variants", type=flags.csv("variant", str), default=(), metavar="LIST",
+                   help="workaround variants as a matrix axis, baseline first: program variants (barrier, "
+                        "onehot, sumgrad; the program's factory must take variant=), compiler-flag sets "
+                        "(xla-no-fusion) or both (barrier+xla-no-fusion); each is compiled separately and "
+                        "its row compared with the baseline's (Fisher exact test, loss trajectory)")
+    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
+                   help="comma-separated integer seeds (default 1,2,3,4)")
+    p.add_argument("--steps", type=int, default=20, help="calls of the step per (config, seed) (default 20)")
+    p.add_argument("--devices", type=flags.positive, default=1,
+                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); on CPU "
+                        "the host platform is split into N devices for any program")
+    p.add_argument("--out", type=Path, default=Path("out/stress"),
+                   help="results folder (default out/stress); refuses to overwrite existing results")
+    p.add_argument("--resume", action="store_true", help="continue the results already in --out")
+    p.add_argument("--inject", choices=INJECT_KINDS, default="nan",
+                   help="fault to inject into the step's output between calls: nan (one element of the target "
+                        "parameter), nan-opt / inf-opt (Adam's second moment of it), lost-row / doubled-row "
+                        "(one row of its update lost or applied twice: finite, for --reference) (default nan)")
+    p.add_argument("--inject-rate", type=flags.rate, default=0.0, metavar="P",
+                   help="inject with probability P per step, keyed by (seed, step); injected steps are "
+                        "recorded (proves the detector and the statistics)")
+    p.add_argument("--reference", action="store_true",
+                   help="recompute every --reference-every'th step in float64 on the CPU and flag "
+                        "finite-but-wrong updates per leaf and per matrix row (silent corruption)")
+    p.add_argument("--reference-every", type=flags.positive, default=5, metavar="N", help="(default 5)")
+    p.add_argument("--block", type=flags.positive, default=10, metavar="K",
+                   help="steps per host sync and per results line (default 10)")
+    p.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
+                   help="train protocol: save the state for --resume at most every S seconds and at the end "
+                        "of each (config, seed) (default 300)")
+    flags.add_model_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot of rates with CIs")
+    p.add_argument("--fail-on-nonfinite", action="store_true",
+                   help="exit 1 when any step was non-finite (default: exit 0, the table is the result)")
+    p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    g = p.add_argument_group("multi-host (jax.distributed)")
+    g.add_argument("--distributed", action="store_true",
+                   help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (process 0's host)")
+    g.add_argument("--num-processes", type=flags.positive, help="number of processes")
+    g.add_argument("--process-id", type=int, help="this process's index")
+    g.add_argument("--init-timeout", type=flags.positive, default=300, metavar="S",
+                   help="seconds to wait for the coordinator (default 300)")
+
+
+class Progress:
+    """Draws the runner's events: one status line on stderr, rewritten in place on a terminal,
+    printed per configuration otherwise; the step fingerprint of every configuration."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self.first_done: int | None = None
+        self.fingerprints: dict[str, dict] = {}
+
+    def __call__(self, e) -> None:
+        if e.kind == "compiled":
+            self.fingerprints[e.label] = e.fingerprint
+            return
+        if self.first_done is None:
+            self.first_done = e.done_steps - (e.block.end - e.block.start)
+        if not self.enabled:
+            return
+        rate = (e.done_steps - self.first_done) / max(time.perf_counter() - self.t0, 1e-9)
+        width = 24
+        filled = int(width * e.done_steps / max(e.total_steps, 1))
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {e.done_steps}/{e.total_steps} steps "
+                f"{e.label} seed {e.seed} step {e.block.end} non-finite {e.nonfinite} | {rate:.1f} steps/s")
+        if self.tty:
+            sys.stderr.write("\r" + line[:160].ljust(160))
+            if e.done_steps >= e.total_steps:
+                sys.stderr.write("\n")
+        elif e.config_done:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def format_fingerprints(fps: dict[str, dict]) -> list[str]:
+    out = []
+    for label, fp in fps.items():
+        donate = tuple(fp["donate_argnums"])
+        out.append(f"step fingerprint {label}: {fp['id']} = plain jax.jit(step, donate_argnums={donate}) "
+                   f"({fp['instructions']} instructions, temp {fp['temp_size_in_bytes']} B, "
+                   f"aliased {fp['alias_size_in_bytes']} B)")
+    return out
+
+
+def ensure_host_devices(n: int) -> None:
+    """Split the CPU into ``n`` devices; must run before jax is imported."""
+    if n <= 1:
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" in flags:
+        return
+    if "jax" in sys.modules:
+        return  # too late to change; build_program reports a clear error if devices are missing
+    os.environ["XLA_FLAGS"] = (flags + f" --xla_force_host_platform_device_count={n}").strip()
+
+
+class StopFlag:
+    """SIGINT/SIGTERM handler: ask the loop to stop after the current step."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:  # second signal: stop now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        self.signum = signum
+        sys.stderr.write(f"\n{signal.Signals(signum).name}: finishing the current step, flushing results\n")
+
+    def install(self) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._old[s] = signal.signal(s, self._handle)
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def spec_from_args(args):
+    from xla_harness.stress.runner import StressSpec
+
+    if args.steps <= 0:
+        raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
+    if args.program == flags.BUILTIN and args.program_option:
+        raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
+    return StressSpec(
+        modes=args.modes, remats=args.remat, seeds=args.seeds, steps=args.steps, dtype=args.dtype,
+        devices=args.devices, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
+        reference_every=args.reference_every, block=args.block, learning_rate=args.lr,
+        vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
+        batch=args.batch, program=args.program, program_options=tuple(sorted(dict(args.program_option).items())),
+        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds, variants=args.variants)
+
+
+def wait_for_coordinator(address: str, timeout: float) -> None:
+    """Poll HOST:PORT until it accepts a TCP connection. jax's client aborts the whole process
+    when the coordinator is unreachable, so non-zero processes check first and fail cleanly."""
+    import socket
+    import time
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise HarnessError(f"--coordinator must be HOST:PORT, got {address!r}")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise HarnessError(f"coordinator {address} did not come up within {timeout:g} s; start "
+                                   "process 0 first, or check the address") from None
+            time.sleep(0.5)  # polling a socket, not timing anything
+
+
+def init_distributed(args) -> int:
+    """jax.distributed.initialize from flags or the environment; returns the process count."""
+    explicit = args.coordinator or args.num_processes or args.process_id is not None
+    if not (explicit or args.distributed):
+        return 1
+    if explicit and not (args.coordinator and args.num_processes and args.process_id is not None):
+        raise HarnessError("--coordinator, --num-processes and --process-id go together")
+    if explicit and not 0 <= args.process_id < args.num_processes:
+        raise HarnessError(f"--process-id must be in [0, {args.num_processes})")
+    import jax
+
+    with contextlib.suppress(AttributeError, ValueError):  # CPU collectives across processes (not TPU/GPU)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    kwargs = {"initialization_timeout": args.init_timeout}
+    if explicit and args.process_id != 0:
+        wait_for_coordinator(args.coordinator, args.init_timeout)
+    if explicit:
+        kwargs.update(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                      process_id=args.process_id)
+    try:
+        jax.distributed.initialize(**kwargs)
+    except Exception as exc:  # jax raises several types here; all mean "not connected"
+        where = args.coordinator or "the coordinator from the environment"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HarnessError(f"jax.distributed could not connect to {where} within {args.init_timeout} s "
+                           f"({first[:160]})") from None
+    return jax.process_count()
+
+
+def run(args) -> int:
+    nproc = args.num_processes or 1
+    if args.devices % nproc:
+        raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
+    ensure_host_devices(args.devices // nproc)
+    from xla_harness.stress import report
+    from xla_harness.stress.runner import run_matrix
+
+    spec = spec_from_args(args)
+    count = init_distributed(args)
+    import jax
+
+    name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
+    stop = StopFlag()
+    stop.install()
+    bar = Progress(enabled=not args.quiet)
+    try:
+        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name)
+    finally:
+        stop.restore()
+        bar.close()
+    if count > 1 and jax.process_index() != 0:
+        print(f"process {jax.process_index()}: results in {path}; process 0 prints the merged table")
+        return 128 + stop.signum if stop.signum is not None else 0
+    table = report.load_table([path.parent])
+    if args.json:
+        print(report.dumps(table, fingerprints=bar.fingerprints))
+    else:
+        for line in format_fingerprints(bar.fingerprints):
+            print(line)
+        print(report.format_table(table))
+    if args.plot:
+        report.plot(table, args.plot)
+    sys.stdout.flush()
+    if stop.signum is not None:
+        sys.stderr.write(f"interrupted: partial results in {path}; continue with --resume\n")
+        return 128 + stop.signum
+    if args.fail_on_nonfinite and table.total_nonfinite:
+        return 1
+    return 0

@@ -1,0 +1,324 @@
+"""Scan compiled HLO for fusions whose in-place operand reaches a parameter through a
+transpose or reshape, and classify each in-place fusion output:
+
+``aliased``                 every policy pairs it with its parameter;
+``layout-preserving-miss``  stock XLA misses the pair, the layout-aware policy finds it
+                            (the transpose/reshape on the way is a bitcast under its layouts);
+``hazard``                  only the as-reported policy pairs it: the way back to the parameter
+                            goes through a transpose or reshape that moves data, so treating
+                            it as in-place would let the emitter overwrite what it still reads.
+
+"Stock" is the backend's own rule (cpu: bitcast is the only no-op; gpu: bitcast and every
+reshape). The backend comes from ``--backend`` or the dump (file name, custom-call targets,
+tiled layouts); for tpu, whose alias rules are closed, and for an unknown backend each
+output is classified under both rules and the more severe class is reported.
+
+A second, independent finding class, ``scatter-fused-with-data-moving-producer``: a fusion
+whose scatter takes its in-place operand from a data-moving op inside the fusion (a
+transpose or reshape that is not a bitcast under its layouts, a reverse, a layout-changing
+copy) that reads a fusion parameter: the fusion XLA's patched ``ShouldFuseInPlaceOp``
+no longer creates (the shape of jax-ml/jax#35409).
+
+For a hazard the report also names, in the calling computation, the value feeding that
+parameter and its other users (the tied-embedding pattern: the same buffer feeds a dot).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+from xla_harness.hlo import alias
+from xla_harness.hlo.parser import Computation, HloModule, Instruction, split_ref
+
+CLASSES = ("aliased", "layout-preserving-miss", "hazard")
+FUSION_DECISION_CLASS = "scatter-fused-with-data-moving-producer"
+DENSE_OPCODES = ("dot", "convolution")
+BACKENDS = ("cpu", "gpu", "tpu", "unknown")
+RULES_FOR_BACKEND = {"cpu": ("cpu",), "gpu": ("gpu",), "tpu": ("cpu", "gpu"), "unknown": ("cpu", "gpu")}
+_DATA_MOVING_UNARY = ("transpose", "reshape", "copy", "reverse")
+
+
+@dataclass
+class Finding:
+    fusion: str
+    computation: str
+    root_opcode: str
+    output_index: list[int]
+    parameter: int
+    parameter_index: list[int]
+    path: list[str]
+    stock: bool
+    proposed: bool
+    layout_aware: bool
+    cls: str
+    classes: dict[str, str] = field(default_factory=dict)  # class under each backend rule considered
+    output_path: list[str] = field(default_factory=list)  # opcodes from the fused root to root_opcode's op
+    # Context for hazards (not part of the JSON schema): the caller's value feeding the
+    # parameter and that value's other users.
+    source: str = ""
+    other_users: list[str] = field(default_factory=list)
+    feeds_dense: bool = False
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for k in ("source", "other_users", "feeds_dense"):
+            d.pop(k)
+        d["class"] = d.pop("cls")
+        return d
+
+
+@dataclass(frozen=True)
+class FusionDecisionFinding:
+    """A scatter fused with the data-moving producer of its in-place operand."""
+
+    fusion: str
+    computation: str
+    scatter: str
+    operand: int  # the scatter's in-place operand number
+    producer: str  # the first data-moving op on the way, 'name (opcode)'
+    parameter: int
+    path: list[str]  # opcodes from the scatter operand back to the parameter
+    cls: str = FUSION_DECISION_CLASS
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+def detect_backend(module: HloModule, filename: str = "") -> str:
+    """cpu / gpu / tpu from the dump's file name or the module's content; 'unknown' otherwise."""
+    name = Path(filename or module.filename).name.lower()
+    for key, hints in (("tpu", ("tpu",)), ("gpu", ("gpu", "sm_", "cuda", "rocm")), ("cpu", ("cpu",))):
+        if any(h in name for h in hints):
+            return key
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.shape.layout_extra and "T(" in ins.shape.layout_extra:
+                return "tpu"
+            if ins.opcode == "custom-call" or "backend_config" in ins.attr_text:
+                text = ins.attr_text
+                if "__cublas" in text or "__cudnn" in text or "operation_queue_id" in text or "__triton" in text:
+                    return "gpu"
+                if "__onednn" in text or "xla.cpu" in text or "__xla_cpu" in text:
+                    return "cpu"
+    return "unknown"
+
+
+def _contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool:
+    if ins.opcode in DENSE_OPCODES:
+        return True
+    if ins.opcode == "custom-call" and ("gemm" in ins.attrs.get("custom_call_target", "").lower()
+                                        or "matmul" in ins.attrs.get("custom_call_target", "").lower()):
+        return True
+    if ins.opcode == "fusion" and depth < 4:
+        comp = module.by_name.get(ins.called[0]) if ins.called else None
+        return comp is not None and any(_contains_dense(module, i, depth + 1) for i in comp.instructions)
+    return False
+
+
+def _element(user: Instruction, ref: str) -> tuple[int, ...]:
+    """The tuple element of the value a user reads through ``ref`` ('p#1', or gte(p), index=1)."""
+    _, index = split_ref(ref)
+    if user.opcode == "get-tuple-element" and not index:
+        return (int(user.attrs.get("index", "0")),)
+    return index
+
+
+def _context(module: HloModule, caller: Computation, fusion: Instruction, parameter: int
+             ) -> tuple[str, list[str], bool]:
+    """The caller's value feeding the fusion parameter and its other users: users of the same
+    tuple element only (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
+    if parameter >= len(fusion.operands):
+        return "", [], False
+    source = fusion.operands[parameter]
+    base, index = split_ref(source)
+    users = []
+    for u in caller.users(base):
+        if u.name == fusion.name:
+            continue
+        for ref in u.operands:
+            if split_ref(ref)[0] != base:
+                continue
+            elem = _element(u, ref)
+            n = min(len(elem), len(index))
+            if elem[:n] == index[:n]:
+                users.append(u)
+                break
+    dense = any(_contains_dense(module, u) for u in users)
+    return source, [f"{u.name} ({u.opcode})" for u in users], dense
+
+
+def _classify(module: HloModule, fusion: Instruction, rule: str, table: dict, traced: dict
+              ) -> dict[tuple[int, ...], tuple]:
+    """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule.
+    ``table`` is the computation's effective-model table; ``traced`` holds the pairs by output
+    index of each model traced so far (policies and rules that agree here are traced once)."""
+    by_policy = []
+    for p in alias.POLICIES:
+        model = table[alias.model(p, rule)]
+        pairs = traced.get(model)
+        if pairs is None:
+            pairs = traced[model] = _by_output(module, fusion, model)
+        by_policy.append(pairs)
+    stock_pairs, proposed_pairs, la_pairs = by_policy
+    out = {}
+    for index in {**stock_pairs, **proposed_pairs, **la_pairs}:
+        stock = index in stock_pairs
+        proposed = index in proposed_pairs
+        la = index in la_pairs
+        if stock:
+            cls = "aliased"
+        elif la and proposed:
+            cls = "layout-preserving-miss"
+        else:
+            cls = "hazard"
+        pair = proposed_pairs.get(index) or la_pairs.get(index) or stock_pairs[index]
+        out[index] = (cls, stock, proposed, la, pair)
+    return out
+
+
+def _by_output(module: HloModule, fusion: Instruction, model: alias.Model) -> dict[tuple[int, ...], alias.InPlacePair]:
+    """A fusion's in-place pairs under one effective model by output index (the last pair
+    for an output wins, the annotated ones after the discovered ones)."""
+    pairs = {pair.output_index: pair for pair in alias.discovered_pairs(module, fusion, model)}
+    if "output_to_operand_aliasing" in fusion.attr_text:
+        for out_index, op, op_index in fusion.output_to_operand_aliasing():
+            pairs[out_index] = alias.InPlacePair(op, op_index, out_index, ())
+    return pairs
+
+
+def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown"
+                ) -> list[Finding]:
+    if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
+            and "output_to_operand_aliasing" not in fusion.attr_text:
+        return []  # no in-place op anywhere in it and no annotation: no in-place output
+    rules = RULES_FOR_BACKEND[backend]
+    table = alias.effective_table(module, fusion.called[0])
+    traced: dict = {}
+    per_rule: dict[str, dict] = {}
+    for r in rules:  # rules that agree on this computation are classified once
+        same = table[alias.model("proposed", r)].backend
+        per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
+    findings = []
+    for index in sorted({k for v in per_rule.values() for k in v}):
+        classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
+        worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
+        cls, stock, proposed, la, pair = per_rule[worst][index]
+        root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
+        source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
+            else ("", [], False)
+        findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
+                                list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
+                                classes, output_path, source, users, dense))
+    return findings
+
+
+def _moves_data(ins: Instruction, comp: Computation) -> bool:
+    """Physically, under the layouts (whatever a backend's alias rule calls a no-op)."""
+    if ins.opcode in ("transpose", "reshape"):
+        return not alias.is_bitcast_equivalent(ins, comp)
+    if ins.opcode == "copy":
+        src, k = comp.operand(ins.operands[0])
+        return src.shape.subshape(k).layout_or_default() != ins.shape.layout_or_default()
+    return ins.opcode == "reverse"
+
+
+def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
+                             backend: str = "unknown") -> list[FusionDecisionFinding]:
+    """Scatters in the fusion whose in-place operand is a data-moving op reading a parameter."""
+    if "scatter" not in alias.opcodes(module, fusion.called[0]):
+        return []
+    comp = module.computation(fusion.called[0])
+    out = []
+    for scatter in comp.instructions:
+        if scatter.opcode != "scatter":
+            continue
+        for operand in range((len(scatter.operands) - 1) // 2):
+            path: list[str] = []
+            ins, index = comp.operand(scatter.operands[operand])
+            producer = None
+            while not index and ins.opcode in ("bitcast", *_DATA_MOVING_UNARY) and ins.operands:
+                if producer is None and _moves_data(ins, comp):
+                    producer = ins
+                path.append(ins.opcode)
+                ins, index = comp.operand(ins.operands[0])
+            if producer is not None and ins.opcode == "parameter":
+                out.append(FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
+                                                 f"{producer.name} ({producer.opcode})", ins.parameter_number,
+                                                 path))
+    return out
+
+
+def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
+    """Every in-place fusion output of the module, classified."""
+    return scan(module, backend)[0]
+
+
+def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[FusionDecisionFinding], str]:
+    """In-place fusion outputs classified, fusion-decision findings, and the backend used."""
+    if backend == "auto":
+        backend = detect_backend(module)
+    if backend not in BACKENDS:
+        raise HarnessError(f"unknown backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
+    findings: list[Finding] = []
+    decisions: list[FusionDecisionFinding] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # many small acyclic objects; collecting while scanning only costs time
+    try:
+        for comp in module.computations:
+            for ins in comp.instructions:
+                if ins.opcode == "fusion" and ins.called:
+                    findings.extend(scan_fusion(module, comp, ins, backend))
+                    decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return findings, decisions, backend
+
+
+def module_json(module: HloModule, findings: list[Finding], decisions: list[FusionDecisionFinding] | None = None,
+                backend: str | None = None) -> dict:
+    if decisions is None or backend is None:
+        _, decisions, backend = scan(module)
+    return {"module": module.name, "backend": backend, "findings": [f.to_json() for f in findings],
+            "fusion_decisions": [d.to_json() for d in decisions]}
+
+
+def format_findings(module: HloModule, findings: list[Finding], show_aliased: bool = False,
+                    decisions: list[FusionDecisionFinding] | None = None, backend: str = "") -> str:
+    """Human table of one module's findings (aliased ones summarised unless asked for)."""
+    counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
+    rules = " and ".join(RULES_FOR_BACKEND.get(backend, ()))
+    lines = [f"{module.name} ({module.filename}): {module.instruction_count()} instructions"
+             + (f", backend {backend} (alias rules: {rules})" if backend else "")
+             + f", {counts['hazard']} hazard, {counts['layout-preserving-miss']} layout-preserving-miss, "
+             f"{counts['aliased']} aliased, {len(decisions or [])} {FUSION_DECISION_CLASS}"]
+    for d in decisions or []:
+        lines.append(f"  {FUSION_DECISION_CLASS}: {d.fusion} in {d.computation}: {d.scatter} takes operand "
+                     f"{d.operand} from {d.producer}, which reads parameter {d.parameter} "
+                     f"({' <- '.join(d.path)}): the fusion decision should not have fused it")
+    shown = [f for f in findings if show_aliased or f.cls != "aliased"]
+    if shown:
+        rows = [("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
+                 "by rule")]
+        for f in shown:
+            rows.append((f.cls, f.fusion, f.computation, " <- ".join([*f.output_path, f.root_opcode]),
+                         str(tuple(f.output_index)),
+                         f"{f.parameter}{tuple(f.parameter_index) if f.parameter_index else ''}",
+                         " <- ".join(f.path) or "(parameter)",
+                         "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware)),
+                         " ".join(f"{r}:{c}" for r, c in f.classes.items())))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        for f in shown:
+            if f.cls == "hazard" and f.source:
+                users = ", ".join(f.other_users) or "none"
+                lines.append(f"  hazard {f.fusion}: parameter {f.parameter} is {f.source} in "
+                             f"{f.computation}; its other users: {users}"
+                             + ("  <- also feeds a dot (tied-embedding pattern)" if f.feeds_dense else ""))
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""Where a tied matrix W[V, D] shows up in compiled HLO: its lookup, its dots, its gradient's scatter.
+
+The tied-embedding pattern of jax-ml/jax#35409 in a compiled training step is
+
+* a **gather** reading W (the token lookup),
+* **dots** reading W or transpose(W) or producing a W-shaped value (the output logits, the
+  logits' gradient with respect to W), and
+* a **scatter** producing a W-shaped value (the lookup's gradient, a scatter-add). When XLA merges
+  the two gradient paths, that scatter updates the dense (dot) gradient in place; on TPU the
+  reported fusion's in-place operand is ``transpose(parameter)``.
+
+:func:`tied_summary` finds these by shape (W's dims, either order) and, for every W-shaped scatter,
+follows its in-place operand (operand 0) back: inside its fusion to a fusion parameter (noting any
+transpose on the way), then in the calling computation to where that buffer comes from:
+``dense`` (a dot or a fusion holding one, through adds/copies/bitcasts/loop fusions and, on a
+mesh, the all-reduce and dynamic-slice that bring the dense gradient to W's shard),
+``broadcast`` (a fresh buffer of zeros), ``barrier`` (an optimization barrier's output),
+``parameter`` or ``other``. Pure functions over :class:`xla_harness.hlo.parser.HloModule`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from xla_harness.hlo.parser import Computation, HloModule, Instruction
+from xla_harness.hlo.scan import _contains_dense
+
+_WALK_IN_FUSION = ("bitcast", "copy", "transpose", "reshape", "convert")
+# Data-flow steps between a dot and the scatter's buffer: elementwise sums and moves, and on a mesh
+# the collectives and slices that bring the dense gradient to W's shard.
+_WALK_IN_CALLER = ("add", "copy", "bitcast", "transpose", "reshape", "convert", "fusion", "get-tuple-element",
+                   "all-reduce", "all-reduce-done", "all-reduce-start", "reduce-scatter", "dynamic-slice", "tuple")
+
+
+@dataclass(frozen=True)
+class ScatterSite:
+    scatter: str
+    computation: str
+    fusion: str  # the fusion instruction calling ``computation`` ("" when the scatter is not fused)
+    in_place_source: str  # dense | broadcast | barrier | parameter | other
+    via_transpose: bool  # the in-place operand reaches the fusion parameter through a transpose
+
+
+@dataclass(frozen=True)
+class TiedSummary:
+    w_dims: tuple[int, int]
+    gathers: int
+    dots: int  # dots reading or producing a W-shaped value
+    scatters: tuple[ScatterSite, ...]
+    dots_reading: int = 0  # of those, dots with W-shaped operand (W or transpose(W) itself)
+
+    @property
+    def scatter_onto_dense(self) -> int:
+        """W-shaped scatters updating the dense gradient's buffer in place."""
+        return sum(s.in_place_source == "dense" for s in self.scatters)
+
+    @property
+    def scatter_via_transpose(self) -> int:
+        """W-shaped scatter fusions whose in-place operand is a transpose of a fusion parameter."""
+        return sum(s.via_transpose for s in self.scatters)
+
+    def to_json(self) -> dict:
+        return {"w_dims": list(self.w_dims), "gathers": self.gathers, "dots": self.dots,
+                "dots_reading": self.dots_reading,
+                "scatters": [asdict(s) for s in self.scatters],
+                "scatter_onto_dense": self.scatter_onto_dense,
+                "scatter_via_transpose": self.scatter_via_transpose}
+
+
+def _is_w(ins: Instruction, w_dims: tuple[int, int]) -> bool:
+    return not ins.shape.is_tuple and sorted(ins.shape.dims) == sorted(w_dims)
+
+
+def _is_float(ins: Instruction) -> bool:
+    return any(s.element_type.startswith(("f", "bf")) for _, s in ins.shape.leaves())
+
+
+def _callers(module: HloModule) -> dict[str, tuple[Computation, Instruction]]:
+    out: dict[str, tuple[Computation, Instruction]] = {}
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.opcode == "fusion" and ins.called:
+                out[ins.called[0]] = (comp, ins)
+    return out
+
+
+def _fused_root_opcode(module: HloModule, ins: Instruction) -> str:
+    comp = module.by_name.get(ins.called[0]) if ins.called else None
+    if comp is None:
+        return ""
+    root = comp.root
+    while root.opcode in _WALK_IN_FUSION and root.operands:
+        root = comp.operand(root.operands[0])[0]
+    return root.opcode
+
+
+def source_kind(module: HloModule, comp: Computation, ref: str, w_dims: tuple[int, int], depth: int = 0) -> str:
+    """Where the W-shaped buffer ``ref`` in ``comp`` comes from (see the module docstring)."""
+    ins = comp.operand(ref)[0]
+    if _contains_dense(module, ins):
+        return "dense"
+    if ins.opcode == "broadcast" or (ins.opcode == "fusion" and _fused_root_opcode(module, ins) == "broadcast"):
+        return "broadcast"
+    if ins.opcode == "opt-barrier" or (ins.opcode == "get-tuple-element"
+                                       and comp.operand(ins.operands[0])[0].opcode == "opt-barrier"):
+        return "barrier"
+    if ins.opcode == "parameter":
+        return "parameter"
+    if ins.opcode in _WALK_IN_CALLER and depth < 12:
+        kinds = [source_kind(module, comp, op, w_dims, depth + 1) for op in ins.operands
+                 if _is_float(comp.operand(op)[0])]
+        for kind in ("dense", "barrier", "broadcast", "parameter"):
+            if kind in kinds:
+                return kind
+    return "other"
+
+
+def _scatter_site(module: HloModule, comp: Computation, scatter: Instruction, w_dims: tuple[int, int],
+                  callers: dict[str, tuple[Computation, Instruction]]) -> ScatterSite:
+    ins = comp.operand(scatter.operands[0])[0]
+    via_transpose = False
+    while ins.opcode in _WALK_IN_FUSION and ins.operands:
+        via_transpose |= ins.opcode == "transpose"
+        ins = comp.operand(ins.operands[0])[0]
+    if comp.name in callers and ins.opcode == "parameter":
+        caller, fusion = callers[comp.name]
+        kind = source_kind(module, caller, fusion.operands[ins.parameter_number], w_dims)
+        return ScatterSite(scatter.name, comp.name, fusion.name, kind, via_transpose)
+    kind = source_kind(module, comp, scatter.operands[0], w_dims)
+    return ScatterSite(scatter.name, comp.name, "", kind, via_transpose and comp.name in callers)
+
+
+def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
+    """Gathers from W, dots reading or producing W's shape (either orientation) and W-shaped scatters."""
+    callers = _callers(module)
+    gathers = dots = dots_reading = 0
+    scatters: list[ScatterSite] = []
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.opcode == "gather" and _is_w(comp.operand(ins.operands[0])[0], w_dims):
+                gathers += 1
+            elif ins.opcode == "dot":
+                reads = any(_is_w(comp.operand(op)[0], w_dims) for op in ins.operands)
+                dots += reads or _is_w(ins, w_dims)
+                dots_reading += reads
+            elif ins.opcode == "scatter" and _is_w(ins, w_dims):
+                scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
+    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters), dots_reading)

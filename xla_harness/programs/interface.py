@@ -1,0 +1,152 @@
+"""The program interface: what a user implements in their own file so the harness can stress it.
+
+A program is a training step exactly as the user compiles it, plus how to make its inputs::
+
+    from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+    def init(key):                      # -> (params, opt_state), pytrees of arrays
+        params = ...
+        return params, optimizer.init(params)
+
+    def batch(key, step):               # -> the step's third argument (any pytree of arrays)
+        return jax.random.randint(key, (8, 128), 0, 1000)
+
+    program = TrainProgram(name="my-model", init=init, batch=batch,
+                           step=step_from_loss(loss_fn, optimizer))
+
+``step(params, opt_state, batch) -> (new_params, new_opt_state, aux)`` is the user's own step;
+``aux`` is a dict holding at least ``"loss"`` (and ``"grads"``/``"updates"`` when the user wants
+them checked). The harness jits ``step`` the way the user does (``donate_argnums`` as given, no
+ops inserted) and checks its outputs with a separate jitted checker, so the measured program is
+the user's, unchanged.
+
+``--program`` names one: a built-in (``tied-embedding``), ``path/to/file.py:name`` or
+``package.module:name``; the object is a :class:`TrainProgram` or a callable returning one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xla_harness.errors import HarnessError
+
+
+@dataclass(frozen=True)
+class TrainProgram:
+    """A user's training step and how to make its state and inputs."""
+
+    name: str
+    init: Callable[[Any], tuple[Any, Any]]  # init(key) -> (params, opt_state)
+    batch: Callable[[Any, int], Any]  # batch(key, step) -> batch pytree
+    step: Callable[[Any, Any, Any], tuple[Any, Any, dict]]  # (params, opt_state, batch) -> (p, o, aux)
+    donate_argnums: tuple[int, ...] = (0, 1)
+    jit_kwargs: dict = field(default_factory=dict)  # e.g. in_shardings/out_shardings, as the user jits
+    options: dict = field(default_factory=dict)  # the sizes/flags it was built with (recorded in results)
+    # The parameter leaf (jax keystr path, e.g. "['embed']") that injected faults corrupt;
+    # None: the largest floating-point leaf.
+    target_leaf: str | None = None
+
+    def jit(self):
+        """The step compiled as the user compiles it: same donation, same shardings, nothing added."""
+        import jax
+
+        return jax.jit(self.step, donate_argnums=self.donate_argnums, **self.jit_kwargs)
+
+
+def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
+    """The plain optax training step for ``loss_fn(params, batch) -> scalar``."""
+    import jax
+    import optax
+
+    def step(params, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_opt_state, {"loss": loss}
+
+    return step
+
+
+BUILTINS: dict[str, str] = {
+    # name -> "module:factory"; each factory takes keyword options and returns a TrainProgram
+    "tied-embedding": "xla_harness.programs.tied_embedding:program",
+    "issue-35409": "xla_harness.programs.issue_35409:make",
+}
+
+
+def _import_attr(module_part: str, attr: str, spec_text: str):
+    if module_part.endswith(".py") or "/" in module_part:
+        path = Path(module_part)
+        if not path.is_file():
+            raise HarnessError(f"--program {spec_text}: no such file {path}")
+        mod_name = f"_harness_program_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise HarnessError(f"--program {spec_text}: cannot load {path} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # the user's file: report, never a traceback
+            raise HarnessError(f"--program {spec_text}: importing {path} failed: "
+                               f"{type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except Exception as e:
+            raise HarnessError(f"--program {spec_text}: cannot import {module_part}: "
+                               f"{type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        raise HarnessError(f"--program {spec_text}: {module_part} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def program_factory(spec_text: str) -> Callable[..., TrainProgram]:
+    """``--program`` as a function of keyword options (what workaround variants need: they call it
+    with ``variant=``; a name bound to a TrainProgram object takes no options: TypeError)."""
+    module_part, attr = _split_spec(spec_text)
+    obj = _import_attr(module_part, attr, spec_text)
+
+    def make(**options) -> TrainProgram:
+        if isinstance(obj, TrainProgram) and options:
+            raise TypeError(f"{attr} is a TrainProgram object, not a factory taking {', '.join(options)}")
+        return _instantiate(obj, attr, spec_text, options)
+
+    return make
+
+
+def _split_spec(spec_text: str) -> tuple[str, str]:
+    if spec_text in BUILTINS:
+        module_part, attr = BUILTINS[spec_text].split(":")
+        return module_part, attr
+    if ":" in spec_text:
+        module_part, attr = spec_text.rsplit(":", 1)
+        if not module_part or not attr:
+            raise HarnessError(f"--program {spec_text}: expected FILE.py:NAME or MODULE:NAME")
+        return module_part, attr
+    raise HarnessError(f"--program {spec_text}: not a built-in ({', '.join(sorted(BUILTINS)) or 'none'}) "
+                       "and not FILE.py:NAME or MODULE:NAME")
+
+
+def load_program(spec_text: str, **options) -> TrainProgram:
+    """Resolve ``--program`` to a TrainProgram (built-in name, ``file.py:name`` or ``module:name``)."""
+    module_part, attr = _split_spec(spec_text)
+    return _instantiate(_import_attr(module_part, attr, spec_text), attr, spec_text, options)
+
+
+def _instantiate(obj, attr: str, spec_text: str, options: dict) -> TrainProgram:
+    if not isinstance(obj, TrainProgram):
+        if not callable(obj):
+            raise HarnessError(f"--program {spec_text}: {attr} is neither a TrainProgram nor a callable")
+        try:
+            obj = obj(**options)
+        except TypeError as e:
+            raise HarnessError(f"--program {spec_text}: {attr}({', '.join(options)}) failed: {e}") from e
+    if not isinstance(obj, TrainProgram):
+        raise HarnessError(f"--program {spec_text}: {attr} returned {type(obj).__name__}, not a TrainProgram")
+    return obj

@@ -1,0 +1,358 @@
+"""The jax-ml/jax#35409 preset: the reporter's model, batches and optimizer as a TrainProgram.
+
+What the report describes, kept here (``scale=1``):
+
+* 16 transformer layers of which only the first 6 are used ("having unused layers seems
+  necessary"); the 10 unused layers are still parameters, so they get (zero) gradients and
+  AdamW updates in every step;
+* D 2048, 16 heads (16 KV heads, head dim 128), gated MLP ``wd(silu(wg x) * wu x)`` with FFN 8192,
+  RMS norms, causal attention, each used layer under ``jax.checkpoint`` (remat);
+* a tied embedding W[100352, 2048]: the token lookup ``W[tokens]`` (a gather; its gradient is a
+  scatter-add into W) and the output logits ``h @ W.T`` (a dot; its gradient is a dense update);
+* two batches of different shapes, (512, 32) and (16, 1024) token ids uniform over the vocabulary;
+* ``optax.adamw(1e-6)``;
+* with more than one device, a 2-D ("model", "data") mesh with explicit axes and every weight
+  sharded over both axes (the reporter's partition specs: ``wq``/``wg``/``wu`` ("model", "data"),
+  ``wo``/``wd`` ("data", "model")); W and its Adam moments are ("model", "data"); batches are split
+  over "data". Explicit axes need an output sharding on each contraction (:data:`OUT_SPECS`) and
+  the target logit is picked with a one-hot product there (V is split over "model"); the report's
+  own annotations are not published, so these are ours. ``jit_kwargs`` carries the same shardings
+  as ``in_shardings``/``out_shardings``.
+
+Modes, as in the report: ``full`` (both paths differentiate W), ``sparse_only`` (W under
+``stop_gradient`` in the output dot: only the scatter reaches W) and ``dense_only`` (W under
+``stop_gradient`` in the lookup: only the dot reaches W).
+
+``scale`` shrinks D, FFN, the vocabulary and the batch sizes (not the layer counts, heads or
+sequence lengths) so the same program runs on a CPU: ``scale=1/32`` gives D 64, FFN 256,
+V 3136, batches (16, 32) + (1, 1024). Sizes are rounded to what the heads and the mesh need (batch
+sizes to a multiple of the "data" axis: (16, 32) + (4, 1024) on a (2, 4) mesh). The reporter says
+small models do not trigger the failure; a scaled preset checks the harness, the full one measures
+the bug. Measured on a 2-core CPU: ``scale=1/32`` compiles in about 10 s and runs about 3.5 s a
+step on one device; on 8 host devices, 46 s and 29 s a step. ``seq_scale`` and ``layers`` shrink
+it further for tests.
+
+The model's ``lookup``/``unembed`` are the two uses of W; :mod:`xla_harness.programs.variants`
+swaps them for the workaround variants (``make(variant="onehot")`` etc.).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from xla_harness.errors import HarnessError
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+MODES = ("full", "sparse_only", "dense_only")
+DTYPES = ("f32", "bf16")
+
+# The report's sizes.
+USED_LAYERS, TOTAL_LAYERS = 6, 16
+D_MODEL, FFN, HEADS, KV_HEADS, VOCAB = 2048, 8192, 16, 16, 100352
+B1, T1, B2, T2 = 512, 32, 16, 1024
+LR = 1e-6
+
+# Partition specs of the report (axis names of the 2-D mesh), W added as ("model", "data").
+SPECS = {
+    "embed": ("model", "data"),
+    "wq": ("model", None, "data"),
+    "wk": ("model", None, "data"),
+    "wv": ("model", None, "data"),
+    "wo": ("data", "model", None),
+    "wg": ("model", "data"),
+    "wu": ("model", "data"),
+    "wd": ("data", "model"),
+    "norm1": (None,),
+    "norm2": (None,),
+    "final_norm": (None,),
+}
+
+
+@dataclass(frozen=True)
+class PresetConfig:
+    mode: str = "full"
+    remat: bool = True
+    dtype: str = "f32"
+    d_model: int = D_MODEL
+    ffn: int = FFN
+    vocab: int = VOCAB
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    used_layers: int = USED_LAYERS
+    total_layers: int = TOTAL_LAYERS
+    batches: tuple[tuple[int, int], ...] = ((B1, T1), (B2, T2))
+    lr: float = LR
+    mesh_shape: tuple[int, int] = (1, 1)  # ("model", "data")
+    variant: str = "baseline"
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["batches"] = [list(b) for b in self.batches]
+        d["mesh_shape"] = list(self.mesh_shape)
+        return d
+
+
+def _round_up(n: float, multiple: int) -> int:
+    return max(multiple, int(math.ceil(n / multiple)) * multiple)
+
+
+def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True, dtype: str = "f32",
+                  mesh_shape: tuple[int, int] = (1, 1), variant: str = "baseline", seq_scale: float = 1.0,
+                  layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS)) -> PresetConfig:
+    """The report's sizes times ``scale`` (D, FFN, V, batch), rounded so heads and mesh divide them.
+    ``seq_scale`` shrinks the sequence lengths and ``layers`` = (used, total) replaces the layer
+    counts; both exist for quick tests and default to the report's values."""
+    for label, value in (("scale", scale), ("seq_scale", seq_scale)):
+        if not (isinstance(value, int | float) and 0 < value <= 1):
+            raise HarnessError(f"{label} must be in (0, 1], got {value!r}")
+    used, total = (int(x) for x in layers)
+    if not 0 < used <= total:
+        raise HarnessError(f"layers must be (used, total) with 0 < used <= total, got {layers!r}")
+    if mode not in MODES:
+        raise HarnessError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if dtype not in DTYPES:
+        raise HarnessError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    model, data = mesh_shape
+    shard = math.lcm(model, data)
+    d_model = _round_up(D_MODEL * scale, math.lcm(HEADS, shard))
+    return PresetConfig(
+        mode=mode, remat=remat, dtype=dtype, d_model=d_model,
+        ffn=_round_up(FFN * scale, shard), vocab=_round_up(VOCAB * scale, shard),
+        batches=((_round_up(B1 * scale, data), _round_up(T1 * seq_scale, 4)),
+                 (_round_up(B2 * scale, data), _round_up(T2 * seq_scale, 4))),
+        used_layers=used, total_layers=total, mesh_shape=(model, data), variant=variant)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def init_params(cfg: PresetConfig, key):
+    """Parameters as a dict pytree; ``embed`` is the tied W[V, D]; ``layers`` holds all
+    ``total_layers`` layers, of which the forward pass uses the first ``used_layers``."""
+    import jax
+    import jax.numpy as jnp
+
+    dt = jnp.bfloat16 if cfg.dtype == "bf16" else jnp.float32
+    d, f, h, kvh, hd = cfg.d_model, cfg.ffn, cfg.heads, cfg.kv_heads, cfg.head_dim
+    keys = jax.random.split(key, 1 + cfg.total_layers)
+
+    def normal(k, shape, fan_in):
+        return (jax.random.normal(k, shape, jnp.float32) / math.sqrt(fan_in)).astype(dt)
+
+    layers = []
+    for i in range(cfg.total_layers):
+        k = jax.random.split(keys[1 + i], 7)
+        layers.append({
+            "norm1": jnp.ones((d,), dt),
+            "wq": normal(k[0], (h, hd, d), d),
+            "wk": normal(k[1], (kvh, hd, d), d),
+            "wv": normal(k[2], (kvh, hd, d), d),
+            "wo": normal(k[3], (d, h, hd), d),
+            "norm2": jnp.ones((d,), dt),
+            "wg": normal(k[4], (f, d), d),
+            "wu": normal(k[5], (f, d), d),
+            "wd": normal(k[6], (d, f), f),
+        })
+    return {"embed": normal(keys[0], (cfg.vocab, d), d), "layers": layers, "final_norm": jnp.ones((d,), dt)}
+
+
+def _rms(x, g, eps=1e-5):
+    import jax.numpy as jnp
+
+    x32 = x.astype(jnp.float32)
+    return (g * x32 / jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
+# Output shardings of the step's contractions on the explicit ("model", "data") mesh: activations
+# split over "data" on the batch, heads and FFN features over "model", logits over "model" on V.
+OUT_SPECS = {
+    "act": ("data", None, None),
+    "heads": ("data", None, "model", None),
+    "ffn": ("data", None, "model"),
+    "logits": ("data", None, "model"),
+}
+
+
+def _out(mesh, name: str):
+    """The out_sharding of contraction ``name`` on the explicit mesh; None on one device."""
+    if mesh is None:
+        return None
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return NamedSharding(mesh, P(*OUT_SPECS[name]))
+
+
+def _layer(p, x, mesh=None):
+    import jax
+    import jax.numpy as jnp
+
+    b, t, _ = x.shape
+    h = _rms(x, p["norm1"])
+    heads = _out(mesh, "heads")
+    q = jnp.einsum("btd,hkd->bthk", h, p["wq"], out_sharding=heads)
+    k = jnp.einsum("btd,hkd->bthk", h, p["wk"], out_sharding=heads)
+    v = jnp.einsum("btd,hkd->bthk", h, p["wv"], out_sharding=heads)
+    if k.shape[2] != q.shape[2]:  # grouped KV heads
+        rep = q.shape[2] // k.shape[2]
+        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+    att = jnp.einsum("bqhk,bshk->bhqs", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
+    att = jnp.where(jnp.tril(jnp.ones((t, t), bool)), att, -1e30)
+    o = jnp.einsum("bhqs,bshk->bqhk", jax.nn.softmax(att, axis=-1).astype(x.dtype), v)
+    x = x + jnp.einsum("bqhk,dhk->bqd", o, p["wo"], out_sharding=_out(mesh, "act"))
+    h = _rms(x, p["norm2"])
+    ffn = _out(mesh, "ffn")
+    gate = jax.nn.silu(jnp.einsum("btd,fd->btf", h, p["wg"], out_sharding=ffn))
+    up = jnp.einsum("btd,fd->btf", h, p["wu"], out_sharding=ffn)
+    return x + jnp.einsum("btf,df->btd", gate * up, p["wd"], out_sharding=_out(mesh, "act"))
+
+
+def make_loss(cfg: PresetConfig, ops=None, mesh=None):
+    """``loss(params, batches)``: next-token cross-entropy summed over the batches.
+
+    ``ops`` (a :class:`xla_harness.programs.variants.TiedOps`, default the baseline) writes the two
+    uses of W; the mode's ``stop_gradient`` goes on W after ``ops.split``, so a variant replaces
+    the operations, never the mode."""
+    import jax
+    import jax.numpy as jnp
+
+    from xla_harness.programs import variants
+
+    ops = ops or variants.tied_ops("baseline")
+    layer = jax.checkpoint(_layer, static_argnums=(2,)) if cfg.remat else _layer
+
+    def xent(params, tokens):
+        w_in, w_out = ops.split(params["embed"])
+        if cfg.mode == "dense_only":
+            w_in = jax.lax.stop_gradient(w_in)
+        if cfg.mode == "sparse_only":
+            w_out = jax.lax.stop_gradient(w_out)
+        x = ops.lookup(w_in, tokens[:, :-1], out_sharding=_out(mesh, "act"))
+        for p in params["layers"][:cfg.used_layers]:
+            x = layer(p, x, mesh)
+        h = _rms(x, params["final_norm"])
+        lg = ops.unembed(h, w_out, out_sharding=_out(mesh, "logits")).astype(jnp.float32)
+        tgt = tokens[:, 1:]
+        if mesh is not None:  # V is split over "model": pick the target logit with a one-hot product
+            onehot = jax.nn.one_hot(tgt, lg.shape[-1], dtype=lg.dtype, out_sharding=_out(mesh, "logits"))
+            picked = jnp.sum(lg * onehot, axis=-1)
+        else:
+            picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
+        return jnp.mean(jax.nn.logsumexp(lg, axis=-1) - picked)
+
+    def loss(params, batches):
+        return sum(xent(params, tokens) for tokens in batches)
+
+    return loss
+
+
+# ----------------------------------------------------------------------------- program
+
+
+def _mesh(devices, mesh_shape):
+    import jax
+    from jax.sharding import AxisType
+
+    return jax.make_mesh(mesh_shape, ("model", "data"), axis_types=(AxisType.Explicit,) * 2, devices=devices)
+
+
+def _step_shardings(mesh, cfg: PresetConfig, optimizer):
+    """(params, opt_state, batches) shardings: weights per :data:`SPECS`, Adam moments like their
+    weights, the step count replicated, token batches split over "data"."""
+    import jax
+    import optax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    abstract = jax.eval_shape(lambda k: init_params(cfg, k), jax.random.key(0))
+    params = _param_shardings(mesh, abstract)
+    replicated = NamedSharding(mesh, P())
+    opt_abstract = jax.eval_shape(optimizer.init, abstract)
+    opt = optax.tree_map_params(optimizer, lambda _, s: s, opt_abstract, params,
+                                transform_non_params=lambda _: replicated)
+    batches = tuple(NamedSharding(mesh, P("data", None)) for _ in cfg.batches)
+    return params, opt, batches
+
+
+def _param_shardings(mesh, params):
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    def spec(path, _leaf):
+        name = path[-1].key
+        return NamedSharding(mesh, P(*SPECS[name]))
+
+    return jax.tree_util.tree_map_with_path(spec, params)
+
+
+def _resolve_devices(devices):
+    import jax
+
+    if devices is None:
+        return None
+    if isinstance(devices, int):
+        have = jax.devices()
+        if devices <= 0:
+            raise HarnessError(f"devices must be a positive integer, got {devices}")
+        if devices > len(have):
+            raise HarnessError(f"devices={devices} but this backend has {len(have)} devices")
+        return have[:devices]
+    return list(devices)
+
+
+def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32", remat: bool = True,
+         variant: str = "baseline", mesh_shape: tuple[int, int] | None = None, lr: float = LR,
+         seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS)) -> TrainProgram:
+    """The #35409 program. ``devices``: None (default device), a count or a device list; with more
+    than one device the step runs on a ("model", "data") mesh (``mesh_shape``, default (2, n/2))
+    with explicit axes, weights and batches sharded, and ``jit_kwargs`` carrying the shardings."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from xla_harness.programs import variants
+
+    devs = _resolve_devices(devices)
+    n = len(devs) if devs else 1
+    if mesh_shape is None:
+        mesh_shape = (2, n // 2) if n > 1 else (1, 1)
+    mesh_shape = tuple(int(x) for x in mesh_shape)
+    if len(mesh_shape) != 2 or mesh_shape[0] * mesh_shape[1] != n:
+        raise HarnessError(f"mesh_shape {mesh_shape} does not use exactly {n} devices")
+    cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
+                        seq_scale=seq_scale, layers=layers)
+    if not (isinstance(lr, int | float) and lr > 0):
+        raise HarnessError(f"lr must be a positive number, got {lr!r}")
+    cfg = replace(cfg, lr=float(lr))
+    mesh = _mesh(devs, mesh_shape) if n > 1 else None
+    optimizer = optax.adamw(cfg.lr)
+    step = step_from_loss(make_loss(cfg, variants.tied_ops(variant), mesh), optimizer)
+
+    def make_batches(key, step_index):
+        k = jax.random.fold_in(key, step_index)
+        return tuple(jax.random.randint(jax.random.fold_in(k, i), (b, t), 0, cfg.vocab, dtype=jnp.int32)
+                     for i, (b, t) in enumerate(cfg.batches))
+
+    def make_state(key):
+        params = init_params(cfg, key)
+        return params, optimizer.init(params)
+
+    # init and batches are jitted so that at full size each device builds only its own shards.
+    jit_kwargs: dict = {}
+    if mesh is not None:
+        p_sh, o_sh, b_sh = _step_shardings(mesh, cfg, optimizer)
+        jit_kwargs = {"in_shardings": (p_sh, o_sh, b_sh), "out_shardings": (p_sh, o_sh, None)}
+        init = jax.jit(make_state, out_shardings=(p_sh, o_sh))
+        batch = jax.jit(make_batches, out_shardings=b_sh)
+    else:
+        init, batch = jax.jit(make_state), jax.jit(make_batches)
+    name = "issue-35409" + ("" if variant == "baseline" else f"+{variant}")
+    return TrainProgram(name=name, init=init, batch=batch, step=step, donate_argnums=(0, 1),
+                        jit_kwargs=jit_kwargs, options={**cfg.to_dict(), "scale": scale, "devices": n})
+

@@ -1,0 +1,249 @@
+"""A small decoder whose embedding matrix W[V, D] is used twice.
+
+* token lookup ``W[tokens]`` (a gather; its backward pass is a scatter-add into W), and
+* output logits ``h @ W.T`` (a dot; its backward pass is a dense update of W).
+
+Two gradient paths into one parameter is the pattern of jax-ml/jax#35409: XLA may fuse
+the scatter-add with a transpose of the shared buffer. The three modes switch the paths:
+
+``full``         both paths differentiate W (the reported configuration);
+``sparse_only``  the output projection uses a separate, untied matrix U[V, D];
+``dense_only``   the lookup reads W under ``stop_gradient``, so only the dot differentiates W.
+
+Each loss evaluates two heterogeneous batches (different sequence lengths and token
+distributions). Everything is a pure function of (config, params, key).
+
+:func:`program` wraps the model as a :class:`~xla_harness.programs.interface.TrainProgram`
+(registered as the built-in ``tied-embedding``): a plain optax Adam step, parameters and
+optimizer state donated, and with ``devices > 1`` a 1-D ``("data",)`` mesh with the batch
+split and the tied matrix sharded on its vocabulary axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import jax
+import jax.numpy as jnp
+
+from xla_harness.errors import HarnessError
+from xla_harness.stress import records
+
+MODES = ("full", "sparse_only", "dense_only")
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    mode: str = "full"
+    remat: bool = True
+    dtype: str = "f32"
+    vocab: int = 256
+    d_model: int = 64
+    layers: int = 2
+    heads: int = 4
+    seq: int = 16
+    batch: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise HarnessError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.dtype not in DTYPES:
+            raise HarnessError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        for name in ("vocab", "d_model", "layers", "heads", "seq", "batch"):
+            if int(getattr(self, name)) <= 0:
+                raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.d_model % self.heads:
+            raise HarnessError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.seq < 2:
+            raise HarnessError("seq must be at least 2 (inputs and next-token targets)")
+
+    @property
+    def jnp_dtype(self):
+        return DTYPES[self.dtype]
+
+    def label(self) -> str:
+        return records.label(self.to_dict())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """Parameters as a dict pytree; ``embed`` is the tied matrix W[V, D]."""
+    dt = cfg.jnp_dtype
+    d, f = cfg.d_model, 4 * cfg.d_model
+    keys = jax.random.split(key, 2 + cfg.layers)
+
+    def dense(k, shape, fan_in):
+        return (jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(fan_in)).astype(dt)
+
+    layers = []
+    for i in range(cfg.layers):
+        k = jax.random.split(keys[2 + i], 6)
+        layers.append({
+            "norm1": jnp.ones((d,), dt),
+            "wqkv": dense(k[0], (d, 3 * d), d),
+            "wo": dense(k[1], (d, d), d),
+            "norm2": jnp.ones((d,), dt),
+            "w1": dense(k[2], (d, f), d),
+            "w2": dense(k[3], (f, d), f),
+        })
+    params = {
+        "embed": (0.02 * jax.random.normal(keys[0], (cfg.vocab, d), jnp.float32)).astype(dt),
+        "layers": layers,
+        "final_norm": jnp.ones((d,), dt),
+    }
+    if cfg.mode == "sparse_only":
+        params["unembed"] = (0.02 * jax.random.normal(keys[1], (cfg.vocab, d), jnp.float32)).astype(dt)
+    return params
+
+
+def _acc(x):
+    """Accumulation precision: float32 for bf16/f32 models, float64 for the float64 reference."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def _rms_norm(x, scale):
+    xa = _acc(x)
+    y = xa * jax.lax.rsqrt(jnp.mean(xa * xa, axis=-1, keepdims=True) + 1e-6)
+    return (y * _acc(scale)).astype(x.dtype)
+
+
+def _block(p, x, heads: int):
+    b, s, d = x.shape
+    hd = d // heads
+    h = _rms_norm(x, p["norm1"])
+    q, k, v = jnp.split(h @ p["wqkv"], 3, axis=-1)
+    q, k, v = (t.reshape(b, s, heads, hd) for t in (q, k, v))
+    att = _acc(jnp.einsum("bqhd,bkhd->bhqk", q, k)) / jnp.sqrt(hd)
+    causal = jnp.tril(jnp.ones((s, s), bool))
+    att = jnp.where(causal, att, -1e30)
+    att = jax.nn.softmax(att, axis=-1).astype(x.dtype)
+    o = jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, s, d)
+    x = x + o @ p["wo"]
+    h = _rms_norm(x, p["norm2"])
+    return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+
+
+def logits(params: dict, tokens: jax.Array, cfg: ModelConfig, ops=None) -> jax.Array:
+    """Forward pass: tokens [B, S] int32 -> logits [B, S, V] (float32, float64 for the reference).
+
+    ``ops`` (a :class:`xla_harness.programs.variants.TiedOps`) writes the two uses of W for a
+    workaround variant; None is the model as written."""
+    w = params["embed"]
+    w_out_tied = w
+    if ops is not None:
+        w, w_out_tied = ops.split(w)
+    w_lookup = jax.lax.stop_gradient(w) if cfg.mode == "dense_only" else w
+    # Lookup: a gather; backward: scatter-add into W.
+    x = jnp.take(w_lookup, tokens, axis=0) if ops is None else ops.lookup(w_lookup, tokens)
+    block = jax.checkpoint(_block, static_argnums=(2,)) if cfg.remat else _block
+    for p in params["layers"]:
+        x = block(p, x, cfg.heads)
+    h = _rms_norm(x, params["final_norm"])
+    w_out = params["unembed"] if cfg.mode == "sparse_only" else w_out_tied
+    if ops is not None:
+        return _acc(ops.unembed(h, w_out))
+    return _acc(h @ w_out.T)  # dot; backward: dense update of W
+
+
+def make_batches(cfg: ModelConfig, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Two heterogeneous token batches: [B, S] uniform over the vocabulary, and [B, 2S]
+    drawn from the first eighth of the vocabulary (many repeated rows in the scatter)."""
+    ka, kb = jax.random.split(key)
+    a = jax.random.randint(ka, (cfg.batch, cfg.seq), 0, cfg.vocab, dtype=jnp.int32)
+    hot = max(1, cfg.vocab // 8)
+    b = jax.random.randint(kb, (cfg.batch, 2 * cfg.seq), 0, hot, dtype=jnp.int32)
+    return a, b
+
+
+def _xent(params, tokens, cfg, ops=None):
+    lg = logits(params, tokens[:, :-1], cfg, ops)
+    tgt = tokens[:, 1:]
+    logz = jax.nn.logsumexp(lg, axis=-1)
+    picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
+    return jnp.mean(logz - picked)
+
+
+def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig, ops=None) -> jax.Array:
+    """Mean next-token cross-entropy over both batches (float32 scalar)."""
+    a, b = batches
+    return _xent(params, a, cfg, ops) + _xent(params, b, cfg, ops)
+
+
+# ----------------------------------------------------------------------------- as a TrainProgram
+
+
+def _mesh_shardings(cfg: ModelConfig, devices: int, optimizer):
+    """(params, opt_state, batch, replicated) shardings on a 1-D ``("data",)`` mesh of ``devices``."""
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    avail = jax.devices()
+    if len(avail) < devices:
+        raise HarnessError(
+            f"--devices {devices} requested but only {len(avail)} {jax.default_backend()} "
+            "device(s) are visible (on CPU the CLI sets --xla_force_host_platform_device_count)")
+    if cfg.vocab % devices or cfg.batch % devices:
+        raise HarnessError(f"with --devices {devices}, vocab ({cfg.vocab}) and batch "
+                           f"({cfg.batch}) must be divisible by {devices}")
+    mesh = Mesh(np.array(avail[:devices]), ("data",))
+    vocab_sh, repl = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P())
+
+    def by_path(tree):
+        # The tied (and untied output) matrix and their optimizer moments are vocab-sharded.
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: vocab_sh if x.ndim == 2 and any(
+                getattr(k, "key", None) in ("embed", "unembed") for k in path) else repl, tree)
+
+    abstract_params = jax.eval_shape(lambda k: init_params(cfg, k), jax.random.key(0))
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    return by_path(abstract_params), by_path(abstract_opt), NamedSharding(mesh, P("data", None)), repl
+
+
+def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
+            layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices: int = 1,
+            learning_rate: float = 1e-3, variant: str = "baseline"):
+    """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step;
+    ``variant`` names a workaround of :mod:`xla_harness.programs.variants` (``baseline``: the model as
+    written, compiled exactly as before the variants existed)."""
+    import optax
+
+    from xla_harness.programs import variants
+    from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+    cfg = ModelConfig(mode=mode, remat=bool(remat), dtype=dtype, vocab=int(vocab), d_model=int(d_model),
+                      layers=int(layers), heads=int(heads), seq=int(seq), batch=int(batch))
+    if int(devices) <= 0:
+        raise HarnessError(f"devices must be a positive integer, got {devices}")
+    if not float(learning_rate) > 0:
+        raise HarnessError("learning rate must be positive")
+    optimizer = optax.adam(float(learning_rate))
+    ops = None if variants.tied_ops(variant).name == "baseline" else variants.tied_ops(variant)
+    step = step_from_loss(lambda params, batches: loss_fn(params, batches, cfg, ops), optimizer)
+
+    def init_fn(key):
+        params = init_params(cfg, key)
+        return params, optimizer.init(params)
+
+    def batch_fn(key):
+        return make_batches(cfg, key)
+
+    jit_kwargs: dict = {}
+    if int(devices) > 1:
+        p_sh, o_sh, b_sh, repl = _mesh_shardings(cfg, int(devices), optimizer)
+        init_jit = jax.jit(init_fn, out_shardings=(p_sh, o_sh))
+        batch_jit = jax.jit(batch_fn, out_shardings=(b_sh, b_sh))
+        jit_kwargs = {"in_shardings": (p_sh, o_sh, (b_sh, b_sh)),
+                      "out_shardings": (p_sh, o_sh, {"loss": repl})}
+    else:
+        init_jit, batch_jit = jax.jit(init_fn), jax.jit(batch_fn)
+    options = {**cfg.to_dict(), "devices": int(devices), "learning_rate": float(learning_rate)}
+    if ops is not None:
+        options["variant"] = variant
+    name = f"tied-embedding {cfg.label()}" + (f"+{variant}" if ops is not None else "")
+    return TrainProgram(name=name, init=init_jit,
+                        batch=lambda key, step_index: batch_jit(key), step=step, donate_argnums=(0, 1),
+                        jit_kwargs=jit_kwargs, options=options, target_leaf="['embed']")

@@ -1,0 +1,241 @@
+"""Workaround variants for the tied-embedding hazard (jax-ml/jax#35409), as small swaps.
+
+A model that ties W[V, D] uses it twice: a token lookup (``W[tokens]``, a gather whose gradient is
+a scatter-add into W's gradient) and the output logits (``h @ W.T``, whose gradient is a dense
+dot). A variant changes how those two uses are written and nothing else; every variant computes
+the same function and the same gradient, so its loss trajectory matches the baseline.
+
+**API**: a model gets a :class:`TiedOps` from :func:`tied_ops` and writes ::
+
+    w_lookup, w_out = ops.split(W)                          # the fan-out of W into its two uses
+    x = ops.lookup(w_lookup, tokens, out_sharding=None)     # [B, T] int -> [B, T, D]
+    logits = ops.unembed(h, w_out, out_sharding=None)       # [B, T, D] -> [B, T, V]
+
+A mode's ``stop_gradient`` goes on ``w_lookup``/``w_out`` after ``split``; ``out_sharding`` is for
+meshes with explicit axes (None otherwise). The defaults (``baseline``) are ``(W, W)``,
+``jnp.take(W, tokens, axis=0)`` and ``einsum("...d,vd->...v", h, W)``. The #35409 preset
+(:mod:`xla_harness.programs.issue_35409`, ``make(variant=...)``) is written this way, and so is the
+built-in tied-embedding model (``program(variant=...)``; its ``baseline`` is the model as written,
+compiled as before). A model whose tied uses live in a library layer
+(a Flax ``nnx.Embed``) needs the same change in its own code: ``examples/flax_tied`` shows it.
+
+Variants, and what each changes in the compiled step, as measured on CPU (jax 0.12.0.1, preset at
+``scale=1/64, seq_scale=1/8, layers=(1, 2)``, W f32[1568, 32]; counted by
+:func:`xla_harness.hlo.tied.tied_summary`, asserted in ``tests/test_variants.py``):
+
+``baseline``  2 gathers from W, 6 W-shaped dots, 1 scatter-add into W's shape whose in-place
+              buffer is the dense gradient (the two batches' dot gradients added): XLA merged the
+              two paths by scattering onto the dense gradient.
+``barrier``   ``jax.lax.optimization_barrier`` on W before the lookup. Its transpose puts a barrier
+              on the lookup's cotangent: 2 scatter-adds (one per batch), each into a fresh buffer of
+              zeros, added to the dense gradient afterwards; no scatter updates the dense buffer.
+              Gathers and dots unchanged.
+``onehot``    the lookup as ``one_hot(tokens, V) @ W``: no gather from W and no scatter into W's
+              shape at all; 10 W-shaped dots instead of 6 (costs a [B*T, V] one-hot matrix).
+``sumgrad``   a ``jax.custom_vjp`` fan-out ``W -> (W, W)`` whose backward pass sums the two
+              cotangents explicitly after an optimization barrier on both: same HLO shape as
+              ``barrier`` (2 scatter-adds into zeros, the sum afterwards).
+
+On a 2-D (2, 4) mesh with explicit axes (8 host devices) the same holds per shard: ``baseline``
+scatters onto the all-reduced, sliced dense gradient of W's [V/2, D/4] shard, ``barrier`` onto
+zeros. On CPU no scatter fusion's in-place operand is a transpose in any variant (CPU never fuses
+a producer into a scatter); that the variants remove the reported TPU fusion (scatter whose
+in-place operand is ``transpose(parameter)``) is not verified here: no TPU.
+
+Every variant computes the same function and gradient: over 10 AdamW steps (lr 1e-3, the size
+above) the losses match the baseline within 6.1e-8 relative and W within 4.3e-7 absolute (the flag
+set; the program variants within 1.4e-7). The tests allow 1e-5 for both; cutting one gradient path
+(``sparse_only``) moves W by 1.4e-2 and the loss by 2.5e-3 relative.
+
+Compiler-flag sets (:data:`FLAG_SETS`) are variants of the compile, not of the program; each names
+the environment variable it belongs to (``XLA_FLAGS`` for CPU/GPU, ``LIBTPU_INIT_ARGS`` for TPU) and
+is applied per compile through jit's ``compiler_options`` (:func:`with_flag_set`), so several sets
+compile in one process. Flag names come from XLA's ``xla/debug_options_flags.cc``, pass names from
+the pass's ``name()``.
+
+``xla-no-fusion``  ``--xla_disable_hlo_passes=fusion``: on CPU the multi-op loop fusions go from 225
+                   to 0 (instructions 3342 -> 4051), but the W scatter still updates the dense
+                   gradient in place: that merge is not a fusion decision. Loss trajectory as above.
+``tpu-no-fusion``  the same flag through ``LIBTPU_INIT_ARGS``; whether libtpu's fusion pass is named
+                   ``fusion`` is not public: unverified (no TPU here).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xla_harness.errors import HarnessError
+
+
+def take_lookup(w, tokens, out_sharding=None):
+    """Baseline lookup: a gather (its gradient is a scatter-add)."""
+    import jax.numpy as jnp
+
+    if out_sharding is None:
+        return jnp.take(w, tokens, axis=0)
+    return w.at[tokens].get(out_sharding=out_sharding)
+
+
+def dot_unembed(h, w, out_sharding=None):
+    """Baseline output projection ``h @ W.T`` (its gradient is a dense dot)."""
+    import jax.numpy as jnp
+
+    return jnp.einsum("...d,vd->...v", h, w, out_sharding=out_sharding)
+
+
+def identity_split(w):
+    return w, w
+
+
+def barrier_split(w):
+    """An optimization barrier on W before the lookup: the lookup's cotangent passes a barrier."""
+    import jax
+
+    return jax.lax.optimization_barrier(w), w
+
+
+def onehot_lookup(w, tokens, out_sharding=None):
+    """The lookup as a matmul with a one-hot matrix: no gather, no scatter."""
+    import jax
+    import jax.numpy as jnp
+
+    onehot = jax.nn.one_hot(tokens, w.shape[0], dtype=w.dtype)
+    return jnp.einsum("...v,vd->...d", onehot, w, out_sharding=out_sharding)
+
+
+@functools.cache
+def _sumgrad_split_fn():
+    import jax
+
+    @jax.custom_vjp
+    def split(w):
+        return w, w
+
+    def fwd(w):
+        return (w, w), None
+
+    def bwd(_, cotangents):
+        g_lookup, g_out = jax.lax.optimization_barrier(cotangents)
+        return (g_lookup + g_out,)
+
+    split.defvjp(fwd, bwd)
+    return split
+
+
+def sumgrad_split(w):
+    """Fan-out ``W -> (W, W)`` with a custom VJP that sums both cotangents explicitly."""
+    return _sumgrad_split_fn()(w)
+
+
+@dataclass(frozen=True)
+class TiedOps:
+    """The two uses of a tied matrix and the fan-out between them (see the module docstring)."""
+
+    name: str
+    split: Callable = identity_split
+    lookup: Callable = take_lookup
+    unembed: Callable = dot_unembed
+    doc: str = ""
+
+
+VARIANTS: dict[str, TiedOps] = {
+    "baseline": TiedOps("baseline", doc="the model as written"),
+    "barrier": TiedOps("barrier", split=barrier_split,
+                       doc="optimization_barrier on W before the lookup"),
+    "onehot": TiedOps("onehot", lookup=onehot_lookup, doc="one-hot matmul lookup: no gather, no scatter"),
+    "sumgrad": TiedOps("sumgrad", split=sumgrad_split,
+                       doc="custom_vjp fan-out summing the two gradient paths explicitly"),
+}
+
+
+def tied_ops(name: str = "baseline") -> TiedOps:
+    """The program variant called ``name`` (one of :data:`VARIANTS`)."""
+    if name not in VARIANTS:
+        raise HarnessError(f"unknown variant {name!r}; expected one of {', '.join(VARIANTS)}"
+                           + (" (flag sets apply to the compile: use flag_set())" if name in FLAG_SETS else ""))
+    return VARIANTS[name]
+
+
+# ----------------------------------------------------------------------------- flag sets
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Named compiler flags: for the environment variable ``env`` and as jit ``compiler_options``."""
+
+    name: str
+    env: str  # "XLA_FLAGS" or "LIBTPU_INIT_ARGS"
+    flags: dict[str, str] = field(default_factory=dict)
+    backends: tuple[str, ...] = ("cpu",)
+    doc: str = ""
+
+    def env_text(self) -> str:
+        """The flags as they go into ``env`` (``--name=value`` separated by spaces)."""
+        return " ".join(f"--{k}={v}" for k, v in self.flags.items())
+
+    def compiler_options(self) -> dict[str, str]:
+        return dict(self.flags)
+
+
+FLAG_SETS: dict[str, FlagSet] = {
+    # InstructionFusion::name() is "fusion" (xla/service/instruction_fusion.h); the CPU fusion pass
+    # inherits it. Disabling it removes every producer/consumer fusion, the offending one included.
+    "xla-no-fusion": FlagSet(
+        "xla-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "fusion"}, ("cpu",),
+        doc="disable the instruction-fusion pass (CPU: measured; GPU fuses in passes of other names)"),
+    # The same DebugOptions flag through libtpu. Which TPU pass creates the scatter(transpose) fusion
+    # is not public; "fusion" is the generic pass name. Not run on TPU here: unverified.
+    "tpu-no-fusion": FlagSet(
+        "tpu-no-fusion", "LIBTPU_INIT_ARGS", {"xla_disable_hlo_passes": "fusion"}, ("tpu",),
+        doc="the same flag for libtpu (unverified: no TPU here)"),
+}
+
+
+def flag_set(name: str) -> FlagSet:
+    if name not in FLAG_SETS:
+        raise HarnessError(f"unknown flag set {name!r}; expected one of {', '.join(FLAG_SETS)}")
+    return FLAG_SETS[name]
+
+
+def with_flag_set(program, name: str):
+    """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``); the
+    set must be meant for the backend jax runs on."""
+    from dataclasses import replace
+
+    import jax
+
+    fs = flag_set(name)
+    backend = jax.default_backend()
+    if backend not in fs.backends:
+        raise HarnessError(f"flag set {name} ({fs.env}) is for {', '.join(fs.backends)}, "
+                           f"but jax runs on {backend}")
+    options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options()}
+    return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
+                                                                         "compiler_options": options},
+                   options={**program.options, "flag_set": name, fs.env: fs.env_text()})
+
+
+def parse_variant(name: str) -> tuple[str, str]:
+    """``(program variant, flag set or '')`` of a variant name: ``barrier``, ``xla-no-fusion``
+    (the baseline under that flag set) or ``barrier+xla-no-fusion``; HarnessError for an unknown part."""
+    head, _, flags = name.partition("+")
+    if head in FLAG_SETS and not flags:
+        head, flags = "baseline", head
+    tied_ops(head)  # one clear error for an unknown name
+    if flags:
+        flag_set(flags)
+    return head, flags
+
+
+def variant_program(make, name: str, **options):
+    """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
+    ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
+    This is what each name of a ``stress --variants`` list becomes, one compile per name."""
+    head, flags = parse_variant(name)
+    try:
+        program = make(**options, variant=head) if head != "baseline" else make(**options)
+    except TypeError as e:
+        raise HarnessError(f"variant {name!r}: this program does not take program variants ({e})") from e
+    return with_flag_set(program, flags) if flags else program

@@ -1,0 +1,387 @@
+"""Repro bundles: everything upstream needs to see a failure, in one tar.gz.
+
+Contents: ``env.json`` (versions, device kinds, topology, XLA_*/LIBTPU_*/JAX_*/TPU_*
+variables only), ``config.json``, ``hlo/`` (optimized HLO and buffer assignment of the
+training step, from a dump), ``findings.json`` (the scanner on that HLO), ``stress/``
+(the results and table), ``bisect.jsonl`` when given, ``repro.py`` (standalone, jax and
+numpy only; the harness's module xla_harness/repro/standalone.py, copied verbatim) for the built-in
+program, or, for a user's program, ``repro.py`` from xla_harness/repro/standalone_program.py with
+``program/`` (the program's source and the harness files that define the TrainProgram
+interface); ``expected.json`` (its output when the bundle was made), ``README.md``, and
+``manifest.json`` (sha256 of every other file).
+
+``check`` never executes code from the archive unless told to. It extracts with caps on
+members and bytes (regular files and folders under ``bundle/`` only), verifies the manifest,
+compares the bundled repro.py with the harness's own copy by sha256, recomputes the findings
+from the bundled HLO and the table from the bundled stress rows, validates config.json, and
+runs the harness's own repro.py on that config (in its own process group, killed whole on
+timeout), comparing with expected.json. A user's program is code from the archive: it is
+re-run only with ``run_program=True`` (``--run-program``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+from xla_harness.files import sha256_file
+
+ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
+STANDALONE = Path(__file__).with_name("standalone.py")  # the built-in's repro.py, copied verbatim
+STANDALONE_PROGRAM = Path(__file__).with_name("standalone_program.py")  # a user program's repro.py
+MAX_MEMBERS = 10_000
+MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big models run to hundreds of MB)
+REPRO_TIMEOUT_S = 1800.0
+
+
+def bundle_env() -> dict:
+    from xla_harness.stress import store as results
+
+    env = results.environment()
+    import jax
+
+    env["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    env["devices"] = [{"id": d.id, "kind": d.device_kind, "process": d.process_index,
+                       "coords": list(getattr(d, "coords", []) or [])} for d in jax.devices()]
+    return env
+
+
+def dump_files(dump: Path) -> tuple[Path, Path]:
+    """(optimized HLO, buffer assignment) of the training step in a dump folder."""
+    if not dump.is_dir():
+        raise HarnessError(f"dump folder {dump} does not exist")
+    hlos = sorted(p for p in dump.glob("*jit_step*after_optimizations.txt"))
+    if not hlos:
+        raise HarnessError(f"{dump}: missing *jit_step*after_optimizations.txt (dump with "
+                           "XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text')")
+    hlo = hlos[-1]
+    ba = hlo.with_name(hlo.name[:-len(".txt")] + "-buffer-assignment.txt")
+    if not ba.is_file():
+        raise HarnessError(f"{dump}: missing {ba.name} (the buffer assignment of {hlo.name})")
+    return hlo, ba
+
+
+INTERFACE_FILES = ("xla_harness/__init__.py", "xla_harness/errors.py", "xla_harness/programs/__init__.py",
+                   "xla_harness/programs/interface.py")
+
+
+def copy_program_source(program: str, dest: Path) -> str:
+    """Copy the program's source (and the interface it builds on) into ``dest``; return the
+    --program spec repro.py loads from there."""
+    import importlib
+
+    from xla_harness.programs.interface import BUILTINS
+
+    root = Path(__file__).resolve().parents[2]
+    for rel in INTERFACE_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / rel, dest / rel)
+    if program in BUILTINS:  # a built-in may use any module of xla_harness/programs (the preset uses variants)
+        for src in sorted((root / "xla_harness" / "programs").glob("*.py")):
+            shutil.copy(src, dest / "xla_harness" / "programs" / src.name)
+        return program
+    module_part, _, attr = program.rpartition(":")
+    if module_part.endswith(".py") or "/" in module_part:
+        src = Path(module_part)
+    else:
+        try:
+            src = Path(importlib.import_module(module_part).__file__ or "")
+        except Exception as e:  # noqa: BLE001 - the user's module: report, never a traceback
+            raise HarnessError(f"--program {program}: cannot import {module_part}: {e}") from e
+        if src.name == "__init__.py":
+            raise HarnessError(f"--program {program}: {module_part} is a package; bundle a FILE.py:NAME program")
+    if not src.is_file():
+        raise HarnessError(f"--program {program}: no such file {src}")
+    shutil.copy(src, dest / src.name)
+    return f"{src.name}:{attr}"
+
+
+def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], steps: int,
+                dump: Path | None = None, results_dir: Path | None = None, bisect_dir: Path | None = None,
+                python: str = sys.executable) -> Path:
+    from xla_harness.hlo.parser import parse_file
+    from xla_harness.hlo.scan import module_json, scan_module
+    from xla_harness.stress import report
+    from xla_harness.stress.runner import StressSpec, initial_state, prepare, run_matrix, step_keys
+
+    if not str(out).endswith(".tar.gz"):
+        raise HarnessError(f"--out must end in .tar.gz, got {out}")
+    with tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
+        root = Path(tmp) / "bundle"
+        (root / "hlo").mkdir(parents=True)
+        builtin = program == "tied-embedding"
+        spec = StressSpec(program=program, seeds=seeds, steps=steps,
+                          program_options=() if builtin else tuple(sorted(options.items())),
+                          **({"modes": (options["mode"],), "remats": (options["remat"],), "dtype": options["dtype"],
+                              "learning_rate": options["learning_rate"],
+                              **{k: options[k] for k in ("vocab", "d_model", "layers", "heads", "seq", "batch")}}
+                             if builtin else {}))
+        if dump is None:  # compile the user's step once, as the harness runs it, with a dump
+            dump = Path(tmp) / "dump"
+            h = prepare(spec, spec.configs()[0])
+            state = initial_state(h, seeds[0])
+            h.step.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
+                compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
+        hlo, ba = dump_files(Path(dump))
+        shutil.copy(hlo, root / "hlo" / hlo.name)
+        shutil.copy(ba, root / "hlo" / ba.name)
+        mod = parse_file(hlo)
+        (root / "findings.json").write_text(json.dumps({"modules": [module_json(mod, scan_module(mod))]}, indent=2))
+        (root / "env.json").write_text(json.dumps(bundle_env(), indent=2, default=str))
+        if builtin:
+            model = {k: options[k] for k in ("mode", "remat", "dtype", "vocab", "d_model", "layers", "heads",
+                                             "seq", "batch")}
+            config = {"program": program, "model": model, "seeds": list(seeds), "steps": steps,
+                      "learning_rate": options["learning_rate"]}
+            repro = STANDALONE
+        else:
+            (root / "program").mkdir()
+            config = {"program": copy_program_source(program, root / "program"), "options": spec.configs()[0],
+                      "seeds": list(seeds), "steps": steps}
+            repro = STANDALONE_PROGRAM
+        (root / "config.json").write_text(json.dumps(config, indent=2))
+        stress_dir = root / "stress"
+        if results_dir is not None:
+            shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt"))
+        else:
+            run_matrix(spec, stress_dir)
+            shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)
+        (stress_dir / "table.txt").write_text(report.format_table(report.load_table([stress_dir])) + "\n")
+        if bisect_dir is not None:
+            src = Path(bisect_dir) / "bisect.jsonl"
+            if not src.is_file():
+                raise HarnessError(f"{bisect_dir}: missing bisect.jsonl")
+            shutil.copy(src, root / "bisect.jsonl")
+        shutil.copy(repro, root / "repro.py")
+        (root / "expected.json").write_text(run_repro(root / "repro.py", root / "config.json", python))
+        (root / "README.md").write_text(
+            "# Repro bundle\n\n`python repro.py` (needs jax, numpy and, for a user's program, what it imports) "
+            "builds the training program of `config.json` (the built-in model, or the program in `program/`), "
+            "jits its step as a user does, and counts non-finite steps; `expected.json` is what it printed when "
+            "the bundle was made, "
+            "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
+            "`findings.json` the scanner's view of it, `stress/` the harness's stress results, and "
+            "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
+            "and compares.\n")
+        (root / "manifest.json").write_text(json.dumps({"sha256": manifest(root)}, indent=2, sort_keys=True))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(out.name + ".partial")
+        with tarfile.open(partial, "w:gz") as tf:
+            tf.add(root, arcname="bundle")
+        partial.replace(out)
+    return out
+
+
+
+def manifest(root: Path) -> dict[str, str]:
+    """sha256 of every file under root but manifest.json, keyed by its path relative to root."""
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).as_posix() != "manifest.json"}
+
+
+def run_repro(script: Path, config: Path, python: str = sys.executable,
+              timeout: float = REPRO_TIMEOUT_S) -> str:
+    """Run repro.py on a config in its own process group; the whole group is killed on timeout."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([python, str(script), "--json", "--config", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=config.parent, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise HarnessError(f"repro.py did not finish in {timeout:g} s (its process group was killed)") from None
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise HarnessError(f"repro.py failed: {last}")
+    return lines[-1] + "\n"
+
+
+def safe_extract(path: Path, dest: Path, max_members: int = MAX_MEMBERS, max_bytes: int = MAX_BYTES) -> Path:
+    """Extract a bundle: only regular files and folders under bundle/, capped in count and bytes."""
+    total = 0
+    try:
+        with tarfile.open(path, "r:gz") as tf:
+            for count, member in enumerate(tf, start=1):
+                if count > max_members:
+                    raise HarnessError(f"{path}: more than {max_members} members; not a bundle of ours")
+                name = member.name
+                parts = Path(name).parts
+                if not parts or parts[0] != "bundle" or ".." in parts or Path(name).is_absolute():
+                    raise HarnessError(f"{path}: member {name!r} lies outside bundle/")
+                if not (member.isfile() or member.isdir()):
+                    raise HarnessError(f"{path}: member {name!r} is not a regular file or folder")
+                total += member.size
+                if total > max_bytes:
+                    raise HarnessError(f"{path}: more than {max_bytes} bytes when extracted; refusing")
+                tf.extract(member, dest, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise HarnessError(f"{path}: not a readable bundle ({exc})") from None
+    root = dest / "bundle"
+    if not root.is_dir():
+        raise HarnessError(f"{path}: no bundle/ folder")
+    return root
+
+
+@dataclass
+class CheckReport:
+    same: bool = True
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, ok: bool, line: str) -> None:
+        self.same &= ok
+        self.lines.append(line)
+
+
+def _read_json(root: Path, name: str, path: Path):
+    try:
+        return json.loads((root / name).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: {name} is not JSON ({exc})") from None
+
+
+def check_manifest(root: Path, path: Path, report: CheckReport) -> None:
+    listed = _read_json(root, "manifest.json", path).get("sha256")
+    if not isinstance(listed, dict):
+        raise HarnessError(f"{path}: manifest.json has no sha256 table")
+    have = manifest(root)
+    changed = sorted(n for n in listed.keys() & have.keys() if listed[n] != have[n])
+    missing, extra = sorted(listed.keys() - have.keys()), sorted(have.keys() - listed.keys())
+    for label, names in (("changed", changed), ("missing", missing), ("not in the manifest", extra)):
+        for n in names:
+            report.add(False, f"manifest: {n} {label}")
+    if not (changed or missing or extra):
+        report.add(True, f"manifest: {len(have)} files, sha256 all match")
+
+
+def _validate_run_shape(cfg: dict, path: Path) -> None:
+    seeds, steps = cfg.get("seeds"), cfg.get("steps")
+    if (not isinstance(seeds, list) or not seeds or len(seeds) > 1000
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in seeds)):
+        raise HarnessError(f"{path}: config.json seeds must be 1..1000 integers in [0, 2**32)")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 < steps <= 1_000_000:
+        raise HarnessError(f"{path}: config.json steps must be an integer in 1..1000000")
+
+
+def is_program_bundle(cfg) -> bool:
+    """A bundle of a user's program (config.json names it and its options) rather than the built-in."""
+    return isinstance(cfg, dict) and "options" in cfg and cfg.get("program") != "tied-embedding"
+
+
+def validate_config(cfg, path: Path):
+    """config.json as the harness writes it; the built-in model through ModelConfig's own checks."""
+    from xla_harness.programs.tied_embedding import ModelConfig
+
+    if is_program_bundle(cfg):
+        prog = cfg.get("program")
+        if (not isinstance(prog, str) or not isinstance(cfg.get("options"), dict)
+                or not all(isinstance(k, str) for k in cfg["options"])):
+            raise HarnessError(f"{path}: config.json needs a program name and an options table")
+        if prog.partition(":")[0].endswith(".py") and ("/" in prog or "\\" in prog):
+            raise HarnessError(f"{path}: config.json program {prog!r} must name a file inside program/")
+        _validate_run_shape(cfg, path)
+        return
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        raise HarnessError(f"{path}: config.json lacks a model table")
+    model = cfg["model"]
+    ints = ("vocab", "d_model", "layers", "heads", "seq", "batch")
+    if (not all(isinstance(model.get(k), int) and not isinstance(model.get(k), bool) for k in ints)
+            or not isinstance(model.get("remat"), bool)):
+        raise HarnessError(f"{path}: config.json model needs integer sizes and a boolean remat")
+    try:
+        ModelConfig(**model)
+    except (TypeError, ValueError, HarnessError) as exc:
+        raise HarnessError(f"{path}: config.json model is not valid ({exc})") from None
+    _validate_run_shape(cfg, path)
+    lr = cfg.get("learning_rate")
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise HarnessError(f"{path}: config.json learning_rate must be a positive finite number")
+
+
+def check_derived(root: Path, path: Path, report: CheckReport) -> None:
+    """findings.json and stress/table.txt recomputed from the bundled HLO and stress rows."""
+    from xla_harness.hlo.parser import parse_file
+    from xla_harness.hlo.scan import module_json, scan_module
+    from xla_harness.stress import report as stress_report
+
+    hlos = sorted((root / "hlo").glob("*after_optimizations.txt"))
+    if len(hlos) != 1:
+        raise HarnessError(f"{path}: expected one optimized HLO under hlo/, found {len(hlos)}")
+    mod = parse_file(hlos[0])
+    findings = {"modules": [module_json(mod, scan_module(mod))]}
+    ok = findings == _read_json(root, "findings.json", path)
+    report.add(ok, f"findings.json: {'same as' if ok else 'DIFFERENT from'} a scan of the bundled HLO")
+    try:
+        table = stress_report.format_table(stress_report.load_table([root / "stress"])) + "\n"
+    except HarnessError as exc:  # tampered or corrupt rows: a difference to report, with the manifest's lines
+        report.add(False, f"stress/: the bundled rows do not read ({exc})")
+        return
+    ok = (root / "stress" / "table.txt").is_file() and table == (root / "stress" / "table.txt").read_text()
+    report.add(ok, f"stress/table.txt: {'same as' if ok else 'DIFFERENT from'} the table of the bundled rows")
+
+
+def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
+    for seed, want in expected["seeds"].items():
+        have = got["seeds"].get(seed)
+        if have is None:
+            report.add(False, f"seed {seed}: missing from the re-run")
+            continue
+        pairs = zip(have["losses"], want["losses"], strict=True)
+        diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in pairs
+                    if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)), default=0.0)
+        ok = have["nonfinite"] == want["nonfinite"] and diff <= 1e-5
+        report.add(ok, f"seed {seed}: non-finite {have['nonfinite']} (bundle: {want['nonfinite']}), "
+                       f"max relative loss difference {diff:.2e} -> {'same' if ok else 'DIFFERENT'}")
+    report.lines.append(f"bundle made with jax {expected.get('jax')} on {expected.get('backend')}; re-run with "
+                        f"jax {got['jax']} on {got['backend']}")
+
+
+def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPRO_TIMEOUT_S,
+                 max_bytes: int = MAX_BYTES, run_program: bool = False) -> tuple[bool, list[str]]:
+    """Verify a bundle without running its code; re-run the harness's repro.py. (same, lines).
+
+    A user's program in program/ is code from the archive: it runs only with ``run_program``."""
+    if not path.is_file():
+        raise HarnessError(f"{path}: no such bundle")
+    report = CheckReport()
+    with tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
+        root = safe_extract(path, Path(tmp), max_bytes=max_bytes)
+        for need in ("manifest.json", "repro.py", "config.json", "expected.json", "findings.json"):
+            if not (root / need).is_file():
+                raise HarnessError(f"{path}: bundle lacks {need}")
+        check_manifest(root, path, report)
+        cfg = _read_json(root, "config.json", path)
+        validate_config(cfg, path)
+        user_program = is_program_bundle(cfg)
+        script = STANDALONE_PROGRAM if user_program else STANDALONE
+        ours = sha256_file(script)
+        ok = sha256_file(root / "repro.py") == ours
+        report.add(ok, f"repro.py: {'same as' if ok else 'DIFFERENT from'} this harness's copy (sha256 {ours[:12]}); "
+                       "the harness's copy is the one run")
+        check_derived(root, path, report)
+        expected = _read_json(root, "expected.json", path)
+        if not isinstance(expected, dict) or not isinstance(expected.get("seeds"), dict):
+            raise HarnessError(f"{path}: expected.json has no seeds table")
+        if user_program and not run_program:
+            report.lines.append("not re-run: the program in program/ is code from the archive; read it, then "
+                                "pass --run-program to run it")
+            return report.same, report.lines
+        if user_program:
+            clean_config = root / "config.json"  # beside the program/ it loads
+        else:
+            clean_config = Path(tmp) / "config.json"  # the validated config, outside the extracted tree
+            clean_config.write_text(json.dumps(cfg))
+        got = json.loads(run_repro(script, clean_config, python, timeout))
+        compare_runs(expected, got, report)
+    return report.same, report.lines

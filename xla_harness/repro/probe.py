@@ -1,0 +1,75 @@
+"""One bisection probe in a fresh process: ``python -m xla_harness.repro.probe '<json task>'``.
+
+Task keys: action ("passes" | "probe"), program ("small" or a --program spec), options (its
+keyword options), oracle ("hlo" | "stress"), property, disabled (list), steps, seed,
+inject ([pass, rate]). Prints one JSON line. A compiler crash ends this process, not the bisection.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _harnessed(task: dict, inject_rate: float = 0.0):
+    from xla_harness.stress.runner import StressSpec, initial_state, prepare, step_keys
+
+    spec = StressSpec(program=task["program"], program_options=tuple(sorted(task.get("options", {}).items())),
+                      seeds=(task.get("seed", 1),), steps=max(1, int(task.get("steps", 1))),
+                      inject_rate=inject_rate, block=1)
+    h = prepare(spec, dict(task.get("options", {})))
+    state = initial_state(h, task.get("seed", 1))
+    batch = h.program.batch(step_keys(task.get("seed", 1), 0)[0], 0)
+    return h, state, h.step.lower(state.params, state.opt_state, batch)
+
+
+def _lowered(task: dict):
+    import jax
+    import jax.numpy as jnp
+
+    if task.get("program") == "small":
+        f = jax.jit(lambda w, x: jnp.tanh(w * 2.0 + 1.0).sum() + (x @ w).sum() + jnp.exp(w).max())
+        return f.lower(jnp.ones((64, 32)), jnp.ones((4, 64)))
+    return _harnessed(task)[2]
+
+
+def main() -> int:
+    from xla_harness.repro.bisect import compile_options, count_property, passes_from_dump
+    from xla_harness.stress.runner import run_config
+
+    task = json.loads(sys.argv[1])
+    disabled = frozenset(task.get("disabled", []))
+    if task["action"] == "passes":
+        with tempfile.TemporaryDirectory(prefix="xla-harness-passes-") as d:
+            _lowered(task).compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": ".*"})
+            print(json.dumps({"passes": passes_from_dump([p.name for p in Path(d).iterdir()])}))
+        return 0
+    if task.get("oracle", "hlo") == "hlo":
+        n = count_property(_lowered(task).compile(compiler_options=compile_options(disabled)).as_text(),
+                           task["property"])
+        print(json.dumps({"failing": n > 0, "detail": f"{n} x {task['property']}"}))
+        return 0
+    # Stress oracle: the user's step compiled with the passes disabled, checked outside, until a
+    # non-finite step or the step budget. A planted fault (test oracle) fires while its pass is enabled.
+    inject = task.get("inject")
+    rate = inject[1] if inject and inject[0] not in disabled else 0.0
+    h, state, lowered = _harnessed(task, rate)
+    h.step = lowered.compile(compiler_options=compile_options(disabled))
+    steps = int(task["steps"])
+    bad = 0
+    for block in run_config(h, task.get("seed", 1), state, steps=steps):
+        for r in block.records:
+            if not r["finite"]:
+                bad += 1
+                if not task.get("count"):
+                    print(json.dumps({"failing": True, "detail": f"non-finite at step {r['step']} (of up to {steps})"}))
+                    return 0
+    print(json.dumps({"failing": bad > 0, "nonfinite": bad, "steps": steps,
+                      "detail": f"{bad} non-finite in {steps} steps"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""Tables and plots of stress results, shaped like the matrix in jax-ml/jax#35409.
+
+Rows are configurations (mode x remat for the built-in, the program's label otherwise),
+columns are the seeds (``k/n`` non-finite steps), then total, rate, the one-sided exact 95%
+upper bound (the method ``runs_needed`` uses) and the spread of the per-seed rates with a
+chi-square test of whether the seeds share one rate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+from xla_harness.stress import records, stats
+from xla_harness.stress import store as results
+
+
+@dataclass
+class Row:
+    label: str
+    per_seed: dict[int, tuple[int, int]] = field(default_factory=dict)  # seed -> (nonfinite, steps)
+    silent: int = 0
+    referenced: int = 0
+    injected: int = 0
+    first_bad: dict[str, int] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)  # the first block's configuration
+    losses: dict[tuple[int, int], float | None] = field(default_factory=dict)  # variants runs: (seed, step)
+
+    @property
+    def k(self) -> int:
+        return sum(k for k, _ in self.per_seed.values())
+
+    @property
+    def n(self) -> int:
+        return sum(n for _, n in self.per_seed.values())
+
+    def rate(self) -> stats.Rate:
+        return stats.Rate(self.k, self.n)
+
+    def dispersion(self) -> dict:
+        return stats.seed_dispersion([self.per_seed[s] for s in sorted(self.per_seed)])
+
+
+@dataclass
+class Table:
+    rows: list[Row]
+    seeds: list[int]
+    env: dict | None = None
+    gaps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_nonfinite(self) -> int:
+        return sum(r.k for r in self.rows)
+
+
+# A step's identity across files: (spec fingerprint, label, seed, step).
+StepKey = tuple[str, str, int, int]
+
+
+def summarize(files: list[results.Results], order: list[str] | None = None) -> Table:
+    """Aggregate validated results files into per-configuration rows.
+
+    A step is keyed by (spec fingerprint, label, seed, step) and counted once; the same key
+    recorded twice with different outcomes is kept as first read and reported as a warning.
+    """
+    rows: dict[str, Row] = {}
+    seen: dict[StepKey, tuple[bool, str | None, str]] = {}
+    conflicts: list[str] = []
+    seeds: set[int] = set()
+    for f in files:
+        fp = f.header.fingerprint
+        for b in f.blocks:
+            row = rows.setdefault(b.label, Row(b.label, config=dict(b.config)))
+            seeds.add(b.seed)
+            for s in b.steps:
+                key = (fp, b.label, b.seed, s.step)
+                if key in seen:
+                    if seen[key][:2] != (s.finite, s.first_bad):
+                        conflicts.append(f"{b.label} seed {b.seed} step {s.step}: {seen[key][2]} and {f.path.name} "
+                                         "disagree; the first is counted")
+                    continue
+                seen[key] = (s.finite, s.first_bad, f.path.name)
+                _count(row, b.seed, s)
+    labels = list(rows)
+    if order:
+        labels = [lab for lab in order if lab in rows] + [lab for lab in labels if lab not in order]
+    table = Table([rows[lab] for lab in labels], sorted(seeds), files[0].header.env if files else None)
+    if conflicts:
+        table.warnings.append(f"{len(conflicts)} step(s) recorded twice with different outcomes "
+                              f"(first: {conflicts[0]})")
+    return table
+
+
+def _count(row: Row, seed: int, s: records.Step) -> None:
+    k, n = row.per_seed.get(seed, (0, 0))
+    row.per_seed[seed] = (k + (not s.finite), n + 1)
+    row.injected += s.injected is not None
+    if "variant" in row.config:
+        row.losses[(seed, s.step)] = s.loss
+    if s.first_bad:
+        row.first_bad[s.first_bad] = row.first_bad.get(s.first_bad, 0) + 1
+    ref = s.reference
+    if ref is not None and not ref.get("skipped"):
+        row.referenced += 1
+        row.silent += not ref["ok"]
+
+
+def first_missing(have: set[int], steps: int) -> tuple[int, int]:
+    """(steps recorded in [0, steps), first step missing) without materialising range(steps)."""
+    got = sorted(s for s in have if s < steps)
+    first = next((i for i, s in enumerate(got) if s != i), len(got))
+    return len(got), first
+
+
+def find_gaps(res: results.Results) -> list[str]:
+    """Configurations and seeds the file's own spec asked for but whose steps it lacks
+    (a process that died, or a run that is still going)."""
+    spec = res.header.spec
+    have: dict[tuple[str, int], set[int]] = {}
+    for b in res.blocks:
+        have.setdefault((b.label, b.seed), set()).update(s.step for s in b.steps)
+    gaps = []
+    steps = spec["steps"]
+    for label in records.spec_labels(spec):
+        for seed in spec["seeds"]:
+            n, first = first_missing(have.get((label, seed), set()), steps)
+            if n < steps:
+                gaps.append(f"{res.path.name}: {label} seed {seed}: {n}/{steps} steps (missing from step {first})")
+    return gaps
+
+
+def check_specs(files: list[results.Results]) -> None:
+    """Refuse one label recorded under two specs (different options, same row name)."""
+    first: dict[str, results.Results] = {}
+    for f in files:
+        for lab in {b.label for b in f.blocks} | set(records.spec_labels(f.header.spec)):
+            other = first.setdefault(lab, f)
+            if other.header.fingerprint != f.header.fingerprint:
+                diff = results.spec_difference(other.header.spec, f.header.spec) or "fingerprint"
+                raise HarnessError(f"{other.path} and {f.path} hold {lab} from different runs ({diff}); "
+                                   "report them apart, or pass --allow-mixed-specs to pool them")
+
+
+def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
+    """Read and validate every results file in the given folders into one table (with gaps)."""
+    files: list[results.Results] = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise HarnessError(f"{folder} is not a results folder")
+        paths = results.results_files(folder)
+        if not paths:
+            raise HarnessError(f"{folder} holds no stress*.jsonl results")
+        files.extend(results.read_results(p) for p in paths)
+    if not allow_mixed_specs:
+        check_specs(files)
+    order: list[str] = []
+    for f in files:
+        order += [lab for lab in records.spec_labels(f.header.spec) if lab not in order]
+    table = summarize(files, order)
+    table.gaps = [g for f in files for g in find_gaps(f)]
+    return table
+
+
+def baseline_comparisons(t: Table) -> dict[str, dict]:
+    """For every variant row of a ``--variants`` run: its baseline row (same configuration,
+    ``variant=baseline``), the two-sided Fisher exact p of the two non-finite rates, and the
+    largest relative loss difference over the (seed, step) both recorded as finite."""
+    by_config = {json.dumps(r.config, sort_keys=True): r for r in t.rows}
+    out = {}
+    for r in t.rows:
+        if r.config.get("variant", "baseline") == "baseline":
+            continue
+        base = by_config.get(json.dumps({**r.config, "variant": "baseline"}, sort_keys=True))
+        if base is None:
+            continue
+        pairs = [(loss, base.losses[key]) for key, loss in r.losses.items()
+                 if loss is not None and base.losses.get(key) is not None]
+        diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in pairs), default=None)
+        out[r.label] = {"baseline": base.label, "p_value": stats.fisher_exact(r.k, r.n, base.k, base.n),
+                        "max_loss_rel_diff": diff, "compared_steps": len(pairs)}
+    return out
+
+
+def _fmt_vs_baseline(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    text = f"p={c['p_value']:.2g}"
+    if c["max_loss_rel_diff"] is not None:
+        text += f" dloss={c['max_loss_rel_diff']:.1e}"
+    return text
+
+
+def _fmt_spread(r: Row) -> str:
+    d = r.dispersion()
+    if len(d["rates"]) < 2:
+        return "-"
+    text = f"{d['min']:.3f}-{d['max']:.3f}"
+    return text + (f" p={d['p_value']:.2g}" if d["p_value"] is not None else "")
+
+
+def format_table(t: Table) -> str:
+    """Plain-text table, one row per configuration."""
+    show_ref = any(r.referenced for r in t.rows)
+    show_inj = any(r.injected for r in t.rows)
+    vs_base = baseline_comparisons(t)
+    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% upper", "seed spread"]
+    if show_inj:
+        head.append("injected")
+    if show_ref:
+        head.append("silent (ref)")
+    if vs_base:
+        head.append("vs baseline")
+    lines = [head]
+    for r in t.rows:
+        rate = r.rate()
+        cells = [r.label]
+        for s in t.seeds:
+            k, n = r.per_seed.get(s, (0, 0))
+            cells.append(f"{k}/{n}" if n else "-")
+        cells += [f"{r.k}/{r.n}", f"{rate.rate:.3f}", f"{rate.upper:.4f}", _fmt_spread(r)]
+        if show_inj:
+            cells.append(str(r.injected))
+        if show_ref:
+            cells.append(f"{r.silent}/{r.referenced}")
+        if vs_base:
+            cells.append(_fmt_vs_baseline(vs_base.get(r.label)))
+        lines.append(cells)
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    if t.env:
+        e = t.env
+        out.append(f"(jax {e.get('jax')}, jaxlib {e.get('jaxlib')}, backend {e.get('backend')}, "
+                   f"{e.get('device_count')} x {e.get('device_kind')})")
+    out.append("95% upper: one-sided exact (Clopper-Pearson) bound on the rate; seed spread: lowest-highest "
+               "per-seed rate, p = chi-square test that all seeds share one rate")
+    if vs_base:
+        out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
+                   "row; dloss: largest relative loss difference at the same seed and step (both finite)")
+    for g in t.gaps:
+        out.append(f"gap: {g}")
+    return "\n".join(out)
+
+
+def table_json(t: Table) -> dict:
+    vs_base = baseline_comparisons(t)
+    return {
+        "configs": [
+            {"config": r.label,
+             "per_seed": {str(s): {"nonfinite": k, "steps": n} for s, (k, n) in sorted(r.per_seed.items())},
+             **r.rate().to_dict(),
+             "seed_dispersion": r.dispersion(),
+             "injected": r.injected,
+             "first_bad": r.first_bad,
+             "silent": r.silent, "referenced": r.referenced,
+             **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}
+            for r in t.rows
+        ],
+        "seeds": t.seeds,
+        "total_nonfinite": t.total_nonfinite,
+        "env": t.env,
+        "gaps": t.gaps,
+    }
+
+
+def dumps(t: Table, fingerprints: dict | None = None) -> str:
+    data = table_json(t)
+    if fingerprints is not None:
+        data["fingerprints"] = fingerprints
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def plot(t: Table, path: Path) -> Path:
+    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound."""
+    if Path(path).is_dir():
+        raise HarnessError(f"cannot write plot {path}: it is a folder")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise HarnessError("plotting needs matplotlib: pip install 'xla-harness[plot]'") from None
+    labels = [r.label for r in t.rows]
+    rates = [r.rate().rate for r in t.rows]
+    lo = [0.0 for _ in t.rows]
+    hi = [r.rate().upper - r.rate().rate for r in t.rows]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 3.8))
+    ax.errorbar(range(len(labels)), rates, yerr=[lo, hi], fmt="o", capsize=5, color="C3")
+    for i, r in enumerate(t.rows):
+        ax.annotate(f"{r.k}/{r.n}", (i, rates[i]), textcoords="offset points", xytext=(8, 4), fontsize=8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("non-finite update rate")
+    env = t.env or {}
+    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - "
+                 f"{env.get('backend', '?')} "
+                 f"{env.get('device_kind', '')}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, format="png")
+    except OSError as exc:
+        raise HarnessError(f"cannot write plot {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return path

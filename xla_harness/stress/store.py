@@ -1,0 +1,312 @@
+"""JSONL result store: one line per finished step-block, appended with flush + fsync.
+
+A results folder holds ``stress.jsonl`` (``stress.p<i>.jsonl`` for process i of a
+multi-process run); records.py says what a line holds. One writer at a time: a run or a
+``--resume`` takes an exclusive ``fcntl.flock`` on ``<file>.lock`` before it reads
+anything, and a second one is refused. ``--resume`` checks the header and the options
+before touching the file; a last line cut short by ``kill -9`` is then cut (with a
+warning) and its steps are simply run again; a valid last line lacking its newline is
+completed. Readers validate every line and name ``FILE:LINE`` of the first bad one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import platform
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+from xla_harness.files import read_regular
+from xla_harness.stress import records
+
+ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
+PLUGIN_DISTRIBUTIONS = (
+    "libtpu", "libtpu-nightly", "jax-cuda12-plugin", "jax-cuda12-pjrt",
+    "jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-rocm-plugin",
+)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def repo_commit() -> str:
+    """Git commit of this repository (with '+dirty' if it has local changes), or 'unknown'."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment() -> dict:
+    """Versions, backend and variables that decide what XLA compiles; recorded on every line."""
+    import jax
+
+    devices = jax.devices()
+    try:
+        import jaxlib
+
+        jaxlib_version = getattr(jaxlib, "__version__", None) or _dist_version("jaxlib")
+    except ImportError:
+        jaxlib_version = None
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib_version,
+        "plugins": {n: v for n in PLUGIN_DISTRIBUTIONS if (v := _dist_version(n))},
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED},
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "repo_commit": repo_commit(),
+    }
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Results:
+    """A results file read and validated: its header and its blocks."""
+
+    path: Path
+    header: records.Header
+    blocks: list[records.Block] = field(default_factory=list)
+
+
+def _lines(data: bytes) -> tuple[list[bytes], bytes | None]:
+    """(complete lines, the last line if it lacks its newline)."""
+    parts = data.split(b"\n")
+    tail = parts.pop()
+    return parts, (tail if tail else None)
+
+
+def _parse(path: Path, lineno: int, raw: bytes) -> records.Record:
+    try:
+        return records.parse_line(raw)
+    except records.RecordError as exc:
+        raise HarnessError(f"{path}:{lineno}: {exc}") from None
+
+
+def _header(path: Path, first: bytes | None) -> records.Header:
+    if first is None:
+        raise HarnessError(f"{path} is empty; it is not a stress results file")
+    try:
+        rec = records.parse_line(first)
+    except records.RecordError as exc:
+        raise HarnessError(f"{path}:1: not a stress results header ({exc})") from None
+    if not isinstance(rec, records.Header):
+        raise HarnessError(f"{path}:1: not a stress results header (a block comes first)")
+    return rec
+
+
+def _blocks(path: Path, lines: list[bytes], first_lineno: int) -> list[records.Block]:
+    blocks = []
+    for lineno, raw in enumerate(lines, first_lineno):
+        rec = _parse(path, lineno, raw)
+        if isinstance(rec, records.Header):
+            raise HarnessError(f"{path}:{lineno}: a second header line")
+        blocks.append(rec)
+    return blocks
+
+
+def read_results(path: Path) -> Results:
+    """Read and validate every line of a results file (report, merge, compare).
+
+    A last line that lacks its newline and does not parse is a write in progress (a live
+    run) and is left out; any other line that breaks the schema is an error naming FILE:LINE.
+    """
+    path = Path(path)
+    lines, tail = _lines(read_regular(path))
+    if tail is not None:
+        try:
+            records.parse_line(tail)
+            lines.append(tail)
+        except records.RecordError:
+            pass
+    header = _header(path, lines[0] if lines else None)
+    return Results(path, header, _blocks(path, lines[1:], 2))
+
+
+def spec_difference(old: dict, new: dict) -> str | None:
+    """The first option in which two specs differ, as 'key=old, now new', or None."""
+    for k in sorted(set(old) | set(new)):
+        if k not in records.RESUMABLE_KEYS and old.get(k) != new.get(k):
+            return f"{k}={old.get(k)!r}, now {new.get(k)!r}"
+    return None
+
+
+class RunWriter:
+    """The one writer of a results file: holds its lock; every append is flushed and fsynced."""
+
+    def __init__(self, path: Path, lock_fh, header: records.Header | None, blocks: list[records.Block]):
+        self.path = path
+        self.header = header
+        self.blocks = blocks
+        self._lock = lock_fh
+        self._fh = None
+        try:
+            self._fh = open(path, "ab")  # noqa: SIM115 - held for the run, closed by close()
+        except OSError as exc:
+            self.close()
+            raise HarnessError(f"cannot write results to {path}: {exc.strerror}") from None
+
+    def write_header(self, spec: dict, env: dict) -> records.Header:
+        header = records.Header(spec=spec, fingerprint=records.spec_fingerprint(spec), env=env, time=now())
+        self.append(header)
+        self.header = header
+        return header
+
+    def append(self, record: records.Record | dict) -> None:
+        try:
+            line = records.dumps(record)
+        except records.RecordError as exc:
+            raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
+        try:
+            self._fh.write(line.encode() + b"\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        for fh in (self._fh, self._lock):
+            if fh is not None:
+                with contextlib.suppress(OSError):
+                    fh.close()  # closing the lock file releases the lock
+        self._fh = self._lock = None
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _lock(path: Path):
+    """Take the exclusive lock of a results file (a ``.lock`` file beside it) or refuse."""
+    lp = lock_path(path)
+    try:
+        fh = open(lp, "a")  # noqa: SIM115 - the lock lives as long as the writer
+    except OSError as exc:
+        raise HarnessError(f"cannot create the lock file {lp}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise HarnessError(f"another stress run is writing {path} (it holds {lp.name}); wait for it to "
+                           "finish or choose another --out") from None
+    return fh
+
+
+def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.Block | None:
+    """Complete a valid last block lacking its newline (returned), or cut a tail that does not parse."""
+    try:
+        rec = records.parse_line(tail)
+    except records.RecordError:
+        rec = None
+    if isinstance(rec, records.Header):
+        raise HarnessError(f"{path}:{lineno}: a second header line")
+    with open(path, "r+b") as fh:
+        if rec is None:
+            fh.truncate(len(data) - len(tail))
+            sys.stderr.write(f"warning: {path}:{lineno}: removed a truncated last line (an interrupted write); "
+                             "its steps will be run again\n")
+        else:
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    return rec
+
+
+def _repair_tail_header(path: Path) -> None:
+    with open(path, "ab") as fh:
+        fh.write(b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
+    """Open a results file for a run of ``spec``: lock it, check it, repair its tail, return its writer.
+
+    Order matters: the lock is taken first, then the header is checked (a file whose first
+    line is not our header is never touched) and the options compared, then every complete
+    line is validated, and only then is a torn last line cut (or a valid one completed).
+    """
+    path = Path(path)
+    check_writable(path.parent)
+    if path.exists() and not path.is_file():
+        raise HarnessError(f"{path} is not a regular file")
+    lock = _lock(path)
+    try:
+        data = read_regular(path) if path.exists() else b""
+        if not data:
+            return RunWriter(path, lock, None, [])
+        if not resume:
+            raise HarnessError(f"{path} already holds results; pass --resume to continue them or choose another --out")
+        lines, tail = _lines(data)
+        header = _header(path, lines[0] if lines else tail)
+        diff = spec_difference(header.spec, spec)
+        if diff:
+            raise HarnessError(f"{path} was written by a different run ({diff}); use a new --out or the same options")
+        blocks = _blocks(path, lines[1:], 2)
+        if tail is not None and lines:
+            last = _repair_tail(path, data, tail, len(lines) + 1)
+            if last is not None:
+                blocks.append(last)
+        elif tail is not None:  # the header itself lacks its newline
+            _repair_tail_header(path)
+        return RunWriter(path, lock, header, blocks)
+    except BaseException:
+        lock.close()
+        raise
+
+
+def results_files(folder: Path) -> list[Path]:
+    """The stress results files in a folder (one per process)."""
+    folder = Path(folder)
+    return sorted(p for p in folder.glob("stress*.jsonl") if p.is_file())
+
+
+def check_writable(folder: Path) -> None:
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HarnessError(f"cannot create output folder {folder}: {exc.strerror}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HarnessError(f"output folder {folder} is not writable")
+
+
+def flush_stdio() -> None:
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            s.flush()
