@@ -1,5 +1,5 @@
 # Build jaxlib (and with CUDA=1 the CUDA plugin) from source with the patch series, install
-# it into .venv-patched and test it. Needs bazelisk, network to the hosts README lists, ~40 GB
+# it into .venv-patched and test it. Needs bazelisk, network to the hosts docs/workbench.md lists, ~40 GB
 # disk, hours. With XLA_SRC=dir and a `make xla-test` target, the quick XLA test runs first and
 # a failure stops here, before hours of building.
 #   make build-and-test [DRY_RUN=1] [CUDA=1 [CUDA_MAJOR=12|13]] [SERIES=experimental] [FROM=stage] [TO=stage]

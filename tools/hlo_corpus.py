@@ -8,7 +8,7 @@
     tools/hlo_corpus.py measure [--out DIR] [--jax-dumps DIR ...] [--limit N] [--show N]
         for each module: XLA's verdict, ours, and (both accepting) the first structural
         difference; the same for XLA's own reprint of each module XLA accepts; prints the
-        table of README's "reader against XLA" section and a JSON summary.
+        table of docs/scan.md's "reader against XLA" section and a JSON summary.
 
 Nothing fetched or extracted is written into the repository.
 """
