@@ -113,7 +113,7 @@ def tied_program():
     import jax
 
     from xla_harness.programs.interface import load_program
-    from xla_harness.stress.runner import step_keys
+    from xla_harness.stress.inject import step_keys
 
     prog = load_program("tied-embedding", mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2,
                         heads=4)

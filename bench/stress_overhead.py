@@ -29,16 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import jax  # noqa: E402
 
 from xla_harness.stress import store as results  # noqa: E402
-from xla_harness.stress.runner import (  # noqa: E402
-    StressSpec,
-    _checkpoint_path,
-    check_same_program,
-    initial_state,
-    prepare,
-    run_seed,
-    save_checkpoint,
-    step_keys,
-)
+from xla_harness.stress.checkpoint import _checkpoint_path, save_checkpoint  # noqa: E402
+from xla_harness.stress.inject import step_keys  # noqa: E402
+from xla_harness.stress.runner import check_same_program, initial_state, prepare, run_seed  # noqa: E402
+from xla_harness.stress.spec import StressSpec  # noqa: E402
 
 SIZES = {
     "tiny": dict(vocab=256, d_model=64, layers=2, heads=4, seq=16, batch=8),

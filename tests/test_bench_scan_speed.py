@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_harness import jaxcompat
 from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.scan import scan
 from xla_harness.hlo.xla_oracle import compare
@@ -18,6 +19,8 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
+@pytest.mark.skipif(not jaxcompat.xla_hlo_reads_structure(),
+                    reason="not checked: this jaxlib's parsed HLO has no instruction shapes (jaxlib >= 0.12 has)")
 def test_generated_module_is_what_xla_reads_and_every_fusion_is_classified():
     text = bench.generate(400)
     verdict = compare(text)

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from xla_harness.errors import HarnessError
-from xla_harness.upstream.patchcheck import parse_patch, preimage_tree
+from xla_harness.upstream.patchfile import parse_patch, preimage_tree
 from xla_harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 from xla_harness.upstream import jaxlib_build as bj  # noqa: E402
+from xla_harness.upstream import jaxlib_plan as plan  # noqa: E402
+from xla_harness.upstream import jaxlib_stages as stages  # noqa: E402
 
 P1 = ROOT / "patches/xla/0001-instruction-fusion-no-data-moving-producer-into-in-place-scatter.patch"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -28,20 +30,20 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 def test_parse_revision_and_workspace_variants():
     revision = f'# To update XLA to a new revision,\nXLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"a" * 64}"\n'
-    assert bj.parse_xla_pin(revision) == (COMMIT, "a" * 64)
+    assert plan.parse_xla_pin(revision) == (COMMIT, "a" * 64)
     workspace = ('load("//third_party:repo.bzl", "tf_http_archive")\n\n'
                  '# Comment mentioning XLA_COMMIT = "ffff"\n'
                  f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"b" * 64}"\n\ndef repo():\n    pass\n')
-    assert bj.parse_xla_pin(workspace) == (COMMIT, "b" * 64)
+    assert plan.parse_xla_pin(workspace) == (COMMIT, "b" * 64)
     with pytest.raises(HarnessError, match="no XLA_COMMIT"):
-        bj.parse_xla_pin('load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
+        plan.parse_xla_pin('load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
     # The oldest layout: an inline http_archive in WORKSPACE; a commented-out one is ignored.
     old = ('# local_repository(\n#    name = "xla",\n#    strip_prefix = "xla-ffffffff",\n# )\n'
            f'http_archive(\n    name = "xla",\n    sha256 = "{"c" * 64}",\n    strip_prefix = "xla-{COMMIT}",\n'
            f'    urls = ["https://github.com/openxla/xla/archive/{COMMIT}.tar.gz"],\n)\n')
-    assert bj.parse_xla_pin(old, "WORKSPACE") == (COMMIT, "c" * 64)
+    assert plan.parse_xla_pin(old, "WORKSPACE") == (COMMIT, "c" * 64)
     with pytest.raises(HarnessError):
-        bj.parse_xla_pin("\n".join("# " + ln for ln in old.splitlines()), "WORKSPACE")
+        plan.parse_xla_pin("\n".join("# " + ln for ln in old.splitlines()), "WORKSPACE")
 
 
 def test_find_pin_prefers_revision_bzl_and_skips_a_loading_workspace_bzl(tmp_path):
@@ -49,36 +51,37 @@ def test_find_pin_prefers_revision_bzl_and_skips_a_loading_workspace_bzl(tmp_pat
     (tmp_path / "third_party/xla/workspace.bzl").write_text(
         'load("//third_party/xla:revision.bzl", "XLA_COMMIT", "XLA_SHA256")\n')
     with pytest.raises(HarnessError, match="pins no XLA commit"):
-        bj.find_xla_pin(tmp_path, "jax-v9")
+        plan.find_xla_pin(tmp_path, "jax-v9")
     (tmp_path / "third_party/xla/revision.bzl").write_text(f'XLA_COMMIT = "{COMMIT}"\nXLA_SHA256 = "{"d" * 64}"\n')
-    assert bj.find_xla_pin(tmp_path, "jax-v9") == (COMMIT, "d" * 64, "third_party/xla/revision.bzl")
+    assert plan.find_xla_pin(tmp_path, "jax-v9") == (COMMIT, "d" * 64, "third_party/xla/revision.bzl")
 
 
 def test_plan_argv_cpu_and_cuda(tmp_path):
-    cpu = bj.build_argv("py", Path("/x"), "3.12", "/w/bin/bazelisk", Path("/w"), False, "13", Path("/w/dist/a"))
+    cpu = plan.build_argv("py", Path("/x"), "3.12", "/w/bin/bazelisk", Path("/w"), False, "13", Path("/w/dist/a"))
     assert cpu == ["py", "build/build.py", "build", "--wheels=jaxlib", "--local_xla_path=/x",
                    "--python_version=3.12", "--bazel_path=/w/bin/bazelisk",
                    "--bazel_startup_options=--output_user_root=/w/bazel-root",
                    "--bazel_options=--disk_cache=/w/bazel-disk-cache",
                    "--bazel_options=--repository_cache=/w/bazel-repo-cache", "--output_path=/w/dist/a"]
-    cuda = bj.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
+    cuda = plan.build_argv("py", Path("/x"), "3.12", "b", Path("/w"), True, "12", Path("/o"))
     assert "--wheels=jaxlib,jax-cuda-plugin,jax-cuda-pjrt" in cuda and cuda[-1] == "--cuda_major_version=12"
-    assert bj.bazel_test_argv("b", [], ["//t:x"], "3.12") == [
+    assert plan.bazel_test_argv("b", [], ["//t:x"], "3.12") == [
         "b", "test", "--repo_env=HERMETIC_PYTHON_VERSION=3.12", "--verbose_failures=true", "--test_output=errors",
         "@xla//t:x"]
     with pytest.raises(HarnessError):
-        bj.jax_tag("latest")
+        plan.jax_tag("latest")
 
 
 def test_lock_file_check(tmp_path):
     (tmp_path / "build").mkdir()
     (tmp_path / "build/requirements_lock_3_12.txt").write_text("")
     (tmp_path / "build/requirements_lock_3_13.txt").write_text("")
-    bj.check_lock_file(tmp_path, "3.13")
+    stages.check_lock_file(tmp_path, "3.13")
     with pytest.raises(HarnessError, match=r"no build/requirements_lock for Python 3.11; it builds for 3.12, 3.13"):
-        bj.check_lock_file(tmp_path, "3.11")
+        stages.check_lock_file(tmp_path, "3.11")
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_stage_and_touches_nothing(tmp_path, capsys):
     work = tmp_path / "work"
     assert bj.main(["--dry-run", "--cuda", "--work-dir", str(work)]) == 0
@@ -239,6 +242,7 @@ def _records(world):
     return [json.loads(x) for x in world["record"].read_text().splitlines()] if world["record"].exists() else []
 
 
+@pytest.mark.slow
 def test_stages_end_to_end_with_fake_tools(world, capsys):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     out = capsys.readouterr().out
@@ -294,6 +298,7 @@ def _fake_venv(world) -> Path:
     return venv
 
 
+@pytest.mark.slow
 def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     stamp = world["work"] / "stamps" / "install.json"
@@ -310,15 +315,16 @@ def test_test_stage_runs_xla_tests_inside_the_jax_tree(world, capsys, tmp_path):
     assert test["cwd"] == build["cwd"] and Path(test["cwd"]).name.startswith("jax-")
     assert test["USE_BAZEL_VERSION"] == build["USE_BAZEL_VERSION"] == "7.7.0"
     assert test["startup"] == build["startup"]
-    assert test["argv"][-1] == "@xla" + bj.series_bazel_targets("default")[-1]
+    assert test["argv"][-1] == "@xla" + stages.series_bazel_targets("default")[-1]
     pyver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert f"--repo_env=HERMETIC_PYTHON_VERSION={pyver}" in test["argv"]
     assert not list((world["work"] / "trees").glob("xla-*/xla_configure.bazelrc"))  # no configure.py step
     assert list(res.glob("default-cpu-*/stress.jsonl"))
     out = capsys.readouterr().out
-    assert f"bazel test @xla{bj.series_bazel_targets('default')[-1]}: passed" in out
+    assert f"bazel test @xla{stages.series_bazel_targets('default')[-1]}: passed" in out
 
 
+@pytest.mark.slow
 def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tmp_path, monkeypatch):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     stamp = world["work"] / "stamps" / "install.json"
@@ -328,7 +334,7 @@ def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tm
     rc = bj.main([*world["args"], "--from", "test", "--results", str(res)])
     cap = capsys.readouterr()
     assert rc == 1, cap.err  # tests found a problem: exit 1, not a crash
-    assert f"bazel test @xla{bj.series_bazel_targets('default')[-1]}: FAILED (exit 3)" in cap.out
+    assert f"bazel test @xla{stages.series_bazel_targets('default')[-1]}: FAILED (exit 3)" in cap.out
     assert "harness tests: passed" in cap.out and "stress matrix: passed" in cap.out
     ran = [r["argv"][:3] for r in _records(world) if r["tool"] == "venv-python"]
     assert ran == [["-m", "pytest", "-q"], ["-m", "xla_harness.cli", "stress"]]  # both ran after the failure
@@ -336,6 +342,7 @@ def test_a_failing_bazel_test_does_not_hide_the_harness_checks(world, capsys, tm
     assert not (world["work"] / "stamps" / "test.json").exists()
 
 
+@pytest.mark.slow
 def test_sha_mismatch_is_refused(world, capsys):
     world["tarball"].write_bytes(world["tarball"].read_bytes() + b"tampered")
     assert bj.main([*world["args"], "--to", "fetch"]) == 2
@@ -345,12 +352,14 @@ def test_sha_mismatch_is_refused(world, capsys):
     assert not list((world["work"] / "src").glob("*.partial"))
 
 
+@pytest.mark.slow
 def test_no_network_is_one_error_line(world, capsys):
     args = [a if not a.startswith("file://") else "file:///nonexistent/xla-{commit}.tar.gz" for a in world["args"]]
     assert bj.main([*args, "--to", "fetch"]) == 2
     assert "error: fetch: cannot download" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_prepare_refuses_a_dirty_tree(world, capsys):
     assert bj.main([*world["args"], "--to", "prepare"]) == 0
     tree = next((world["work"] / "trees").glob("xla-*"))
@@ -362,6 +371,7 @@ def test_prepare_refuses_a_dirty_tree(world, capsys):
     assert "has local changes" in err and "README.md" in err
 
 
+@pytest.mark.slow
 def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
     cc = xla_dir / "xla/service/instruction_fusion.cc"
@@ -385,10 +395,11 @@ def _one_error(capsys) -> str:
     return err[0]
 
 
+@pytest.mark.slow
 def test_preflight_checks_fail_before_any_stage(world, capsys, monkeypatch, tmp_path):
     """Missing bazelisk, an old Python, too little disk: one error line, exit 2, nothing started."""
     with monkeypatch.context() as m:
-        m.setattr(bj.shutil, "which", lambda name: None)
+        m.setattr(stages.shutil, "which", lambda name: None)
         assert bj.main(world["args"]) == 2
         assert "bazelisk not found on PATH and npx is missing" in _one_error(capsys)
         assert bj.main([*world["args"], "--to", "prepare"]) == 0  # stages that need no bazel still run
@@ -407,6 +418,7 @@ def test_preflight_checks_fail_before_any_stage(world, capsys, monkeypatch, tmp_
     assert "WARNING, a real run would stop here" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_build_outputs_do_not_make_a_tree_dirty_and_stale_stamps_are_redone(world, capsys):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     jax_tree = next((world["work"] / "trees").glob("jax-*"))
@@ -423,6 +435,7 @@ def test_build_outputs_do_not_make_a_tree_dirty_and_stale_stamps_are_redone(worl
     assert (jax_tree / ".xla-harness-prepared").exists()
 
 
+@pytest.mark.slow
 def test_stage_killed_midway_is_redone(world, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_BUILD_FAIL", "1")
     assert bj.main([*world["args"], "--to", "build"]) == 2
@@ -481,6 +494,7 @@ def _script_runs(venv: Path) -> bool:
     return os.access(shebang, os.X_OK) and Path(shebang).parent == venv / "bin"
 
 
+@pytest.mark.slow
 def test_patched_venv_is_built_at_its_final_path_and_stamped_last(world, capsys, monkeypatch):
     assert bj.main([*world["args"], "--to", "build"]) == 0
     venv = world["tmp"] / ".venv-patched"
@@ -488,18 +502,19 @@ def test_patched_venv_is_built_at_its_final_path_and_stamped_last(world, capsys,
     monkeypatch.setenv("FAKE_PIP_FAIL", "-r")  # jax's requirements fail to install, midway
     assert bj.main([*args, "--from", "install", "--to", "install"]) == 2
     assert "install: pip install of jax's requirements failed" in capsys.readouterr().err
-    assert not (venv / bj.VENV_COMPLETE).exists() and not (world["work"] / "stamps" / "install.json").exists()
+    assert not (venv / stages.VENV_COMPLETE).exists() and not (world["work"] / "stamps" / "install.json").exists()
     monkeypatch.delenv("FAKE_PIP_FAIL")
     assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
-    assert _script_runs(venv) and (venv / bj.VENV_COMPLETE).exists()
+    assert _script_runs(venv) and (venv / stages.VENV_COMPLETE).exists()
     assert not [r for r in _records(world) if ".partial" in json.dumps(r)]
     # A venv without its stamp (killed after the stage's stamp was read) is not trusted: redone.
-    (venv / bj.VENV_COMPLETE).unlink()
+    (venv / stages.VENV_COMPLETE).unlink()
     capsys.readouterr()
     assert bj.main([*args, "--from", "install", "--to", "install"]) == 0
-    assert capsys.readouterr().out.strip() == "install: done" and (venv / bj.VENV_COMPLETE).exists()
+    assert capsys.readouterr().out.strip() == "install: done" and (venv / stages.VENV_COMPLETE).exists()
 
 
+@pytest.mark.slow
 def test_jax_patched_venv_is_built_at_its_final_path(tmp_path, monkeypatch, capsys):
     from xla_harness.upstream import jaxvenv
 
@@ -527,11 +542,12 @@ def test_bazel_version_is_the_first_line_that_is_not_a_comment(tmp_path):
     """Lenient where bazelisk is strict (it takes the first line as it stands); the pipeline passes
     the result as USE_BAZEL_VERSION, so bazelisk never reads the file itself."""
     (tmp_path / ".bazelversion").write_text("# pinned for CI\n\n  7.7.0  \n# NOTE: keep in sync\n8.0.0\n")
-    assert bj.bazel_version_of(tmp_path) == "7.7.0"
+    assert stages.bazel_version_of(tmp_path) == "7.7.0"
     (tmp_path / ".bazelversion").write_text("# only a comment\n")
-    assert bj.bazel_version_of(tmp_path) == ""
+    assert stages.bazel_version_of(tmp_path) == ""
 
 
+@pytest.mark.slow
 def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(world, capsys):
     assert bj.main([*world["args"], "--to", "build"]) == 0, capsys.readouterr().err
     bazel_calls = [r for r in _records(world) if r["tool"] == "bazelisk"]
@@ -542,8 +558,9 @@ def test_bazel_gets_a_valid_version_and_its_output_root_lives_in_the_work_dir(wo
     assert f"--bazel_startup_options={root}" in build["argv"]
 
 
+@pytest.mark.slow
 def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, capsys):
-    target = bj.series_bazel_targets("default")[0]
+    target = stages.series_bazel_targets("default")[0]
     pkg, name = target.removeprefix("//").split(":")
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
     build = xla_dir / pkg / "BUILD"
@@ -563,10 +580,11 @@ def test_a_series_target_missing_from_the_patched_tree_fails_in_prepare(world, c
 def test_target_check_reads_build_and_build_bazel(tmp_path):
     (tmp_path / "a/b").mkdir(parents=True)
     (tmp_path / "a/b/BUILD.bazel").write_text('cc_test(\n    name = "t",\n)\n# name = "commented"\n')
-    assert bj.undefined_targets(tmp_path, ["//a/b:t", "//a/b:commented", "//a/c:t", "//a/b"]) == [
+    assert plan.undefined_targets(tmp_path, ["//a/b:t", "//a/b:commented", "//a/c:t", "//a/b"]) == [
         "//a/b:commented", "//a/c:t", "//a/b"]
 
 
+@pytest.mark.slow
 def test_an_edited_tree_is_never_built(world, capsys):
     """The dirty-tree check runs before every build, not only when prepare runs."""
     assert bj.main([*world["args"], "--to", "build"]) == 0
@@ -604,22 +622,21 @@ stand-in-xla-test:
 
 def _make_build_and_test(tmp_path, *args, xla_mk: bool):
     """`make build-and-test` of this checkout; an extra makefile (MAKEFILES) defines a stand-in for
-    the `xla-test` target (XLA_QUICK_TEST names it), and -o keeps `setup` from rebuilding .venv."""
-    import re as _re
-
-    pin = _re.search(r"^JAX_PIN\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), _re.M).group(1)
+    the `xla-test` target (XLA_QUICK_TEST names it), and `-o setup` keeps make from running
+    `setup` (which would rebuild .venv) at all."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     target = "xla-test"
     if xla_mk:
         (tmp_path / "xla.mk").write_text(FAKE_XLA_MK)
         env["MAKEFILES"] = str(tmp_path / "xla.mk")
         target = "stand-in-xla-test"
-    return subprocess.run(["make", "--no-print-directory", "-o", f".venv/.setup-{pin}", "build-and-test",
+    return subprocess.run(["make", "--no-print-directory", "-o", "setup", "build-and-test",
                            f"XLA_QUICK_TEST={target}",
                            f"WORK_DIR={tmp_path / 'work'}", f"PY={sys.executable}", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("make") is None, reason="not checked: no make on PATH")
 def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
     res = _make_build_and_test(tmp_path, "XLA_SRC=/src/xla", xla_mk=True)
@@ -638,13 +655,14 @@ def test_make_runs_the_quick_xla_test_first_and_stops_on_its_failure(tmp_path):
 PLAIN_BAZEL = "#!/bin/sh\necho 'bazel 6.5.0'\n"  # a plain Bazel: ignores USE_BAZEL_VERSION and .bazelversion
 
 
+@pytest.mark.slow
 def test_a_plain_bazel_of_another_version_is_refused(world, capsys, monkeypatch):
     bindir = world["tmp"] / "plain-bin"
     bindir.mkdir()
     (bindir / "bazel").write_text(PLAIN_BAZEL)
     (bindir / "bazel").chmod(0o755)
     with monkeypatch.context() as m:  # only this plain bazel can be found
-        m.setattr(bj.shutil, "which", lambda name: str(bindir / name) if (bindir / name).exists() else None)
+        m.setattr(stages.shutil, "which", lambda name: str(bindir / name) if (bindir / name).exists() else None)
         assert bj.main([*world["args"], "--to", "bazel"]) == 2
         err = _one_error(capsys)
         assert f"{bindir / 'bazel'} runs Bazel 6.5.0" in err and "no Bazel 7.7.0" in err and "bazelisk" in err
@@ -669,22 +687,24 @@ def _free_threaded(tmp_path) -> str:
     return str(exe)
 
 
+@pytest.mark.slow
 def test_free_threaded_python_builds_the_ft_variant(tmp_path, capsys):
     py = _free_threaded(tmp_path)
     ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert bj._python_version(py) == f"{ver}-ft"
+    assert stages._python_version(py) == f"{ver}-ft"
     (tmp_path / "build").mkdir()
     (tmp_path / f"build/requirements_lock_{ver.replace('.', '_')}.txt").write_text("")
     with pytest.raises(HarnessError, match=rf"no build/requirements_lock for Python {ver}-ft; it builds for {ver} \("):
-        bj.check_lock_file(tmp_path, f"{ver}-ft")
+        stages.check_lock_file(tmp_path, f"{ver}-ft")
     (tmp_path / f"build/requirements_lock_{ver.replace('.', '_')}_ft.txt").write_text("")
-    bj.check_lock_file(tmp_path, f"{ver}-ft")
-    assert '--@rules_python//python/config_settings:py_freethreaded="yes"' in bj.bazel_test_argv(
+    stages.check_lock_file(tmp_path, f"{ver}-ft")
+    assert '--@rules_python//python/config_settings:py_freethreaded="yes"' in plan.bazel_test_argv(
         "b", [], ["//t:x"], f"{ver}-ft")
     assert bj.main(["--dry-run", "--python", py, "--work-dir", str(tmp_path / "w")]) == 0
     assert f"--python_version={ver}-ft" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_disk_check_measures_bazels_output_root(tmp_path, monkeypatch, capsys):
     """Where WORK/bazel-root exists (a link to a bigger disk, say), that is the filesystem measured."""
     work = tmp_path / "work"
@@ -698,7 +718,7 @@ def test_disk_check_measures_bazels_output_root(tmp_path, monkeypatch, capsys):
         probed.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(bj.shutil, "disk_usage", usage)
+    monkeypatch.setattr(stages.shutil, "disk_usage", usage)
     assert bj.main(["--dry-run", "--work-dir", str(work), "--min-free-gb", "0"]) == 0
     assert probed == [work / "bazel-root"]
     assert f"free disk for {work / 'bazel-root'}" in capsys.readouterr().out

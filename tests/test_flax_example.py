@@ -13,7 +13,10 @@ from xla_harness.hlo.tied import tied_summary
 from xla_harness.programs.interface import TrainProgram, load_program
 from xla_harness.stress import report
 from xla_harness.stress import store as results
-from xla_harness.stress.runner import StressSpec, check_same_program, fingerprint, initial_state, prepare, step_keys
+from xla_harness.stress.fingerprint import fingerprint
+from xla_harness.stress.inject import step_keys
+from xla_harness.stress.runner import check_same_program, initial_state, prepare
+from xla_harness.stress.spec import StressSpec
 
 pytest.importorskip("flax", reason="not checked: flax is not installed (make setup installs it; "
                                    "pip install -e '.[flax]')")
@@ -38,6 +41,7 @@ def _run(program, steps):
     return summary, np.array(losses), _table(params)
 
 
+@pytest.mark.slow
 def test_flax_example_takes_a_workaround_variant(monkeypatch):
     """The barrier variant written into the Flax model: the lookup's gradient is scattered into
     fresh zeros, not onto the dense gradient, and the trajectory is the model's own."""
@@ -51,6 +55,7 @@ def test_flax_example_takes_a_workaround_variant(monkeypatch):
     np.testing.assert_allclose(barrier[2], base[2], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_flax_tied_example_runs_and_has_the_tied_pattern(monkeypatch):
     monkeypatch.chdir(ROOT)
     program = load_program("examples/flax_tied/program.py:program")
@@ -79,6 +84,7 @@ SMALL = ["--program-option", "vocab=128", "--program-option", "d_model=32", "--p
          "--program-option", "layers=1", "--program-option", "seq=16"]
 
 
+@pytest.mark.slow
 def test_flax_step_under_the_harness_is_a_plain_user_jit(monkeypatch):
     """Same program: the step the harness runs has the fingerprint (optimized HLO, aliasing, buffer
     sizes) of the user's own ``jax.jit(step, donate_argnums=(0, 1))``, built here from the example."""
@@ -98,6 +104,7 @@ def test_flax_step_under_the_harness_is_a_plain_user_jit(monkeypatch):
     assert fingerprint(other)["hlo_sha256"] != ours["hlo_sha256"]
 
 
+@pytest.mark.slow
 def test_flax_example_through_the_cli(monkeypatch, tmp_path, capsys):
     """`xla-harness stress --program examples/flax_tied/program.py:make_program`: planted NaNs in the
     embedding table are found exactly, the printed fingerprint is the plain jit's, and the table

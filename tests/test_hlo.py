@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import jax
@@ -11,11 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from xla_harness import jaxcompat
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.hlo import alias, buffers
-from xla_harness.hlo.parser import HloParseError, Shape, parse_file, parse_module, parse_shape
+from xla_harness.hlo.parser import HloParseError, parse_file, parse_module
 from xla_harness.hlo.scan import detect_backend, format_findings, module_json, scan, scan_module
+from xla_harness.hlo.shapes import Shape, parse_shape
 
 HLO = Path(__file__).resolve().parent / "hlo"
 # tests/hlo/*.hlo are also the C++ tests of the XLA patch; tests/hlo/scanner/*.hlo are the scanner's own.
@@ -59,11 +62,28 @@ def test_every_fixture_is_listed():
     assert set(FIXTURES) == set(INTENDED)
 
 
+def _xla_reads_tuple_element_operands(xla_hlo) -> bool:
+    """Does XLA's parser read a ``name#k`` operand (element k of a tuple)? jaxlib >= 0.11's does."""
+    probe = ("HloModule m\n\nENTRY e {\n  p = (f32[2]{0}, f32[2]{0}) parameter(0)\n"
+             "  ROOT a = f32[2]{0} add(p#0, p#1)\n}\n")
+    try:
+        xla_hlo.hlo_module_from_text(probe)
+    except Exception:  # noqa: BLE001 - any rejection
+        return False
+    return True
+
+
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_is_valid_hlo_for_xla(name):
-    from jax._src.lib import hlo as xla_hlo  # jaxlib's C++ HLO parser
+    xla_hlo = jaxcompat.xla_hlo()  # jaxlib's C++ HLO parser
+    if xla_hlo is None:
+        pytest.skip("not checked: this jaxlib exposes no HLO text parser")
+    text = FIXTURE_PATHS[name].read_text()
+    if re.search(r"[\w.%-]#\d", text) and not _xla_reads_tuple_element_operands(xla_hlo):
+        pytest.skip("not checked: this jaxlib's HLO parser does not read name#k tuple-element operands "
+                    "(jaxlib >= 0.11 does)")
 
-    xla_hlo.hlo_module_from_text(FIXTURE_PATHS[name].read_text())
+    xla_hlo.hlo_module_from_text(text)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -135,7 +155,9 @@ IN_PLACE_OPS = MODULE_HEAD + """ENTRY e {
 
 def test_in_place_ops_as_upstream():
     """The module is valid HLO for XLA; each op's pairs as upstream's GetInPlaceInputOutputPairs."""
-    from jax._src.lib import hlo as xla_hlo
+    xla_hlo = jaxcompat.xla_hlo()  # jaxlib's C++ HLO parser
+    if xla_hlo is None:
+        pytest.skip("not checked: this jaxlib exposes no HLO text parser")
 
     xla_hlo.hlo_module_from_text(IN_PLACE_OPS)
     comp = parse_module(IN_PLACE_OPS).entry
@@ -157,9 +179,9 @@ def test_in_place_ops_as_upstream():
 def test_in_place_opcodes_are_every_op_with_pairs():
     """The scan skips fusions without an op of IN_PLACE_OPCODES (and no annotation): no other
     opcode may have in-place pairs, even annotated and with operands to spare."""
-    from xla_harness.hlo import parser
+    from xla_harness.hlo import inference, ir, parser
 
-    known = (set(parser._NO_CALL_OPCODES) | set(parser._SAME_SHAPE_OPCODES) | set(parser._OPERAND_COUNTS)
+    known = (set(parser._NO_CALL_OPCODES) | set(inference._SAME_SHAPE_OPCODES) | set(parser._OPERAND_COUNTS)
              | set(parser._NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
              | {"call", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "sort", "while",
                 "conditional", "all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-broadcast",
@@ -169,8 +191,8 @@ def test_in_place_opcodes_are_every_op_with_pairs():
     comp = parse_module(head + "  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(a, a)\n}\n").entry
     with_pairs = set()
     for opcode in sorted(known):
-        ins = parser.Instruction("x", Shape("tuple", tuple_shapes=(Shape("f32", (8,)),) * 2), opcode,
-                                 ["a", "a", "a", "a", "a", "a"], ", output_to_operand_aliasing={{1}: (1, {})}")
+        ins = ir.Instruction("x", Shape("tuple", tuple_shapes=(Shape("f32", (8,)),) * 2), opcode,
+                             ["a", "a", "a", "a", "a", "a"], ", output_to_operand_aliasing={{1}: (1, {})}")
         if alias.op_in_place_pairs(ins, comp):
             with_pairs.add(opcode)
     assert with_pairs <= alias.IN_PLACE_OPCODES, with_pairs - alias.IN_PLACE_OPCODES
@@ -354,6 +376,7 @@ def test_parse_real_jax_output(tmp_path):
     assert findings == [[], [("aliased", "scatter")]]
 
 
+@pytest.mark.slow
 def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
     from xla_harness.stress.runner import compile_train_step
 
@@ -473,6 +496,7 @@ def test_directory_without_hlo_and_unreadable(tmp_path, capsys):
     assert capsys.readouterr().err.count("error:") == 1
 
 
+@pytest.mark.slow
 def test_scan_model_cli(capsys, tmp_path):
     from .helpers import TINY_ARGS
 

@@ -9,10 +9,17 @@ import sys
 import pytest
 
 from tests.jax_hlo_programs import JAX_PROGRAMS
+from xla_harness import jaxcompat
 from xla_harness.cli import main
-from xla_harness.hlo.parser import HloParseError, parse_file, parse_module, parse_shape
+from xla_harness.hlo.parser import HloParseError, parse_file, parse_module
 from xla_harness.hlo.scan import scan_module
-from xla_harness.hlo.xla_oracle import compare
+from xla_harness.hlo.shapes import parse_shape
+from xla_harness.hlo.xla_oracle import compare, compare_structures
+
+# XLA's side of the comparison reads the parsed module's instructions and shapes: jaxlib >= 0.12.
+needs_xla_instructions = pytest.mark.skipif(
+    not jaxcompat.xla_hlo_reads_structure(),
+    reason="not checked: this jaxlib's parsed HLO has no instruction shapes (jaxlib >= 0.12 has)")
 
 BASE = """HloModule m
 
@@ -324,6 +331,7 @@ def test_every_case_is_listed():
     assert set(CASES) == set(ACCEPTED)
 
 
+@needs_xla_instructions
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_same_verdict_and_structure_as_xla(name):
     verdict = compare(CASES[name])
@@ -332,6 +340,36 @@ def test_same_verdict_and_structure_as_xla(name):
     if verdict.xla_accepts:  # XLA's own reprint reads the same
         again = compare(verdict.reprint)
         assert again.category == "agree", (again.mismatch, again.ours_error)
+
+
+def _base_root(module):
+    return module.entry.instructions[-1]
+
+
+# One change to our reading of BASE -> the difference compare_structures must name. Each goes
+# through the per-computation comparison (XLA's rows, root and the matched names passed to it).
+CHANGED = {
+    "opcode": (lambda m: setattr(_base_root(m), "opcode", "subtract"), "a: opcode ours subtract, XLA add"),
+    "shape": (lambda m: setattr(_base_root(m), "shape", parse_shape("f32[2,3]{0,1}")[0]),
+              "a: shape ours f32[2,3]{0,1}, XLA f32[2,3]{1,0}"),
+    "operands": (lambda m: setattr(_base_root(m), "operands", ["p1", "p0"]),
+                 "a: operands ours ['p1', 'p0'], XLA ['p0', 'p1']"),
+    "instruction-count": (lambda m: m.entry.instructions.pop(1), "2 instructions, XLA 3"),
+    "computation-name": (lambda m: setattr(m.entry, "name", "other"), "ours has computation other that XLA does not"),
+}
+
+
+@needs_xla_instructions
+@pytest.mark.parametrize("change", sorted(CHANGED))
+def test_a_changed_reading_is_reported_as_a_mismatch(change):
+    """The oracle is not vacuous: XLA's module of BASE against ours with one thing changed."""
+    xla_module = jaxcompat.xla_hlo().hlo_module_from_text(BASE)
+    reprint = xla_module.to_string()
+    ours = parse_module(BASE)
+    assert compare_structures(ours, xla_module, reprint) == ""
+    mutate, expected = CHANGED[change]
+    mutate(ours)
+    assert expected in compare_structures(ours, xla_module, reprint)
 
 
 def test_inline_computations_are_read_and_scanned():
@@ -487,12 +525,15 @@ def _agrees_with_xla_on(strategy, examples: int) -> None:
     check()
 
 
+@pytest.mark.slow
+@needs_xla_instructions
 def test_property_random_modules_match_xla():
     _agrees_with_xla_on(_module_strategy(), 150)
 
 
 # ----------------------------------------------------------------------------- jax programs dumped here
 
+@needs_xla_instructions
 @pytest.mark.slow
 def test_jax_dumps_and_their_reprints_match_xla(tmp_path):
     dump = tmp_path / "dump"
@@ -563,6 +604,7 @@ def _windowed_strategy():
     return modules()
 
 
+@needs_xla_instructions
 def test_property_shape_less_windowed_ops_match_xla():
     """reduce-window and convolution written without a shape: ours infers what XLA does."""
     _agrees_with_xla_on(_windowed_strategy(), 120)

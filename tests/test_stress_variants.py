@@ -13,7 +13,7 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.stress import records, report, stats
 from xla_harness.stress import store as results
-from xla_harness.stress.runner import StressSpec
+from xla_harness.stress.spec import StressSpec
 
 from .helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS
 
@@ -73,6 +73,7 @@ def _fps(stdout: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_each_variant_row_is_compared_with_the_baseline(foreign, tmp_path, capsys):
     out = tmp_path / "o"
     rc = main(["stress", "--program", f"{foreign}:make_variants", "--variants", "baseline,barrier,xla-no-fusion",
@@ -117,6 +118,7 @@ def test_program_variants_need_a_factory_that_takes_them(foreign, tmp_path, caps
     assert rc == 0, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_builtin_variants_keep_the_loss_trajectory(tmp_path, capsys):
     out = tmp_path / "o"
     names = ("baseline", "barrier", "onehot", "sumgrad")
@@ -157,6 +159,7 @@ def test_issue_35409_preset_variants_from_the_cli(tmp_path):
     assert len({fp["id"] for fp in data["fingerprints"].values()}) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["barrier", "sumgrad", "onehot"])
 def test_builtin_variants_change_the_compiled_step_as_intended(name):
     """The built-in takes the variants with the preset's effect: the baseline scatters the lookup's

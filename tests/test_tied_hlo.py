@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from xla_harness import jaxcompat
 from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.tied import tied_summary
 
@@ -26,7 +27,9 @@ def test_in_place_sources_are_told_apart():
 
 
 def test_fixture_is_accepted_by_xlas_parser():
-    from jax._src.lib import hlo as xla_hlo
+    xla_hlo = jaxcompat.xla_hlo()  # jaxlib's C++ HLO parser
+    if xla_hlo is None:
+        pytest.skip("not checked: this jaxlib exposes no HLO text parser")
 
     xla_hlo.hlo_module_from_text(SOURCES)
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo.parser import Computation, HloModule, Instruction, Shape
+from xla_harness.hlo.ir import Computation, HloModule, Instruction
+from xla_harness.hlo.shapes import Shape
 
 POLICIES = ("stock", "proposed", "layout-aware")
 BACKEND_RULES = ("cpu", "gpu")  # whose IsNoOpForAliasAnalysis: bitcast / bitcast + reshape
@@ -142,11 +143,13 @@ def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
         return cached
     src, k = comp.operand(ins.operands[0])
     operand = src.shape.subshape(k)
+    key: tuple[Shape, Shape, tuple[int, ...] | None]
     if ins.opcode == "transpose":
-        key = (operand, ins.shape, ins.int_list("dimensions"))
+        perm = ins.int_list("dimensions")
+        key = (operand, ins.shape, perm)
         result = _BITCAST_BY_SHAPES.get(key)
         if result is None:
-            result = _remember(key, transpose_is_bitcast(*key))
+            result = _remember(key, transpose_is_bitcast(operand, ins.shape, perm))
     elif ins.opcode == "reshape":
         key = (operand, ins.shape, None)
         result = _BITCAST_BY_SHAPES.get(key)
@@ -239,7 +242,7 @@ def _collective_permute_pairs(ins: Instruction, comp: Computation | None, start:
     if comp is not None:
         src, k = comp.operand(ins.operands[1])
         shape = src.shape.subshape(k)
-        if shape.is_tuple:
+        if shape.tuple_shapes is not None:
             pairs += [(1, (i,), out + (i,)) for i in range(len(shape.tuple_shapes))]
     return pairs
 
@@ -295,15 +298,6 @@ def op_in_place_pairs(ins: Instruction, comp: Computation | None = None) -> list
     if op == "ragged-all-to-all":
         return [(1, (), ())]
     return []
-
-
-def in_place_pairs(module: HloModule, ins: Instruction, policy: str, backend: str = "cpu",
-                   comp: Computation | None = None) -> list[Pair]:
-    """(operand number, operand shape index, output index) pairs of one instruction."""
-    if ins.opcode == "fusion":
-        return [(p.operand_index, p.operand_shape_index, p.output_index)
-                for p in fusion_in_place_pairs(module, ins, policy, backend)]
-    return op_in_place_pairs(ins, comp)
 
 
 def _cache(module: HloModule) -> dict:
@@ -480,12 +474,6 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         for out_index, op, op_index in fusion.output_to_operand_aliasing():
             out.append(InPlacePair(op, op_index, out_index, ()))
     return out
-
-
-def output_source(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,
-                  backend: str = "cpu") -> Instruction:
-    """The instruction a fusion output comes from, after following indirections."""
-    return output_source_path(module, fusion, index, policy, backend)[0]
 
 
 def output_source_path(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,

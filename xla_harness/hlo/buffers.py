@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo.parser import split_ref
+from xla_harness.hlo.ir import split_ref
 
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 # HloValue::ToShortString: '<id name{index} (phi) @color>', index only for tuple-shaped values

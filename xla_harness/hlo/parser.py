@@ -1,4 +1,4 @@
-"""Parse HLO text as XLA tools print it into plain dataclasses.
+"""Parse HLO text as XLA tools print it into the dataclasses of :mod:`xla_harness.hlo.ir`.
 
 Reads ``compiled.as_text()`` / ``lowered.as_text(dialect="hlo")`` from jax, the files of
 ``--xla_dump_to`` (``*after_optimizations.txt`` and friends) and the modules of XLA's own
@@ -8,18 +8,18 @@ one line. It follows XLA's grammar where the scanner depends on it:
 
 - operands with or without shapes, names with or without ``%``, ``name#i#j`` tuple
   elements, ``/* ... */`` and ``// ...`` comments anywhere;
-- shapes: nested tuples, ``b(...)`` buffers, dynamic dims, layouts with tiles and memory
-  spaces (``{1,0:T(8,128)S(1)}``);
+- shapes (read by :mod:`xla_harness.hlo.shapes`): nested tuples, ``b(...)`` buffers, dynamic
+  dims, layouts with tiles and memory spaces (``{1,0:T(8,128)S(1)}``);
 - attribute values with nested brackets and quoted strings (multi-line backend configs);
 - the module header with attributes, headerless modules (``ENTRY e {...}``), stack-frame
   tables, ``}, execution_thread="..."``;
 - async sugar (``call-start``, ``custom-call-start``, ...): read as async-start/-update/-done
   wrapping that opcode;
 - computations written inline (``calls={ p = ... }``), named ``_``, ``_.1`` ... as XLA names them;
-- shape-less instructions whose shape XLA infers (tuple, get-tuple-element, elementwise,
-  transpose, pad, concatenate, real/imag, dot, one-input reduce, reduce-window, convolution,
-  sort, call, conditional, ...); send/recv/outfeed and their ``-done`` ops get the shape XLA
-  builds from their operands.
+- shape-less instructions whose shape XLA infers (:mod:`xla_harness.hlo.inference`: tuple,
+  get-tuple-element, elementwise, transpose, pad, concatenate, real/imag, dot, one-input
+  reduce, reduce-window, convolution, sort, call, conditional, ...); send/recv/outfeed and
+  their ``-done`` ops get the shape XLA builds from their operands.
 
 It rejects what XLA's parser rejects where the scanner's answer would otherwise be wrong:
 an operand or a called computation used before it is defined (so no cycles), two ROOTs,
@@ -30,382 +30,47 @@ Nothing here recurses on the input's nesting, so deep input cannot exhaust the s
 The common one-line instruction takes a fast path (one regex match; XLA's printed operand
 lists read by string splits against the shapes and names read before), so reading a
 100k-instruction module costs about three quarters of jaxlib's C++ parse of it.
+Entry points: :func:`parse_module`, :func:`parse_modules`, :func:`parse_file`.
 """
 
 from __future__ import annotations
 
-import functools
 import gc
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.hlo.inference import _SHAPE_BUILT_BY_XLA, _built_shape, _infer_shape
+from xla_harness.hlo.ir import (
+    Computation,
+    HloModule,
+    Instruction,
+    _split_top,
+    check_output_to_operand_aliasing,
+    split_ref,
+)
+from xla_harness.hlo.shapes import (
+    _OPENERS,
+    _SHAPE_CACHE,
+    _WS,
+    Shape,
+    _array_shape,
+    _match_brace,
+    _skip_string,
+    _ws_end,
+    parse_shape,
+)
 
 
 class HloParseError(HarnessError):
     """HLO text that cannot be read; the message names the file and line."""
 
 
-# ----------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """An array shape (element type, dims, layout), a tuple of shapes, or a buffer."""
-
-    element_type: str
-    dims: tuple[int, ...] = ()
-    minor_to_major: tuple[int, ...] | None = None  # None: no layout printed
-    tuple_shapes: tuple[Shape, ...] | None = None
-    layout_extra: str = ""  # tiles, memory space etc. as printed after ':'
-    is_buffer: bool = False  # b(f32[...]): a buffer holding an array of this shape
-
-    @property
-    def is_tuple(self) -> bool:
-        return self.tuple_shapes is not None
-
-    def subshape(self, index: tuple[int, ...]) -> Shape:
-        s = self
-        for i in index:
-            if not s.is_tuple or i >= len(s.tuple_shapes):
-                raise IndexError(f"shape index {index} out of range")
-            s = s.tuple_shapes[i]
-        return s
-
-    def leaves(self, prefix: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Shape]]:
-        """(shape index, array shape) of every leaf, in order (no recursion)."""
-        if self.tuple_shapes is None:
-            return [(prefix, self)]
-        out: list[tuple[tuple[int, ...], Shape]] = []
-        stack: list[tuple[tuple[int, ...], Shape]] = [(prefix, self)]
-        while stack:
-            index, s = stack.pop()
-            if s.is_tuple:
-                stack.extend((index + (i,), sub) for i, sub in reversed(list(enumerate(s.tuple_shapes))))
-            else:
-                out.append((index, s))
-        return out
-
-    def layout_or_default(self) -> tuple[int, ...]:
-        """minor_to_major, or XLA's default descending layout when none was printed."""
-        if self.minor_to_major is not None:
-            return self.minor_to_major
-        return tuple(range(len(self.dims) - 1, -1, -1))
-
-    def __str__(self) -> str:
-        if self.is_tuple:
-            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
-        dims = ",".join(str(d) for d in self.dims)
-        lay = ""
-        if self.minor_to_major is not None:
-            lay = "{" + ",".join(str(d) for d in self.minor_to_major) + (
-                ":" + self.layout_extra if self.layout_extra else "") + "}"
-        text = f"{self.element_type}[{dims}]{lay}"
-        return f"b({text})" if self.is_buffer else text
-
-
-_DIM_RE = re.compile(r"<?=?(\d+|\?)")
-_DIMS_OK = re.compile(r"\s*(?:<=)?\s*(?:\d+|\?)\s*(?:,\s*(?:<=)?\s*(?:\d+|\?)\s*)*")
-_WS = re.compile(r"\s*")
-_BRACKETS = re.compile(r'[{}()\[\]"]')
-_OPENERS = {"{": "}", "(": ")", "[": "]"}
-# An array shape with an optional layout (no nested braces inside a layout), in one match.
-_ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
-
-
-def _match_brace(text: str, i: int, open_ch: str = "", close_ch: str = "") -> int:
-    """Index just past the bracket closing the one at text[i] (quotes respected, any
-    bracket kind nested inside)."""
-    stack: list[str] = []
-    n = len(text)
-    pat = _BRACKETS
-    while i < n:
-        m = pat.search(text, i)
-        if m is None:
-            break
-        ch = m.group()
-        i = m.end()
-        if ch == '"':
-            i = _skip_string(text, i)
-        elif ch in _OPENERS:
-            stack.append(_OPENERS[ch])
-        else:
-            if not stack or stack[-1] != ch:
-                raise ValueError(f"unbalanced '{ch}'")
-            stack.pop()
-            if not stack:
-                return i
-    raise ValueError(f"unbalanced '{open_ch or text[i:i + 1]}'")
-
-
-_STR_END = re.compile(r'\\.|"', re.S)
-
-
-def _skip_string(text: str, i: int) -> int:
-    """Index just past the closing quote of a string whose body starts at i."""
-    while True:
-        m = _STR_END.search(text, i)
-        if m is None:
-            raise ValueError("unterminated string")
-        if m.group() == '"':
-            return m.end()
-        i = m.end()
-
-
-_MAX_DIM = 2**63 - 1
-_SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
-
-
-def clear_caches() -> None:
-    """Forget the shapes read so far (the next parse starts as a fresh process would)."""
-    _SHAPE_CACHE.clear()
-
-
-def _array_shape(text: str, i: int) -> tuple[Shape, int]:
-    m = _ARRAY_FAST.match(text, i)
-    if m is None:
-        raise ValueError(f"expected a shape near {text[i:i + 30]!r}")
-    key = m.group()
-    shape = _SHAPE_CACHE.get(key)
-    if shape is not None:
-        return shape, m.end()
-    etype, dims_text, main, extra = m.groups()
-    if dims_text.isdigit() and len(dims_text) < 19:
-        dims: tuple[int, ...] = (int(dims_text),)
-    elif not dims_text:
-        dims = ()
-    else:
-        if not _DIMS_OK.fullmatch(dims_text):
-            raise ValueError(f"bad dimensions [{dims_text}]")
-        dims = tuple(int(d) if d != "?" else -1 for d in _DIM_RE.findall(dims_text))
-        if any(d > _MAX_DIM for d in dims):
-            raise ValueError(f"dimension out of range in [{dims_text}] (XLA's dims are 64-bit)")
-    m2m = None
-    if main is not None:
-        main = main.strip()
-        m2m = tuple(int(x) for x in main.split(",")) if main else ()
-    shape = Shape(etype, dims, m2m, None, extra or "")
-    if len(_SHAPE_CACHE) < 100_000:
-        _SHAPE_CACHE[key] = shape
-    return shape, m.end()
-
-
-def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
-    """Parse a shape starting at text[i]; return it and the index after it.
-    Tuples are read with an explicit stack, so any nesting depth is fine."""
-    c = text[i:i + 1]
-    if c.isalpha() and not text.startswith("b(", i):  # the common case: one array shape
-        return _array_shape(text, i)
-    stack: list[list[Shape]] = []
-    while True:
-        i = _WS.match(text, i).end()
-        if text.startswith("(", i):
-            stack.append([])
-            i = _WS.match(text, i + 1).end()
-            if not text.startswith(")", i):
-                continue
-            shape, i = Shape("tuple", tuple_shapes=()), i + 1
-            stack.pop()
-        elif text.startswith("b(", i):
-            inner, i = _array_shape(text, _WS.match(text, i + 2).end())
-            i = _WS.match(text, i).end()
-            if not text.startswith(")", i):
-                raise ValueError(f"expected ')' closing a buffer shape near {text[i:i + 20]!r}")
-            shape, i = Shape(inner.element_type, inner.dims, inner.minor_to_major, None, inner.layout_extra,
-                             True), i + 1
-        else:
-            shape, i = _array_shape(text, i)
-        while True:  # attach the finished shape to the enclosing tuple(s)
-            if not stack:
-                return shape, i
-            stack[-1].append(shape)
-            i = _WS.match(text, i).end()
-            if text.startswith(",", i):
-                i += 1
-                break
-            if not text.startswith(")", i):
-                raise ValueError(f"bad tuple shape near {text[i:i + 20]!r}")
-            shape, i = Shape("tuple", tuple_shapes=tuple(stack.pop())), i + 1
-
-
 # ----------------------------------------------------------------------------- instructions
 
 
-@dataclass
-class Instruction:
-    name: str
-    shape: Shape
-    opcode: str
-    operands: list[str]
-    attr_text: str = ""  # everything after the operand list, parsed into ``attrs`` on demand
-    is_root: bool = False
-    line: int = 0
-    literal: str = ""  # operand text of constant/parameter/iota-like opcodes
-
-    called: list[str] = field(default_factory=list)  # computations called (calls=, to_apply=, ...)
-    async_wrapped: str = ""  # 'call' for the sugar 'call-start' (opcode then 'async-start')
-
-    @functools.cached_property
-    def attrs(self) -> dict[str, str]:
-        """Attributes as key -> raw value text (``dimensions`` -> ``{1,0}``)."""
-        out: dict[str, str] = {}
-        rest = self.attr_text.strip()
-        if rest.startswith(","):
-            rest = rest[1:]
-        if rest:
-            for part in _split_top(rest):
-                key, eq, value = part.partition("=")
-                if eq:
-                    out[key.strip()] = value.strip()
-        return out
-
-    @property
-    def parameter_number(self) -> int:
-        return int(self.literal)
-
-    @property
-    def fusion_kind(self) -> str | None:
-        return self.attrs.get("kind")
-
-    def int_list(self, key: str) -> tuple[int, ...]:
-        """``dimensions={1,0}`` -> (1, 0); a direct search when the key occurs once."""
-        t = self.attr_text
-        k = t.find(key + "={")
-        i = k - 1
-        while i > 0 and t[i] in " \t\n":
-            i -= 1
-        if k > 0 and t[i] == "," and t.count(key + "=") == 1:  # the attribute, once, not inside a string
-            j = k + len(key) + 2
-            e = t.find("}", j)
-            body = t[j:e]
-            if e > 0 and body.replace(",", "").isdigit():
-                return tuple(map(int, body.split(",")))
-        found = re.findall(rf"(?:^|,)\s*{re.escape(key)}\s*=\s*\{{([\d,\s]*)\}}", self.attr_text)
-        if len(found) == 1 and self.attr_text.count(key + "=") == 1:
-            return tuple(int(x) for x in found[0].split(",") if x.strip())
-        v = self.attrs.get(key, "").strip().strip("{}")
-        return tuple(int(x) for x in v.split(",") if x.strip())
-
-    def output_to_operand_aliasing(self) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
-        """[(output index, operand number, operand shape index)] from the attribute."""
-        return parse_output_to_operand_aliasing(self.attrs.get("output_to_operand_aliasing", ""))
-
-
-def split_ref(ref: str) -> tuple[str, tuple[int, ...]]:
-    """'p#1#0' -> ('p', (1, 0)): the instruction named and the tuple index selected."""
-    if "#" not in ref:
-        return ref, ()
-    base, *idx = ref.split("#")
-    return base, tuple(int(k) for k in idx)
-
-
-@dataclass
-class Computation:
-    name: str
-    instructions: list[Instruction]
-    is_entry: bool = False
-    line: int = 0
-    execution_thread: str = ""
-    by_name: dict[str, Instruction] = field(default_factory=dict)
-    _users: dict[str, list[Instruction]] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.by_name:
-            self.by_name = {ins.name: ins for ins in self.instructions}
-
-    @functools.cached_property
-    def root(self) -> Instruction:
-        for ins in self.instructions:
-            if ins.is_root:
-                return ins
-        return self.instructions[-1]
-
-    def operand(self, ref: str) -> tuple[Instruction, tuple[int, ...]]:
-        """The instruction an operand reference names, and the tuple index of ``name#k``
-        (newer XLA prints tuple elements this way instead of a get-tuple-element)."""
-        base, index = split_ref(ref)
-        return self.by_name[base], index
-
-    def users(self, name: str) -> list[Instruction]:
-        """Instructions using ``name`` as an operand (index built on first use)."""
-        if self._users is None:
-            index: dict[str, list[Instruction]] = {}
-            for ins in self.instructions:
-                for op in ins.operands:
-                    base = op.partition("#")[0] if "#" in op else op
-                    users = index.get(base)
-                    if users is None:
-                        index[base] = [ins]
-                    elif users[-1] is not ins:  # each user once, however many operands it takes
-                        users.append(ins)
-            self._users = index
-        return self._users.get(name, [])
-
-
-@dataclass
-class HloModule:
-    name: str
-    computations: list[Computation]
-    input_output_alias: str = ""
-    filename: str = "<string>"
-    by_name: dict[str, Computation] = field(default_factory=dict)
-    header_attrs: str = ""  # the module header's attribute text as printed
-
-    def __post_init__(self) -> None:
-        self.by_name = {c.name: c for c in self.computations}
-
-    @property
-    def entry(self) -> Computation:
-        for c in self.computations:
-            if c.is_entry:
-                return c
-        return self.computations[-1]
-
-    def computation(self, name: str) -> Computation:
-        try:
-            return self.by_name[name]
-        except KeyError:
-            raise HarnessError(f"{self.filename}: module {self.name} has no computation {name!r}") from None
-
-    def instruction_count(self) -> int:
-        return sum(len(c.instructions) for c in self.computations)
-
-
-_IDX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
-_OTOA_ONE = re.compile(rf"\s*({_IDX})\s*:\s*\(\s*(-?\d+)\s*,\s*({_IDX})\s*\)\s*")
-_OTOA_RE = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(-?\d+)\s*,\s*\{([\d,\s]*)\}")
-
-
-def _index(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.strip("{} ").split(",") if x.strip())
-
-
-def parse_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
-    return [(_index(a), int(b), _index(c)) for a, b, c in _OTOA_RE.findall(text)]
-
-
-def check_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
-    """Strict reading of ``{{out}: (operand, {index}), ...}``; ValueError when malformed."""
-    body = text.strip()
-    if not (body.startswith("{") and body.endswith("}")):
-        raise ValueError(f"malformed output_to_operand_aliasing {text[:60]!r}")
-    body = body[1:-1]
-    pairs = []
-    if body.strip():
-        for part in _split_top(body):
-            m = _OTOA_ONE.fullmatch(part)
-            if m is None:
-                raise ValueError(f"malformed output_to_operand_aliasing entry {part.strip()[:60]!r}")
-            pairs.append((_index(m.group(1)), int(m.group(2)), _index(m.group(3))))
-    return pairs
-
-
-_SPECIAL = re.compile(r'[{}()\[\]",]')
-_CALL_RE = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computation|false_computation|"
-                      r"branch_computations|called_computations|select|scatter)=\s*(\{[^}]*\}|%?[^\s,{}]+)")
 _LITERAL_OPCODES = {"constant", "parameter", "iota", "rng-bit-generator-state"}
-_PCT_NAME = re.compile(r"%([^\s,()%{}]+)")
 _OPERAND_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*$")
 _NAME = r"[A-Za-z_][\w.\-]*"
 _NAME_RE = re.compile(rf"%?({_NAME})")
@@ -426,30 +91,6 @@ _OPERAND_COUNTS: dict[str, tuple[int, int | None]] = {
     "send": (2, 2), "recv": (1, 1), "send-done": (1, 1), "recv-done": (1, 1), "outfeed": (2, 2),
 }
 
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas not nested in brackets or strings."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    i = 0
-    while True:
-        m = _SPECIAL.search(text, i)
-        if m is None:
-            break
-        ch = m.group()
-        i = m.end()
-        if ch == '"':
-            i = _skip_string(text, i)
-        elif ch in "{([":
-            depth += 1
-        elif ch in "})]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i - 1])
-            start = i
-    parts.append(text[start:])
-    return parts
 
 
 def _operand_name(text: str) -> str:
@@ -544,7 +185,9 @@ def _skip_value(text: str, i: int) -> int:
     start = i
     n = len(text)
     while i < n:
-        i = _BARE_VALUE.match(text, i).end()
+        m = _BARE_VALUE.match(text, i)
+        assert m is not None  # the pattern matches the empty string
+        i = m.end()
         if i >= n:
             break
         ch = text[i]
@@ -562,7 +205,7 @@ def _skip_value(text: str, i: int) -> int:
 def _skip_attributes(text: str, i: int) -> int:
     """Index after ', key=value' attributes starting at text[i] (none: i itself)."""
     while True:
-        j = _WS.match(text, i).end()
+        j = _ws_end(text, i)
         if not text.startswith(",", j):
             return i
         m = _ATTR_KEY.match(text, j + 1)
@@ -580,11 +223,11 @@ def _attr_end(text: str, i: int) -> int:
     seg = text[i:eol]
     s = seg.strip()
     if not s:
-        j = _WS.match(text, eol).end()
+        j = _ws_end(text, eol)
         return eol if not text.startswith(",", j) else _skip_attributes(text, i)
     if (s[0] == "," and s[-1] not in ",=" and seg.count("{") == seg.count("}") and seg.count("(") == seg.count(")")
             and seg.count("[") == seg.count("]") and (seg.count('"') - seg.count('\\"')) % 2 == 0
-            and not text.startswith(",", _WS.match(text, eol).end())):
+            and not text.startswith(",", _ws_end(text, eol))):
         return eol
     return _skip_attributes(text, i)
 
@@ -678,7 +321,9 @@ class _Reader:
         return self._line_no
 
     def ws(self) -> int:
-        self.pos = _WS.match(self.text, self.pos).end()
+        m = _WS.match(self.text, self.pos)
+        assert m is not None  # '\s*' matches at every index (_ws_end inline: this runs per token)
+        self.pos = m.end()
         return self.pos
 
     def at_end(self) -> bool:
@@ -826,8 +471,8 @@ class _Reader:
             literal = inner.strip()
         else:
             operands = _one_line_operands(inner, by_name)
-            if operands is None:
-                return None
+        if operands is None:
+            return None
         shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
         if "=" in rest and opcode not in _NO_CALL_OPCODES:
             called = _called(rest)
@@ -861,11 +506,11 @@ class _Reader:
         if text.startswith("(", i):
             j = text.find(")", i)
             close = j + 1 if j > 0 and "(" not in text[i + 1:j] and '"' not in text[i + 1:j] else _match_brace(text, i)
-            i = _WS.match(text, close).end()
+            i = _ws_end(text, close)
             if not text.startswith("->", i):
                 raise ValueError(f"expected '->' after the parameters of {name}")
             _, i = parse_shape(text, i + 2)
-            i = _WS.match(text, i).end()
+            i = _ws_end(text, i)
         if not text.startswith("{", i):
             raise ValueError(f"expected '{{' opening computation {name}")
         return i + 1
@@ -958,7 +603,7 @@ def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
         async_wrapped, _, kind = opcode.rpartition("-")
         opcode = "async-" + kind
     if shape is None:
-        shape = _infer_shape(opcode, operands, rest, scope)
+        shape = _infer_shape(opcode, operands, rest, scope.defined, scope.comps)
     if opcode in _SHAPE_BUILT_BY_XLA:
         shape = _built_shape(opcode, operands, shape, scope.defined)
     ins = Instruction(name, shape, opcode, operands, rest, is_root, scope.line, literal, called, async_wrapped)
@@ -1009,247 +654,6 @@ def _nested_operand(part: str, scope: _Scope, depth: int) -> str:
     return name
 
 
-_SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
-                       "exponential-minus-one", "floor", "log", "log-plus-one", "logistic", "maximum", "minimum",
-                       "multiply", "negate", "power", "remainder", "round-nearest-afz", "round-nearest-even",
-                       "rsqrt", "sign", "sine", "sqrt", "subtract", "tanh", "and", "or", "xor", "not",
-                       "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
-
-
-def _infer_shape(opcode: str, operands: list[str], attr_text: str, scope: _Scope) -> Shape:
-    """The shape XLA infers for an instruction written without one (the ops the scanner
-    follows; others are refused rather than guessed)."""
-    defined = scope.defined
-
-    def of(ref: str) -> Shape:
-        base, index = split_ref(ref)
-        if base not in defined:
-            raise ValueError(f"undefined operand {base!r}")
-        return defined[base].shape.subshape(index)
-
-    if opcode == "tuple":
-        return Shape("tuple", tuple_shapes=tuple(of(o) for o in operands))
-    by_operand = {"while": 0, "select": 1, "compare": 0}
-    if opcode in by_operand and len(operands) > by_operand[opcode]:
-        s = of(operands[by_operand[opcode]])
-        return Shape("pred", s.dims) if opcode == "compare" else s
-    if opcode == "get-tuple-element" and len(operands) == 1:
-        m = re.search(r"\bindex=(\d+)", attr_text)
-        if m:
-            return of(operands[0]).subshape((int(m.group(1)),))
-    if opcode in _SAME_SHAPE_OPCODES and operands:
-        return of(operands[0])
-    if opcode == "after-all":
-        return Shape("token")
-    inferred = _INFERRED.get(opcode)
-    if inferred is not None and operands:
-        return inferred([of(o) for o in operands], attr_text)
-    if opcode in ("call", "conditional"):  # the (first) called computation's result
-        first = {m.group(1): m.group(2) for m in _CALL_RE.finditer(attr_text)}
-        name = first.get("to_apply") or first.get("true_computation") or first.get("branch_computations", "")
-        callee = scope.comps.get(name.strip("{}").split(",")[0].strip().lstrip("%"))
-        if callee is not None:
-            return callee.root.shape
-    raise ValueError(f"a {opcode} written without a shape is not supported here")
-
-
-_SHAPE_BUILT_BY_XLA = {"send", "recv", "send-done", "recv-done", "outfeed"}
-_TOKEN = Shape("token")
-
-
-def _built_shape(opcode: str, operands: list[str], written: Shape, defined: dict[str, Instruction]) -> Shape:
-    """The shape XLA's parser gives send/recv/outfeed and their -done ops, built from the
-    operands whatever the text says (a wrong operand count is left to the checks after)."""
-    sources = [defined.get(split_ref(o)[0]) for o in operands]
-    if None in sources or len(operands) != {"send": 2, "outfeed": 2}.get(opcode, 1):
-        return written
-    first = sources[0].shape.subshape(split_ref(operands[0])[1])
-    if opcode == "send":
-        return Shape("tuple", tuple_shapes=(first, Shape("u32"), _TOKEN))
-    if opcode == "recv":
-        if not written.is_tuple or not written.tuple_shapes:
-            raise ValueError("recv must have a non-empty tuple shape")
-        return Shape("tuple", tuple_shapes=(written.tuple_shapes[0], Shape("u32"), _TOKEN))
-    if opcode == "recv-done":
-        if not first.is_tuple or not first.tuple_shapes:
-            raise ValueError("recv-done takes a recv (a tuple-shaped operand)")
-        return Shape("tuple", tuple_shapes=(first.tuple_shapes[0], _TOKEN))
-    return _TOKEN  # send-done, outfeed
-
-
-def _padded(operand: Shape, attr_text: str) -> Shape:
-    """XLA's inferred pad shape: each dim grows by low + high + interior * (size - 1)."""
-    m = re.search(r"\bpadding=([\d_x\-]+)", attr_text)
-    specs = m.group(1).split("x") if m else []
-    if operand.is_tuple or len(specs) != len(operand.dims):
-        raise ValueError("pad without a shape needs padding=... for each of its operand's dims")
-    dims = []
-    for d, spec in zip(operand.dims, specs, strict=True):
-        lo, hi, interior = ([int(x) for x in spec.split("_")] + [0])[:3]
-        dims.append(lo + hi + d + max(d - 1, 0) * interior)
-    return Shape(operand.element_type, tuple(dims))
-
-
-def _concatenated(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred concatenate shape: the operands' sizes summed along ``dimensions``."""
-    m = re.search(r"\bdimensions=\{\s*(\d+)\s*\}", attr_text)
-    first = shapes[0]
-    k = int(m.group(1)) if m else -1
-    if first.is_tuple or not 0 <= k < len(first.dims) or any(len(s.dims) != len(first.dims) for s in shapes):
-        raise ValueError("concatenate without a shape needs dimensions={k} and operands of one rank")
-    dims = list(first.dims)
-    dims[k] = sum(s.dims[k] for s in shapes)
-    return Shape(first.element_type, tuple(dims))
-
-
-def _transposed(operand: Shape, attr_text: str) -> Shape:
-    """XLA's inferred transpose shape: dims permuted, the layout permuted along (a bitcast)."""
-    m = re.search(r"\bdimensions=\{([\d,\s]*)\}", attr_text)
-    perm = tuple(int(x) for x in m.group(1).split(",") if x.strip()) if m else ()
-    if operand.is_tuple or sorted(perm) != list(range(len(operand.dims))):
-        raise ValueError("transpose without a shape needs dimensions={...} permuting its operand's dims")
-    inverse = {d: i for i, d in enumerate(perm)}  # an operand printed without a layout has the default one
-    m2m = tuple(inverse[d] for d in operand.layout_or_default())
-    return Shape(operand.element_type, tuple(operand.dims[d] for d in perm), m2m, None, operand.layout_extra)
-
-
-def _real_part(shapes: list[Shape], attr_text: str) -> Shape:
-    s = shapes[0]
-    real = {"c64": "f32", "c128": "f64"}.get(s.element_type, s.element_type)
-    return Shape(real, s.dims, s.minor_to_major, None, s.layout_extra)
-
-
-def _attr_ints(attr_text: str, key: str) -> list[int]:
-    m = re.search(rf"(?<![\w.\-]){key}=\{{([\d,\s]*)\}}", attr_text)
-    return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
-
-
-_WIDER_FLOAT = {frozenset(("f32", "bf16")): "f32", frozenset(("f32", "f16")): "f32",
-                frozenset(("f64", "f32")): "f64"}
-
-
-def _dot_shape(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred dot shape: batch dims, then lhs and rhs free dims; the wider element type."""
-    if len(shapes) != 2 or shapes[0].is_tuple or shapes[1].is_tuple:
-        raise ValueError("dot without a shape needs two array operands")
-    lhs, rhs = shapes
-    lb, lc = _attr_ints(attr_text, "lhs_batch_dims"), _attr_ints(attr_text, "lhs_contracting_dims")
-    rb, rc = _attr_ints(attr_text, "rhs_batch_dims"), _attr_ints(attr_text, "rhs_contracting_dims")
-    if any(d >= len(lhs.dims) for d in lb + lc) or any(d >= len(rhs.dims) for d in rb + rc) or len(lb) != len(rb):
-        raise ValueError("dot dimension numbers out of range")
-    etype = lhs.element_type if lhs.element_type == rhs.element_type else \
-        _WIDER_FLOAT.get(frozenset((lhs.element_type, rhs.element_type)))
-    if etype is None:
-        raise ValueError(f"a dot of {lhs.element_type} and {rhs.element_type} written without a shape "
-                         "is not supported here")
-    dims = [lhs.dims[d] for d in lb]
-    dims += [n for d, n in enumerate(lhs.dims) if d not in lb and d not in lc]
-    dims += [n for d, n in enumerate(rhs.dims) if d not in rb and d not in rc]
-    return Shape(etype, tuple(dims))
-
-
-def _reduce_shape(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred shape of a one-input reduce: the reduced dims dropped, the init's type."""
-    if len(shapes) != 2 or shapes[0].is_tuple:
-        raise ValueError("a reduce of several inputs written without a shape is not supported here")
-    dropped = set(_attr_ints(attr_text, "dimensions"))
-    return Shape(shapes[1].element_type, tuple(n for d, n in enumerate(shapes[0].dims) if d not in dropped))
-
-
-_WINDOW_FIELDS = {"size": "size", "stride": "stride", "pad": "pad", "lhs_dilate": "base_dilation",
-                  "rhs_dilate": "window_dilation", "rhs_reversal": "reversal"}
-
-
-def _window(attr_text: str, rank: int) -> list[dict[str, tuple[int, ...] | int]]:
-    """``window={size=2x3 stride=1x2 pad=1_1x0_0 lhs_dilate=.. rhs_dilate=..}`` per dimension,
-    XLA's defaults (stride and dilations 1, padding 0) where a field is not written."""
-    m = re.search(r"(?<![\w.\-])window=\{([^{}]*)\}", attr_text)
-    fields: dict[str, list[str]] = {}
-    for part in (m.group(1).split() if m else []):
-        key, eq, value = part.partition("=")
-        if not eq or key not in _WINDOW_FIELDS:
-            raise ValueError(f"bad window field {part!r}")
-        fields[_WINDOW_FIELDS[key]] = value.split("x")
-    if "size" not in fields or any(len(v) != rank for v in fields.values()):
-        raise ValueError(f"window needs size=... with {rank} dimension(s), each field as many")
-    dims = []
-    for i in range(rank):
-        lo, _, hi = fields.get("pad", ["0_0"] * rank)[i].partition("_")
-        dims.append({"size": int(fields["size"][i]), "stride": int(fields.get("stride", ["1"] * rank)[i]),
-                     "pad": (int(lo), int(hi or "0")),
-                     "base_dilation": int(fields.get("base_dilation", ["1"] * rank)[i]),
-                     "window_dilation": int(fields.get("window_dilation", ["1"] * rank)[i])})
-    if any(d["stride"] < 1 or d["base_dilation"] < 1 or d["window_dilation"] < 1 or d["size"] < 0 for d in dims):
-        raise ValueError("window strides and dilations must be >= 1")
-    return dims
-
-
-def _windowed(bounds: tuple[int, ...], window: list[dict]) -> tuple[int, ...]:
-    """XLA's InferWindowOutputShape: each bound base-dilated and padded, then strided by the
-    dilated window."""
-    out = []
-    for bound, w in zip(bounds, window, strict=True):
-        dilated = (bound - 1) * w["base_dilation"] + 1 if bound else 0
-        padded = w["pad"][0] + dilated + w["pad"][1]
-        size = (w["size"] - 1) * w["window_dilation"] + 1 if w["size"] else 0
-        out.append(0 if size > padded else (padded - size) // w["stride"] + 1)
-    return tuple(out)
-
-
-def _reduce_window_shape(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred reduce-window shape: each input windowed, the init values' types."""
-    n = len(shapes) // 2
-    if len(shapes) % 2 or n < 1 or any(s.is_tuple for s in shapes):
-        raise ValueError("reduce-window takes N array inputs and N init values")
-    window = _window(attr_text, len(shapes[0].dims))
-    outs = [Shape(init.element_type, _windowed(s.dims, window)) for s, init in zip(shapes[:n], shapes[n:],
-                                                                                   strict=True)]
-    return outs[0] if n == 1 else Shape("tuple", tuple_shapes=tuple(outs))
-
-
-def _dim_labels(attr_text: str) -> tuple[str, str, str]:
-    m = re.search(r"(?<![\w.\-])dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)", attr_text)
-    if m is None:
-        raise ValueError("convolution without a shape needs dim_labels=..._...->...")
-    return m.group(1), m.group(2), m.group(3)
-
-
-def _convolution_shape(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred convolution shape (InferConvolveShape): the batch divided by the batch
-    group count, the kernel's output features, the spatial dims windowed."""
-    if len(shapes) != 2 or shapes[0].is_tuple or shapes[1].is_tuple:
-        raise ValueError("convolution without a shape needs two array operands")
-    lhs, rhs = shapes
-    lhs_labels, rhs_labels, out_labels = _dim_labels(attr_text)
-    rank = len(lhs.dims)
-    if not (len(lhs_labels) == len(rhs_labels) == len(out_labels) == rank == len(rhs.dims)) or any(
-            sorted(labels) != sorted("".join(map(str, range(rank - 2))) + letters)
-            for labels, letters in ((lhs_labels, "bf"), (rhs_labels, "io"), (out_labels, "bf"))):
-        raise ValueError(f"dim_labels {lhs_labels}_{rhs_labels}->{out_labels} do not fit rank {rank}")
-    window = _window(attr_text, rank - 2)
-    spatial = _windowed(tuple(lhs.dims[lhs_labels.index(str(k))] for k in range(rank - 2)), window)
-    groups = re.search(r"(?<![\w.\-])batch_group_count=(\d+)", attr_text)
-    batch = lhs.dims[lhs_labels.index("b")] // (int(groups.group(1)) if groups else 1)
-    etype = lhs.element_type if lhs.element_type == rhs.element_type else \
-        _WIDER_FLOAT.get(frozenset((lhs.element_type, rhs.element_type)))
-    if etype is None:
-        raise ValueError(f"a convolution of {lhs.element_type} and {rhs.element_type} written without a shape "
-                         "is not supported here")
-    dims = [batch if c == "b" else rhs.dims[rhs_labels.index("o")] if c == "f" else spatial[int(c)]
-            for c in out_labels]
-    return Shape(etype, tuple(dims))
-
-
-def _sort_shape(shapes: list[Shape], attr_text: str) -> Shape:
-    """XLA's inferred sort shape: the operand's, a tuple of them for several."""
-    return shapes[0] if len(shapes) == 1 else Shape("tuple", tuple_shapes=tuple(shapes))
-
-
-_INFERRED = {"dot": _dot_shape, "reduce": _reduce_shape, "reduce-window": _reduce_window_shape,
-             "convolution": _convolution_shape, "sort": _sort_shape,
-             "transpose": lambda shapes, attrs: _transposed(shapes[0], attrs),
-             "pad": lambda shapes, attrs: _padded(shapes[0], attrs),
-             "concatenate": _concatenated, "real": _real_part, "imag": _real_part}
 
 
 def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps: dict[str, Computation]) -> None:

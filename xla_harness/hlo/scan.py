@@ -31,7 +31,9 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.hlo import alias
-from xla_harness.hlo.parser import Computation, HloModule, Instruction, split_ref
+from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
+from xla_harness.hlo.parser import parse_module
+from xla_harness.table import format_rows
 
 CLASSES = ("aliased", "layout-preserving-miss", "hazard")
 FUSION_DECISION_CLASS = "scatter-fused-with-data-moving-producer"
@@ -108,7 +110,9 @@ def detect_backend(module: HloModule, filename: str = "") -> str:
     return "unknown"
 
 
-def _contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool:
+def contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool:
+    """Whether ``ins`` is a dense matrix product: a dot or convolution, a gemm/matmul custom call,
+    or a fusion holding one (nested fusions followed four levels deep)."""
     if ins.opcode in DENSE_OPCODES:
         return True
     if ins.opcode == "custom-call" and ("gemm" in ins.attrs.get("custom_call_target", "").lower()
@@ -116,7 +120,7 @@ def _contains_dense(module: HloModule, ins: Instruction, depth: int = 0) -> bool
         return True
     if ins.opcode == "fusion" and depth < 4:
         comp = module.by_name.get(ins.called[0]) if ins.called else None
-        return comp is not None and any(_contains_dense(module, i, depth + 1) for i in comp.instructions)
+        return comp is not None and any(contains_dense(module, i, depth + 1) for i in comp.instructions)
     return False
 
 
@@ -148,7 +152,7 @@ def _context(module: HloModule, caller: Computation, fusion: Instruction, parame
             if elem[:n] == index[:n]:
                 users.append(u)
                 break
-    dense = any(_contains_dense(module, u) for u in users)
+    dense = any(contains_dense(module, u) for u in users)
     return source, [f"{u.name} ({u.opcode})" for u in users], dense
 
 
@@ -280,6 +284,12 @@ def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[
     return findings, decisions, backend
 
 
+def scan_text(text: str, backend: str = "auto", filename: str = "<string>"
+              ) -> tuple[list[Finding], list[FusionDecisionFinding], str]:
+    """:func:`scan` of one module's HLO text (as XLA, libtpu or the GPU compiler print it)."""
+    return scan(parse_module(text, filename), backend)
+
+
 def module_json(module: HloModule, findings: list[Finding], decisions: list[FusionDecisionFinding] | None = None,
                 backend: str | None = None) -> dict:
     if decisions is None or backend is None:
@@ -303,8 +313,9 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
                      f"({' <- '.join(d.path)}): the fusion decision should not have fused it")
     shown = [f for f in findings if show_aliased or f.cls != "aliased"]
     if shown:
-        rows = [("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
-                 "by rule")]
+        head = ("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
+                "by rule")
+        rows = []
         for f in shown:
             rows.append((f.cls, f.fusion, f.computation, " <- ".join([*f.output_path, f.root_opcode]),
                          str(tuple(f.output_index)),
@@ -312,9 +323,7 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
                          " <- ".join(f.path) or "(parameter)",
                          "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware)),
                          " ".join(f"{r}:{c}" for r, c in f.classes.items())))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        lines += format_rows(rows, header=head, indent="  ", rule=False)
         for f in shown:
             if f.cls == "hazard" and f.source:
                 users = ", ".join(f.other_users) or "none"

@@ -15,15 +15,15 @@ transpose on the way), then in the calling computation to where that buffer come
 ``dense`` (a dot or a fusion holding one, through adds/copies/bitcasts/loop fusions and, on a
 mesh, the all-reduce and dynamic-slice that bring the dense gradient to W's shard),
 ``broadcast`` (a fresh buffer of zeros), ``barrier`` (an optimization barrier's output),
-``parameter`` or ``other``. Pure functions over :class:`xla_harness.hlo.parser.HloModule`.
+``parameter`` or ``other``. Pure functions over :class:`xla_harness.hlo.ir.HloModule`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from xla_harness.hlo.parser import Computation, HloModule, Instruction
-from xla_harness.hlo.scan import _contains_dense
+from xla_harness.hlo.ir import Computation, HloModule, Instruction
+from xla_harness.hlo.scan import contains_dense
 
 _WALK_IN_FUSION = ("bitcast", "copy", "transpose", "reshape", "convert")
 # Data-flow steps between a dot and the scatter's buffer: elementwise sums and moves, and on a mesh
@@ -97,7 +97,7 @@ def _fused_root_opcode(module: HloModule, ins: Instruction) -> str:
 def source_kind(module: HloModule, comp: Computation, ref: str, w_dims: tuple[int, int], depth: int = 0) -> str:
     """Where the W-shaped buffer ``ref`` in ``comp`` comes from (see the module docstring)."""
     ins = comp.operand(ref)[0]
-    if _contains_dense(module, ins):
+    if contains_dense(module, ins):
         return "dense"
     if ins.opcode == "broadcast" or (ins.opcode == "fusion" and _fused_root_opcode(module, ins) == "broadcast"):
         return "broadcast"
@@ -145,4 +145,5 @@ def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
                 dots_reading += reads
             elif ins.opcode == "scatter" and _is_w(ins, w_dims):
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
-    return TiedSummary(tuple(w_dims), gathers, dots, tuple(scatters), dots_reading)
+    rows, cols = w_dims  # any pair (a list, Shape.dims) is stored as the tuple[int, int] the field says
+    return TiedSummary((rows, cols), gathers, dots, tuple(scatters), dots_reading)

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from xla_harness.hlo.parser import HloModule, HloParseError, Shape, parse_module, parse_shape
+from xla_harness.hlo.ir import Computation, HloModule
+from xla_harness.hlo.parser import HloParseError, parse_module
+from xla_harness.hlo.shapes import Shape, parse_shape
 
 _COMMENT = re.compile(r"/\*.*?\*/")
 _UNIQUE_SUFFIX = re.compile(r"\.\d+$")
@@ -44,7 +47,7 @@ def _norm_shape(shape: Shape) -> tuple:
     """Leaves as (type, dims, layout, tiles, buffer), XLA's default layout where none is printed."""
     return tuple((s.element_type, s.dims, s.layout_or_default() if s.dims or s.minor_to_major else (),
                   _ELEMENT_SIZE.sub("", s.layout_extra), s.is_buffer) for _, s in shape.leaves()) + (
-        ("tuple-arity", len(shape.tuple_shapes)) if shape.is_tuple else ())
+        ("tuple-arity", len(shape.tuple_shapes)) if shape.tuple_shapes is not None else ())
 
 
 @dataclass
@@ -67,8 +70,14 @@ class Verdict:
         return "agree"
 
 
-def xla_structure(xla_module, reprint: str) -> tuple[dict, str]:
-    """{computation: (root, [(name, opcode, shape, operands)])} and the entry name, from XLA's objects."""
+# XLA's side of one computation: its root's name and a row per instruction,
+# (name, opcode, shape text, operand names, XLA's instruction object).
+XlaRow = tuple[str, str, str, list[str], Any]
+XlaComputation = tuple[str, list[XlaRow]]
+
+
+def xla_structure(xla_module, reprint: str) -> tuple[dict[str, XlaComputation], str]:
+    """{computation: (root, [(name, opcode, shape, operands, ins)])} and the entry name, from XLA's objects."""
     roots: dict[str, str] = {}
     entry = ""
     current = None
@@ -82,9 +91,9 @@ def xla_structure(xla_module, reprint: str) -> tuple[dict, str]:
         r = _ROOT_LINE.match(line)
         if r and current is not None:
             roots[current] = r.group(1)
-    out = {}
+    out: dict[str, XlaComputation] = {}
     for comp in xla_module.computations():
-        rows = []
+        rows: list[XlaRow] = []
         for ins in comp.instructions():
             rows.append((ins.name, opcode_text(ins.opcode.name), _COMMENT.sub("", str(ins.shape)),
                          [o.name for o in ins.operands()], ins))
@@ -114,20 +123,21 @@ def compare_structures(ours: HloModule, xla_module, reprint: str) -> str:
     if xla_entry and matched.get(ours.entry.name) != xla_entry:
         return f"entry: ours {ours.entry.name}, XLA {xla_entry}"
     for comp in ours.computations:
-        diff = _compare_computation(comp, *xla[matched[comp.name]], matched)
+        xla_root, xla_rows = xla[matched[comp.name]]
+        diff = _compare_computation(comp, xla_root, xla_rows, matched)
         if diff:
             return f"computation {comp.name}: {diff}"
     return ""
 
 
-def _compare_computation(comp, xla_root: str, xla_rows: list, matched: dict[str, str]) -> str:
-    synthesized = set()  # XLA's names for the get-tuple-elements it makes of 'p#1#0': p_1, p_1_0
+def _compare_computation(comp: Computation, xla_root: str, xla_rows: list[XlaRow], matched: dict[str, str]) -> str:
+    synthesized: set[str] = set()  # XLA's names for the get-tuple-elements it makes of 'p#1#0': p_1, p_1_0
     for i in comp.instructions:
         for o in i.operands:
             parts = o.split("#")
             synthesized.update("_".join(parts[:n]) for n in range(2, len(parts) + 1))
     alias: dict[str, str] = {}  # XLA's synthesized get-tuple-element -> 'base#k'
-    rows = []
+    rows: list[XlaRow] = []
     extra = len(xla_rows) - len(comp.instructions)
     for name, opcode, shape, operands, ins in xla_rows:
         operands = [alias.get(o, o) for o in operands]
@@ -193,8 +203,15 @@ def _same_stem(ours: str, xla: str) -> bool:
 
 def compare(text: str, filename: str = "<string>") -> Verdict:
     """Parse ``text`` with XLA (jaxlib) and with ours; say where they disagree."""
-    from jax._src.lib import hlo as xla_hlo
+    from xla_harness import jaxcompat
+    from xla_harness.errors import HarnessError
 
+    if not jaxcompat.xla_hlo_reads_structure():
+        import jaxlib
+
+        raise HarnessError(f"jaxlib {jaxlib.__version__} does not expose the instructions and shapes of "
+                           "XLA's parsed HLO module (jaxlib >= 0.12 does): the XLA comparison needs a newer jaxlib")
+    xla_hlo = jaxcompat.xla_hlo()
     try:
         xla_module = xla_hlo.hlo_module_from_text(text)
         reprint = xla_module.to_string()
@@ -208,6 +225,6 @@ def compare(text: str, filename: str = "<string>") -> Verdict:
     except HloParseError as exc:
         ours, ours_ok, ours_err = None, False, str(exc)
     verdict = Verdict(xla_ok, ours_ok, "", xla_err, ours_err, reprint)
-    if xla_ok and ours_ok:
+    if ours is not None and xla_ok:
         verdict.mismatch = compare_structures(ours, xla_module, reprint)
     return verdict

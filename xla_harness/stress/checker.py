@@ -1,0 +1,76 @@
+"""The checker outside the measured step: separate jitted functions over the step's inputs
+and outputs (is the loss finite, every new parameter and optimizer-state leaf,
+``aux["grads"]``/``aux["updates"]`` when the step exposes them; max |new - old|), and the
+train protocol's commit, which rolls back to the last good state after a non-finite step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from xla_harness.stress.inject import _floating
+
+
+def _finite_per_leaf(tree) -> jax.Array:
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
+    if not leaves:
+        return jnp.ones((0,), bool)
+    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
+def _max_abs_change(old, new) -> jax.Array:
+    vals = [jnp.max(jnp.abs(n.astype(jnp.float32) - o.astype(jnp.float32))) if n.size else jnp.float32(0)
+            for o, n in zip(jax.tree_util.tree_leaves(old), jax.tree_util.tree_leaves(new), strict=True)
+            if _floating(n)]
+    return jnp.max(jnp.stack(vals)) if vals else jnp.float32(0)
+
+
+def _flags(old_params, new_params, new_opt, aux) -> dict:
+    loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
+    flags = {
+        "loss": loss,
+        "loss_ok": jnp.all(jnp.isfinite(loss)),
+        "params_ok": _finite_per_leaf(new_params),
+        "opt_ok": _finite_per_leaf(new_opt),
+        "max_abs_update": _max_abs_change(old_params, new_params),
+    }
+    for extra in ("grads", "updates"):
+        if extra in aux:
+            flags[f"{extra}_ok"] = _finite_per_leaf(aux[extra])
+    ok = flags["loss_ok"]
+    for k, v in flags.items():
+        if k.endswith("_ok") and k != "loss_ok":
+            ok = ok & jnp.all(v)
+    flags["ok"] = ok
+    return flags
+
+
+def make_checker() -> Callable:
+    """jit(old_params, new_params, new_opt, aux) -> flags (frozen protocol: outputs are discarded)."""
+    return jax.jit(_flags)
+
+
+def make_commit() -> Callable:
+    """jit(backup_p, backup_o, new_p, new_o, aux) -> (flags, next_p, next_o, backup_p', backup_o').
+
+    Train protocol: the next state is the step's output when it is finite, else the backup
+    (rollback of params *and* optimizer state); the new backup is a separate copy of it.
+    """
+
+    def commit(backup_p, backup_o, new_p, new_o, aux):
+        flags = _flags(backup_p, new_p, new_o, aux)
+        ok = flags["ok"]
+        nxt = jax.tree_util.tree_map(lambda n, b: jnp.where(ok, n, b), (new_p, new_o), (backup_p, backup_o))
+        copy = jax.tree_util.tree_map(lambda x: x + jnp.zeros((), x.dtype) if _floating(x) else x * 1, nxt)
+        return flags, nxt[0], nxt[1], copy[0], copy[1]
+
+    return jax.jit(commit, donate_argnums=(0, 1, 2, 3))
+
+
+@jax.jit
+def _copy(tree):
+    """A copy of a pytree in new buffers (the rollback backup)."""
+    return jax.tree_util.tree_map(lambda x: x + jnp.zeros((), x.dtype) if _floating(x) else x * 1, tree)
