@@ -47,7 +47,7 @@ def make_variants(width=8, variant="baseline"):
 
 def git_am(patch_text: str, mbox: Path, repo: Path) -> subprocess.CompletedProcess:
     """`git am` the mbox onto a fresh repository holding the pre-images of ``patch_text``."""
-    from xla_harness.upstream.patchcheck import preimage_tree
+    from xla_harness.upstream.patchfile import preimage_tree
 
     preimage_tree(patch_text, repo)
     ident = ["-c", "user.email=t@t", "-c", "user.name=t"]

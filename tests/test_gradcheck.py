@@ -9,7 +9,7 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.gradcheck import check
 from xla_harness.gradcheck.cases import REGISTRY, by_name
-from xla_harness.upstream.patchcheck import preimage_tree
+from xla_harness.upstream.patchfile import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +24,7 @@ def test_registry_covers_the_bug_classes():
     assert not names["while_acc_times_x_n3"].reverse
 
 
+@pytest.mark.slow
 def test_stock_jax_leaks_nan_through_where_guards_and_nothing_else(capsys):
     rc = main(["gradcheck", "--json"])
     data = json.loads(capsys.readouterr().out)
@@ -74,6 +75,7 @@ def test_list(capsys):
     assert "where_log" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
     from xla_harness.upstream import jaxvenv
 
@@ -90,6 +92,7 @@ def test_patched_venv_refuses_a_patch_that_does_not_apply(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jax-0.12.0.1"]  # no half-built venv
 
 
+@pytest.mark.slow
 def test_patched_source_applies_a_patch_that_creates_files(tmp_path, capsys):
     from xla_harness.upstream import jaxvenv
 
@@ -103,6 +106,7 @@ def test_patched_source_applies_a_patch_that_creates_files(tmp_path, capsys):
     assert "0002-tests-zero-cotangent-masking.patch not applied" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_patched_source_refuses_a_tree_no_patch_applies_to(tmp_path):
     from xla_harness.upstream import jaxvenv
 

@@ -9,7 +9,7 @@ import pytest
 
 from xla_harness.errors import HarnessError
 from xla_harness.upstream import jaxsuite
-from xla_harness.upstream.patchcheck import preimage_tree
+from xla_harness.upstream.patchfile import preimage_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 P0002 = ROOT / "patches/jax/0002-tests-zero-cotangent-masking.patch"
@@ -48,6 +48,7 @@ def _fake_jax_tree(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_prepare_tests_applies_0002_and_the_import_adaptation(tmp_path):
     src = _fake_jax_tree(tmp_path / "jax")
     applied = jaxsuite.prepare_tests(src, tmp_path / "out")
@@ -89,6 +90,7 @@ def test_devices():
 """
 
 
+@pytest.mark.slow
 def test_run_file_runs_pytest_once_per_flag_and_finds_the_difference(tmp_path):
     (tmp_path / "src/tests").mkdir(parents=True)
     (tmp_path / "src/tests/pjit_test.py").write_text(FLAG_READER)

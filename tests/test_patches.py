@@ -11,7 +11,7 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.hlo import alias
 from xla_harness.hlo.parser import parse_module
-from xla_harness.upstream.patchcheck import parse_patch, preimage_tree
+from xla_harness.upstream.patchfile import parse_patch, preimage_tree
 from xla_harness.upstream.series import load_series
 
 from .helpers import git_am
@@ -129,6 +129,7 @@ def _tree_for(tmp_path, *patches):
     return tree
 
 
+@pytest.mark.slow
 def test_patches_check_applies_in_order(tmp_path, capsys):
     tree = _tree_for(tmp_path, P0, P1, P2)
     assert main(["patches-check", "--xla-src", str(tree), "--series", "experimental"]) == 0
@@ -144,6 +145,7 @@ def test_patches_check_without_tree_is_not_a_pass(capsys):
     assert "applies" not in out
 
 
+@pytest.mark.slow
 def test_patch_that_does_not_apply_names_patch_and_hunk(tmp_path, capsys):
     tree = _tree_for(tmp_path, P0)
     cc = tree / "xla/service/instruction_fusion.cc"
@@ -201,6 +203,7 @@ def _patched_test_file(tmp_path, patches):
     return (tree / "xla/hlo/analysis/alias_info_test.cc").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("patches,policy", [((P1,), "layout-aware"), ((P1, P2), "proposed")])
 def test_cpp_tests_match_python_model(tmp_path, patches, policy):
     cases = _cpp_cases(_patched_test_file(tmp_path, patches))
@@ -217,6 +220,7 @@ def test_cpp_tests_match_python_model(tmp_path, patches, policy):
     assert texts <= {f.read_text().rstrip("\n") for f in fixtures}
 
 
+@pytest.mark.slow
 def test_experimental_patch_changes_exactly_the_hazard_fixtures(tmp_path):
     base = _cpp_cases(_patched_test_file(tmp_path / "a", (P1,)))
     exp = _cpp_cases(_patched_test_file(tmp_path / "b", (P1, P2)))
@@ -228,6 +232,7 @@ def test_experimental_patch_changes_exactly_the_hazard_fixtures(tmp_path):
 # ----------------------------------------------------------------------------- PR bundle
 
 
+@pytest.mark.slow
 def test_pr_bundle_for_xla(tmp_path, capsys):
     out = tmp_path / "pr"
     assert main(["pr", "--target", "xla", "--out", str(out)]) == 0

@@ -11,7 +11,7 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.gradcheck.tf_oplib import build
-from xla_harness.upstream.patchcheck import parse_patch, preimage_tree
+from xla_harness.upstream.patchfile import parse_patch, preimage_tree
 from xla_harness.upstream.series import load_series
 
 from .helpers import git_am
@@ -35,6 +35,7 @@ def test_patch_touches_the_lowerings_and_the_xla_op_tests():
         assert op in message  # every functor of cwise_ops_gradients.h is accounted for
 
 
+@pytest.mark.slow
 def test_patches_check_applies_to_its_preimage_and_names_a_failing_hunk(tmp_path, capsys):
     tree = tmp_path / "tf"
     preimage_tree(TF1.read_text(), tree)
@@ -92,6 +93,7 @@ def test_syntax_check_rejects_a_tree_that_is_not_tensorflow(tmp_path, capsys):
     assert len(err) == 1 and "is not a TensorFlow include tree" in err[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="not checked: no g++")
 def test_syntax_check_reports_a_failing_compile(tmp_path, capsys):
     # a tree with cwise_ops.h but none of what it includes: g++ really runs and fails
@@ -105,6 +107,7 @@ def test_syntax_check_reports_a_failing_compile(tmp_path, capsys):
     assert log.startswith("g++ -fsyntax-only") and "no/such/header.h" in log and not log.endswith("exit 0\n")
 
 
+@pytest.mark.slow
 def test_pr_bundle_for_tensorflow(tmp_path):
     out = tmp_path / "pr"
     results = tmp_path / "results"

@@ -142,8 +142,8 @@ CORPUS = {
     "erf": (lambda F, x: F.erf(x), (-1.0, 0.5)), "softplus": (lambda F, x: F.softplus(x), (-1.0, 0.5)),
     "norm_composite": (lambda F, x: F.sqrt(x * x + 1.0) / (1 + x * x), (-1.0, 0.5)),
 }
-for cname, (fn, pts) in CORPUS.items():
-    case(f"corpus_{cname}", "corpus", fn, pts, smooth=(True,) * len(pts))
+for cname, (fn, points) in CORPUS.items():  # not 'pts': the loop cases above bind it (3 points)
+    case(f"corpus_{cname}", "corpus", fn, points, smooth=(True,) * len(points))
 
 
 def by_name() -> dict[str, Case]:

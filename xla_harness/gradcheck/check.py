@@ -1,5 +1,8 @@
 """Run gradcheck cases: modes eager, jit, vjp, jvp; oracles analytic, float64 central finite
-differences, J^T consistency; verdicts OK / NaN / WRONG / NONDET."""
+differences, J^T consistency; verdicts OK / NaN / WRONG / NONDET.
+
+The gradient in each mode is the JAX adapter's (``frameworks/jax_adapter.gradient``); this module
+holds the oracles, the comparison and the verdict table."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ import numpy as np
 
 from xla_harness.errors import HarnessError
 from xla_harness.gradcheck.cases import REGISTRY, Case
-from xla_harness.gradcheck.frameworks.jax_adapter import bind
+from xla_harness.gradcheck.frameworks.jax_adapter import MODES, bind, gradient
+from xla_harness.table import format_rows
 
-MODES = ("eager", "jit", "vjp", "jvp")
 RTOL, ATOL = 2e-3, 1e-5  # float32 gradients vs float64 references
 FD_STEP = 1e-6
 
@@ -25,23 +28,6 @@ def _enable_x64():
     from jax.experimental import enable_x64
 
     return enable_x64()
-
-
-def gradient(case: Case, mode: str, x: np.ndarray) -> np.ndarray:
-    """d f / d x at each point, float32, computed in ``mode``."""
-    f = bind(case)
-    xs = jnp.asarray(x, jnp.float32)
-    if mode == "eager":
-        return np.asarray(jax.vmap(jax.grad(f))(xs))
-    if mode == "jit":
-        return np.asarray(jax.jit(jax.vmap(jax.grad(f)))(xs))
-    F = jax.vmap(f)
-    if mode == "vjp":
-        _, pullback = jax.vjp(F, xs)
-        return np.asarray(pullback(jnp.ones_like(xs))[0])
-    if mode == "jvp":
-        return np.asarray(jax.jvp(F, (xs,), (jnp.ones_like(xs),))[1])
-    raise HarnessError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
 
 def finite_differences(case: Case, x: np.ndarray) -> np.ndarray:
@@ -175,11 +161,7 @@ def table(verdicts: list[Verdict]) -> str:
         rows.setdefault(v.case, {})[v.mode] = v.status
         if v.mode not in cols:
             cols.append(v.mode)
-    head = ["case", *cols]
-    lines = [head] + [[c, *(rows[c].get(m, "") for m in cols)] for c in rows]
-    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    text = ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip() for r in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
+    text = format_rows([[c, *(rows[c].get(m, "") for m in cols)] for c in rows], header=["case", *cols])
     bad = [v for v in verdicts if v.status in ("NaN", "WRONG")]
     text.append(f"{len(rows)} cases, {len(bad)} failing checks, "
                 f"{sum(v.status == 'NONDET' for v in verdicts)} nondeterministic")

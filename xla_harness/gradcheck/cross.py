@@ -19,6 +19,7 @@ from xla_harness.errors import HarnessError
 from xla_harness.gradcheck import check
 from xla_harness.gradcheck.cases import Case
 from xla_harness.gradcheck.frameworks import FRAMEWORKS, Unsupported, adapter
+from xla_harness.table import format_rows
 
 FORWARD_MODES = {"jvp"}  # the only modes defined for forward-only cases
 NOT_INSTALLED = "not installed"
@@ -143,7 +144,7 @@ def table(result: Result) -> str:
     for c in result.cells:
         grid.setdefault(c.case, {})[(c.framework, c.mode)] = c
     head = ["case", *(f"{fw}:{m}" if m else fw for fw, m in result.columns), "modes disagree"]
-    rows = [head]
+    rows = []
     n_disagree = 0
     for name in result.cases:
         row = grid[name]
@@ -151,9 +152,7 @@ def table(result: Result) -> str:
         n_disagree += bool(dis)
         rows.append([name, *(row[col].status if col in row else "" for col in result.columns),
                      "; ".join(dis) or "-"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = format_rows(rows, header=head)
     lines.append(f"{len(result.cases)} cases, {len(failing(result))} failing cells, "
                  f"{n_disagree} cases whose modes disagree")
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()))

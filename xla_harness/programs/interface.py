@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xla_harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from jax.stages import Wrapped
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class TrainProgram:
     # None: the largest floating-point leaf.
     target_leaf: str | None = None
 
-    def jit(self):
+    def jit(self) -> Wrapped:
         """The step compiled as the user compiles it: same donation, same shardings, nothing added."""
         import jax
 
@@ -70,6 +74,24 @@ def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
         return optax.apply_updates(params, updates), new_opt_state, {"loss": loss}
 
     return step
+
+
+# The built-in program a results file names when it names none (the default --program).
+BUILTIN_PROGRAM = "tied-embedding"
+
+
+def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
+    """The run label of a configuration (rows of every table): the built-in program's
+    ``mode/remat=on|off/dtype`` (``...[variant=NAME]`` in a ``--variants`` run); any other
+    program's ``PROGRAM[key=value,...]`` (the variant is one of its keys)."""
+    if program == BUILTIN_PROGRAM:
+        remat = config.get("remat", True)
+        text = f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
+        return text + (f"[variant={config['variant']}]" if "variant" in config else "")
+    # Values as the results file holds them (a tuple option is a JSON list), so the label of a
+    # block and the one derived from the header's spec agree.
+    extra = ",".join(f"{k}={json.loads(json.dumps(v))}" for k, v in sorted(config.items()))
+    return program + (f"[{extra}]" if extra else "")
 
 
 BUILTINS: dict[str, str] = {

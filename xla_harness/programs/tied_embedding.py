@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress import records
+from xla_harness.programs import interface
 
 MODES = ("full", "sparse_only", "dense_only")
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
@@ -63,7 +63,7 @@ class ModelConfig:
         return DTYPES[self.dtype]
 
     def label(self) -> str:
-        return records.label(self.to_dict())
+        return interface.label(self.to_dict())
 
     def to_dict(self) -> dict:
         return asdict(self)

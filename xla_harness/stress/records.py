@@ -1,4 +1,5 @@
-"""The stress results schema: typed records, one label function, one validator per record.
+"""The stress results schema: typed records, one validator per record (the run label of a
+configuration is the program interface's :func:`~xla_harness.programs.interface.label`).
 
 A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
 
@@ -21,32 +22,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xla_harness.programs.interface import BUILTIN_PROGRAM, label
+
 SCHEMA = 1
 # Spec keys that say which trials a run asks for rather than what one trial computes.
 RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every",
                             "checkpoint_seconds", "variants"})
 # Spec keys a --resume may change: how often state is checkpointed, not what is measured.
 RESUMABLE_KEYS = frozenset({"checkpoint_seconds"})
-BUILTIN_PROGRAM = "tied-embedding"
 MAX_INDEX = 2**62
 
 
 class RecordError(ValueError):
     """One record breaks the schema; the message is one sentence without location."""
-
-
-def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
-    """The run label of a configuration (rows of every table): the built-in program's
-    ``mode/remat=on|off/dtype`` (``...[variant=NAME]`` in a ``--variants`` run); any other
-    program's ``PROGRAM[key=value,...]`` (the variant is one of its keys)."""
-    if program == BUILTIN_PROGRAM:
-        remat = config.get("remat", True)
-        text = f"{config.get('mode', 'full')}/remat={'on' if remat else 'off'}/{config.get('dtype', 'f32')}"
-        return text + (f"[variant={config['variant']}]" if "variant" in config else "")
-    # Values as the results file holds them (a tuple option is a JSON list), so the label of a
-    # block and the one derived from the header's spec agree.
-    extra = ",".join(f"{k}={json.loads(json.dumps(v))}" for k, v in sorted(config.items()))
-    return program + (f"[{extra}]" if extra else "")
 
 
 def spec_labels(spec: Mapping[str, Any]) -> list[str]:
@@ -91,7 +79,7 @@ class Step:
     injected: str | None = None  # the fault planted at this step, if any
 
     def to_json(self) -> dict:
-        d = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
+        d: dict[str, object] = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
              "max_abs_update": self.max_abs_update, "loss": self.loss}
         if self.reference is not None:
             d["reference"] = self.reference
@@ -114,7 +102,7 @@ class Block:
     time: str
     program: str = BUILTIN_PROGRAM
     protocol: str = "train"
-    fingerprint: dict | None = None  # of the compiled step (runner.fingerprint)
+    fingerprint: dict | None = None  # of the compiled step (stress.fingerprint.fingerprint)
     donate_argnums: tuple[int, ...] = ()
 
     @property

@@ -15,6 +15,7 @@ from pathlib import Path
 from xla_harness.errors import HarnessError
 from xla_harness.stress import records, stats
 from xla_harness.stress import store as results
+from xla_harness.table import format_rows
 
 
 @dataclass
@@ -177,8 +178,8 @@ def baseline_comparisons(t: Table) -> dict[str, dict]:
         base = by_config.get(json.dumps({**r.config, "variant": "baseline"}, sort_keys=True))
         if base is None:
             continue
-        pairs = [(loss, base.losses[key]) for key, loss in r.losses.items()
-                 if loss is not None and base.losses.get(key) is not None]
+        pairs = [(loss, b) for key, loss in r.losses.items()
+                 if loss is not None and (b := base.losses.get(key)) is not None]
         diff = max((abs(a - b) / max(abs(b), 1e-30) for a, b in pairs), default=None)
         out[r.label] = {"baseline": base.label, "p_value": stats.fisher_exact(r.k, r.n, base.k, base.n),
                         "max_loss_rel_diff": diff, "compared_steps": len(pairs)}
@@ -214,7 +215,7 @@ def format_table(t: Table) -> str:
         head.append("silent (ref)")
     if vs_base:
         head.append("vs baseline")
-    lines = [head]
+    lines = []
     for r in t.rows:
         rate = r.rate()
         cells = [r.label]
@@ -229,9 +230,7 @@ def format_table(t: Table) -> str:
         if vs_base:
             cells.append(_fmt_vs_baseline(vs_base.get(r.label)))
         lines.append(cells)
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    out = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
+    out = format_rows(lines, header=head)
     if t.env:
         e = t.env
         out.append(f"(jax {e.get('jax')}, jaxlib {e.get('jaxlib')}, backend {e.get('backend')}, "

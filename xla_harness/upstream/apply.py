@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.upstream.patchfile import parse_patch
 
 _FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
 
@@ -25,8 +26,6 @@ def git(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
 
 def describe_failure(name: str, patch_text: str, stderr: str) -> str:
     """``git apply --check``'s complaint as one sentence naming the patch, file and hunk."""
-    from xla_harness.upstream.patchcheck import parse_patch
-
     m = _FAILED.search(stderr)
     if m:
         file, line = m.group(1), int(m.group(2))

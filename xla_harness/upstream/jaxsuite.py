@@ -242,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
                 run = run_file(args.python, args.out / "src", entry, flag, args.out, args.generated_cases,
                                args.timeout)
                 print(f"{entry.file} flag {flag}: {_cell(run)} (p/f/e/s) in {run.seconds:.0f} s", flush=True)
-            elif (run := earlier_run(args.out, entry, flag)) is None:
-                continue
+            else:
+                earlier = earlier_run(args.out, entry, flag)
+                if earlier is None:
+                    continue
+                run = earlier
             runs[(entry.file, flag)] = run
     table = render_table(runs)
     (args.out / "table.md").write_text(table, encoding="utf-8")

@@ -14,6 +14,7 @@ dynamic-update-slice (scan outputs, cache updates), with and without remat.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -40,7 +41,7 @@ def _programs() -> dict[str, Callable[[], tuple[Callable, tuple]]]:
     progs: dict[str, Callable[[], tuple[Callable, tuple]]] = {}
     for mode in te.MODES:
         for remat in (True, False):
-            progs[f"tied_{mode}_remat{int(remat)}"] = lambda m=mode, r=remat: tied(m, r)
+            progs[f"tied_{mode}_remat{int(remat)}"] = functools.partial(tied, mode, remat)
     progs["embedding_grad"] = lambda: (jax.grad(lambda w: jnp.take(w, idx, axis=0).sum()), (w,))
     progs["transposed_scatter_add"] = lambda: (lambda w, u: w.T.at[idx % 64].add(u), (w, jnp.ones((32, 256))))
     progs["scatter_then_dot"] = lambda: (lambda w, u: (w.T.at[idx % 64].add(u), x @ w.T), (w, jnp.ones((32, 256))))

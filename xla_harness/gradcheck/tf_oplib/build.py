@@ -22,9 +22,10 @@ import sys
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.resources import patches_dir
 
 HERE = Path(__file__).resolve().parent
-PATCH = HERE.parents[2] / "patches" / "tensorflow" / "0001-tf2xla-zero-gradient-where-dy-is-zero.patch"
+PATCH = patches_dir() / "tensorflow" / "0001-tf2xla-zero-gradient-where-dy-is-zero.patch"
 LOWERINGS_FILE = "tensorflow/compiler/tf2xla/kernels/binary_ops.cc"
 OPS = ("SqrtGrad", "RsqrtGrad", "ReciprocalGrad")
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
@@ -33,7 +34,9 @@ _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
 def changed_regions(patch_text: str, file: str) -> list[str]:
     """For each hunk of ``file``: its new text from the first added line to the hunk's end."""
     regions: list[str] = []
-    current, in_hunk, started, lines = None, False, False, []
+    current: str | None = None
+    in_hunk = started = False
+    lines: list[str] = []
 
     def flush():
         if lines:
