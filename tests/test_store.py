@@ -91,6 +91,15 @@ def test_resume_cuts_only_a_tail_that_does_not_parse(tmp_path, capsys):
     assert "removed a truncated last line" in capsys.readouterr().err
 
 
+def test_a_record_after_close_is_refused_and_the_file_left_alone(tmp_path):
+    p = _write(tmp_path, GOOD)
+    with results.open_run(p, dict(SPEC), resume=True) as w:
+        pass
+    with pytest.raises(HarnessError, match="after its writer was closed"):
+        w.append(w.blocks[-1])  # a valid record: only the closed file refuses it
+    assert p.read_bytes() == GOOD
+
+
 @pytest.mark.parametrize("content", [b'{"user": 1}\n{"user": 2', b"notes\nmore notes", b"\n\n"])
 def test_a_file_that_is_not_ours_is_never_touched(tmp_path, content):
     p = _write(tmp_path, content)
@@ -222,3 +231,43 @@ def test_a_failing_write_is_one_clear_error(tmp_path, monkeypatch, errno_, text)
         monkeypatch.setattr(results.os, "fsync", fail)
         with pytest.raises(HarnessError, match=f"cannot write results to .*stress.jsonl: {text}"):
             w.write_header(dict(SPEC), {})
+
+
+# ----------------------------------------------------------------------------- what a record says made it
+
+
+@pytest.fixture
+def fresh_commit(monkeypatch):
+    """repo_commit asked afresh (it is asked once per process), the cached one back afterwards."""
+    monkeypatch.setattr(results, "repo_commit", results.repo_commit.__wrapped__)
+
+
+def test_no_commit_is_recorded_outside_this_projects_clone(fresh_commit, monkeypatch, tmp_path):
+    """Installed from a wheel (no checkout), or from a checkout that is no clone (an unpacked
+    sdist), a record names no commit: a git repository around it is the user's. The harness
+    version is on every record, and records written before it was still read."""
+    from xla_harness import __version__
+
+    monkeypatch.setattr(results, "source_checkout", lambda: None)
+    assert results.repo_commit() is None
+    env = results.environment()
+    assert env["repo_commit"] is None and env["harness_version"] == __version__
+    (tmp_path / "sdist").mkdir()
+    (tmp_path / "sdist" / "pyproject.toml").write_text('[project]\nname = "xla-harness"\n')
+    monkeypatch.setattr(results, "source_checkout", lambda: tmp_path / "sdist")
+    assert results.repo_commit() is None
+    h = header()
+    h["env"] = {**h["env"], "repo_commit": None, "harness_version": __version__}
+    p = _write(tmp_path / "o", lines([h, block(0, 2)]))
+    assert results.read_results(p).header.env["repo_commit"] is None
+    _write(tmp_path / "old", GOOD)  # written before the version was recorded
+    assert report.load_table([tmp_path / "o", tmp_path / "old"]).rows[0].n == 4
+
+
+@pytest.mark.slow
+def test_this_clone_records_its_commit(fresh_commit):
+    if not (ROOT / ".git").exists() or results.source_checkout() != ROOT:
+        pytest.skip("not run from this project's clone")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert results.repo_commit().removesuffix("+dirty") == head

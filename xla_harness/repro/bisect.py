@@ -107,7 +107,9 @@ class SubprocessOracle:
         import os
         import subprocess
 
-        root = str(Path(__file__).resolve().parents[2])
+        from xla_harness.resources import import_root
+
+        root = str(import_root())  # where xla_harness is imported from: the checkout or site-packages
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
             res = subprocess.run([self.python, "-m", "xla_harness.repro.probe", json.dumps({**self.task, **extra})],
@@ -171,8 +173,9 @@ class ProbeLog:
         first = _json_or_none(lines[0]) if lines else None
         if not isinstance(first, dict) or first.get("kind") != "task":
             raise HarnessError(f"{path}:1: not a bisection log of this version (no task line); choose another --out")
-        if first.get("task") != json.loads(json.dumps(self.task)):
-            theirs = first.get("task") if isinstance(first.get("task"), dict) else {}
+        their_task = first.get("task")
+        if their_task != json.loads(json.dumps(self.task)):
+            theirs = their_task if isinstance(their_task, dict) else {}
             keys = sorted(k for k in self.task.keys() | theirs.keys() if theirs.get(k) != self.task.get(k))
             raise HarnessError(f"{path} holds a bisection of another task (differs in {', '.join(keys)}); "
                                "choose another --out")
@@ -266,7 +269,7 @@ def bisect(candidates: list[str], oracle: Callable[[frozenset[str]], Probe], log
         return not probe.failing
 
     if steps_per_probe is None:  # a deterministic oracle: the failure must be there with nothing disabled
-        base = frozenset()
+        base: frozenset[str] = frozenset()
         if removes(base):
             raise HarnessError("the configuration does not fail with every pass enabled (baseline probe): "
                                "nothing to bisect")

@@ -81,8 +81,9 @@ def copy_program_source(program: str, dest: Path) -> str:
     import importlib
 
     from xla_harness.programs.interface import BUILTINS
+    from xla_harness.resources import import_root
 
-    root = Path(__file__).resolve().parents[2]
+    root = import_root()  # the folder holding xla_harness/: the checkout or site-packages
     for rel in INTERFACE_FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / rel, dest / rel)
@@ -112,7 +113,9 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
     from xla_harness.hlo.parser import parse_file
     from xla_harness.hlo.scan import module_json, scan_module
     from xla_harness.stress import report
-    from xla_harness.stress.runner import StressSpec, initial_state, prepare, run_matrix, step_keys
+    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.runner import initial_state, prepare, run_matrix
+    from xla_harness.stress.spec import StressSpec
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")

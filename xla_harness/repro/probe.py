@@ -14,7 +14,9 @@ from pathlib import Path
 
 
 def _harnessed(task: dict, inject_rate: float = 0.0):
-    from xla_harness.stress.runner import StressSpec, initial_state, prepare, step_keys
+    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.runner import initial_state, prepare
+    from xla_harness.stress.spec import StressSpec
 
     spec = StressSpec(program=task["program"], program_options=tuple(sorted(task.get("options", {}).items())),
                       seeds=(task.get("seed", 1),), steps=max(1, int(task.get("steps", 1))),

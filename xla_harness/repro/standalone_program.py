@@ -58,7 +58,8 @@ def load(cfg: dict, folder: Path):
 def run(cfg: dict, folder: Path) -> dict:
     program = load(cfg, folder)
     step = jax.jit(program.step, donate_argnums=tuple(program.donate_argnums), **program.jit_kwargs)
-    out = {"jax": jax.__version__, "backend": jax.default_backend(), "seeds": {}}
+    seeds: dict[str, dict] = {}
+    out = {"jax": jax.__version__, "backend": jax.default_backend(), "seeds": seeds}
     for seed in cfg["seeds"]:
         p, o = program.init(jax.random.key(seed))
         nonfinite, losses = 0, []
@@ -73,7 +74,7 @@ def run(cfg: dict, folder: Path) -> dict:
                 p, o = backup
                 nonfinite += 1
             losses.append(float(loss))
-        out["seeds"][str(seed)] = {"nonfinite": nonfinite, "losses": losses}
+        seeds[str(seed)] = {"nonfinite": nonfinite, "losses": losses}
     return out
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.files import read_regular
+from xla_harness.resources import source_checkout
 from xla_harness.stress import records
 
 ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
@@ -43,9 +44,14 @@ def _dist_version(name: str) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def repo_commit() -> str:
-    """Git commit of this repository (with '+dirty' if it has local changes), or 'unknown'."""
-    root = Path(__file__).resolve().parents[2]
+def repo_commit() -> str | None:
+    """Git commit of this project's checkout (with '+dirty' if it has local changes), 'unknown'
+    when git cannot say, or None when the harness runs from an installed wheel: the git
+    repository around site-packages (or the cwd) is the user's, never this project's. Asked of git
+    once per process: the code a process runs is the code it loaded."""
+    root = source_checkout()
+    if root is None or not (root / ".git").exists():  # not a clone (e.g. an unpacked sdist): no commit
+        return None
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()
@@ -54,6 +60,13 @@ def repo_commit() -> str:
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def harness_version() -> str:
+    """The version of the harness that wrote the record (``xla_harness.__version__``)."""
+    from xla_harness import __version__
+
+    return __version__
 
 
 def environment() -> dict:
@@ -80,6 +93,7 @@ def environment() -> dict:
         "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED},
         "host": socket.gethostname(),
         "python": platform.python_version(),
+        "harness_version": harness_version(),
         "repo_commit": repo_commit(),
     }
 
@@ -185,10 +199,13 @@ class RunWriter:
             line = records.dumps(record)
         except records.RecordError as exc:
             raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
+        fh = self._fh
+        if fh is None:
+            raise HarnessError(f"internal: a record appended to {self.path} after its writer was closed")
         try:
-            self._fh.write(line.encode() + b"\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            fh.write(line.encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
         except OSError as exc:
             raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
 
@@ -304,9 +321,3 @@ def check_writable(folder: Path) -> None:
         raise HarnessError(f"cannot create output folder {folder}: {exc.strerror}") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise HarnessError(f"output folder {folder} is not writable")
-
-
-def flush_stdio() -> None:
-    for s in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            s.flush()

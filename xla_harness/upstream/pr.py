@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.resources import source_checkout
 from xla_harness.upstream.series import Series, Upstream
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = source_checkout() or Path()  # results/ of this checkout; installed from a wheel, the cwd's
 
 # Per-target prose that does not change between releases.
 CONTEXT = {

@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.resources import patches_dir
 
 SERIES_KINDS = ("default", "experimental")
 UPSTREAMS = ("xla", "jax", "tensorflow")
-PATCHES_DIR = Path(__file__).resolve().parents[2] / "patches"
+PATCHES_DIR = patches_dir()  # the checkout's patches/, or the wheel's xla_harness/_data/patches
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.resources import patches_dir, source_checkout
 from xla_harness.upstream.patchcheck import parse_patch
 from xla_harness.upstream.series import Series, load_series
 
 SHIM_DIR = Path(__file__).resolve().parent / "xlatest_shim"
-GUARDS_FILE = Path(__file__).resolve().parents[2] / "patches" / "xla" / "guards.toml"
+GUARDS_FILE = patches_dir() / "xla" / "guards.toml"
 
 
 # ----------------------------------------------------------------------------- the pinned wheel
@@ -419,8 +420,11 @@ def _first_line(argv: list[str]) -> str:
 def tool_versions(cxx: str) -> str:
     """Compiler, gtest package and this repository's commit, for the log's header."""
     gtest = _first_line(["dpkg-query", "-W", "-f=${Version}", "libgtest-dev"])
-    here = str(Path(__file__).resolve().parents[2])
-    repo = _first_line(["git", "-C", here, "describe", "--always", "--dirty", "--abbrev=12"])
+    from xla_harness import __version__
+
+    here = source_checkout()  # a wheel has no commit of its own: its version instead
+    repo = (_first_line(["git", "-C", str(here), "describe", "--always", "--dirty", "--abbrev=12"])
+            if here is not None else __version__)
     return f"{_first_line([cxx, '--version'])}; libgtest-dev {gtest}; xla-harness {repo}"
 
 
