@@ -61,6 +61,7 @@ def test_unwritable_out(tmp_path, capsys):
     assert rc == 2 and err.startswith("error: cannot create output folder")
 
 
+@pytest.mark.slow
 def test_existing_results_are_never_overwritten(tmp_path, capsys):
     out = tmp_path / "o"
     base = ["stress", "--out", str(out), "--modes", "full", "--remat", "off", "--seeds", "1",
@@ -140,6 +141,7 @@ def test_sigterm_flushes_prints_partial_table_and_resumes(tmp_path, uninterrupte
     assert sorted(_steps(out)) == sorted(uninterrupted)
 
 
+@pytest.mark.slow
 def test_json_output_and_report_command(tmp_path, capsys):
     out = tmp_path / "o"
     rc = main(["stress", "--out", str(out), "--modes", "full", "--remat", "on", "--seeds", "3",
@@ -156,6 +158,7 @@ def test_json_output_and_report_command(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing")]) == 2
 
 
+@pytest.mark.slow
 def test_every_line_records_environment(tmp_path):
     out = tmp_path / "o"
     assert main(["stress", "--out", str(out), "--modes", "full", "--remat", "off", "--seeds", "1",
@@ -173,23 +176,22 @@ PLUGIN_TEST = """
 import pytest
 TINY = dict(vocab=64, d_model=32, layers=1, heads=2, seq=8, batch=8)
 
-@pytest.mark.stress
-def test_injected(harness_stress):
-    harness_stress(modes=("full",), remats=(True,), inject_rate=0.5, **TINY)
+def test_injected(xla_harness_stress):
+    xla_harness_stress(modes=("full",), remats=(True,), inject_rate=0.5, **TINY)
 
-@pytest.mark.stress
-def test_clean(harness_stress):
-    harness_stress(modes=("full",), remats=(True,), **TINY)
+def test_clean(xla_harness_stress):
+    xla_harness_stress(modes=("full",), remats=(True,), **TINY)
 
-@pytest.mark.gpu
+@pytest.mark.xla_harness_gpu
 def test_needs_gpu():
     raise AssertionError("must be skipped on a CPU-only machine")
 """
 
 
+@pytest.mark.slow
 def test_pytest_plugin_fails_with_table_and_junit(pytester):
     pytester.makepyfile(test_plugin_inner=PLUGIN_TEST)
-    res = pytester.runpytest_inprocess("--stress-steps", "6", "--stress-seeds", "1",
+    res = pytester.runpytest_inprocess("--xla-harness-stress", "--xla-harness-steps", "6", "--xla-harness-seeds", "1",
                                        "--junitxml", "junit.xml")
     res.assert_outcomes(passed=1, failed=1, skipped=1)
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*full/remat=on/f32*"])
@@ -197,6 +199,7 @@ def test_pytest_plugin_fails_with_table_and_junit(pytester):
     assert "test_injected" in junit and "non-finite step(s)" in junit and "95% upper" in junit
 
 
+@pytest.mark.slow
 def test_compare_two_runs(tmp_path, capsys):
     common = ["--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "40", "--block", "20",
               "--quiet", *TINY_ARGS]

@@ -17,16 +17,10 @@ from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, load_program
 from xla_harness.stress import stats
 from xla_harness.stress import store as results
-from xla_harness.stress.runner import (
-    StressSpec,
-    check_same_program,
-    fingerprint,
-    initial_state,
-    normalise_hlo_text,
-    plain_jit,
-    prepare,
-    step_keys,
-)
+from xla_harness.stress.fingerprint import fingerprint, normalise_hlo_text, plain_jit
+from xla_harness.stress.inject import step_keys
+from xla_harness.stress.runner import check_same_program, initial_state, prepare
+from xla_harness.stress.spec import StressSpec
 
 from .helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS
 
@@ -53,6 +47,7 @@ def _cli(*args, env_extra=None):
 # ----------------------------------------------------------------------------- same program
 
 
+@pytest.mark.slow
 def test_harness_step_has_the_fingerprint_of_a_plain_jit():
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, **TINY)
     h = prepare(spec, spec.configs()[0])
@@ -80,6 +75,7 @@ class _Instrumented(TrainProgram):
         return jax.jit(step, donate_argnums=self.donate_argnums)
 
 
+@pytest.mark.slow
 def test_a_different_compiled_step_is_refused():
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, **TINY)
     base = load_program("tied-embedding", **spec.configs()[0])
@@ -215,15 +211,14 @@ def test_bisect_passes_takes_a_foreign_program(foreign, tmp_path, capsys):
 PLUGIN_TEST = """
 import pytest
 
-@pytest.mark.stress
-def test_user_program(harness_stress):
-    harness_stress(program_options={"width": 8})
+def test_user_program(xla_harness_stress):
+    xla_harness_stress(program_options={"width": 8})
 """
 
 
 def test_pytest_fixture_runs_a_foreign_program(foreign, pytester):
     pytester.makepyfile(test_user=PLUGIN_TEST)
-    res = pytester.runpytest_inprocess("--stress-steps", "12", "--stress-seeds", "1",
-                                       "--stress-program", f"{foreign}:make")
+    res = pytester.runpytest_inprocess("--xla-harness-stress", "--xla-harness-steps", "12", "--xla-harness-seeds", "1",
+                                       "--xla-harness-program", f"{foreign}:make")
     res.assert_outcomes(failed=1)  # its planted NaNs fail the test, with the table
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*my_model.py:make*"])

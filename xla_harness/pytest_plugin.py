@@ -1,86 +1,146 @@
-"""pytest plugin (entry point ``pytest11``): stress tests as ordinary test cases.
+"""pytest plugin: stress runs as ordinary test cases.
 
-Markers ``cpu``, ``gpu``, ``tpu`` skip a test unless jax sees that backend; ``stress``
-marks long runs. The ``harness_stress`` fixture runs a stress matrix in ``tmp_path`` and
-fails the test, with the table in its message, when any step was non-finite::
+Installed with the package (entry point ``pytest11`` named ``xla_harness.pytest_plugin``, the
+module's own name, so ``-p xla_harness.pytest_plugin`` works whether or not autoloading
+already registered it, and ``-p no:xla_harness.pytest_plugin`` turns it off).
 
-    @pytest.mark.stress
-    def test_full_remat(harness_stress):
-        harness_stress(modes=("full",), remats=(True,))
+Everything it adds is prefixed, so it never collides with a project's own names:
 
-It takes any :class:`~xla_harness.stress.runner.StressSpec` field, e.g. ``program="my_model.py:program"``
-(your own TrainProgram, as ``--program`` names it) with ``program_options={"width": 512}``.
-``--stress-steps`` and ``--stress-seeds`` size every such run from the command line;
-``--stress-program`` sets the program of every run that names none.
+* markers ``xla_harness_cpu``, ``xla_harness_gpu``, ``xla_harness_tpu`` skip a test unless jax
+  sees that backend; ``xla_harness_stress`` marks a stress test (skipped unless opted in).
+  Tests without these markers are never touched (a project's own ``gpu`` marker included).
+* the ``xla_harness_stress`` fixture runs a stress matrix in ``tmp_path`` and fails the test,
+  with the table in its message, when any step was non-finite. It is opt-in: without
+  ``--xla-harness-stress`` (or ``xla_harness_stress = true`` in the ini file) it skips::
+
+      def test_full_remat(xla_harness_stress):
+          xla_harness_stress(modes=("full",), remats=(True,))
+
+  It takes any :class:`~xla_harness.stress.spec.StressSpec` field, e.g.
+  ``program="my_model.py:program"`` with ``program_options={"width": 512}``, and returns the
+  table. Each call adds test properties (``item.user_properties``, as ``record_property`` does;
+  ``--junitxml`` writes them per testcase, failed ones included): ``xla_harness_nonfinite``,
+  ``xla_harness_steps``, ``xla_harness_rate`` (non-finite / total steps, all configurations and
+  seeds pooled), ``xla_harness_rate_upper95`` (its one-sided exact 95% upper bound,
+  :func:`xla_harness.stress.stats.upper_bound`) and ``xla_harness_results`` (the results file).
+* options ``--xla-harness-steps``, ``--xla-harness-seeds`` size every fixture run;
+  ``--xla-harness-program`` sets the program of every run that names none.
+
+jax is imported only when a test uses one of these markers or the fixture.
 """
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-BACKEND_MARKERS = ("cpu", "gpu", "tpu")
+PREFIX = "xla_harness"
+BACKENDS = ("cpu", "gpu", "tpu")
+STRESS = f"{PREFIX}_stress"  # marker, fixture and ini option
+OPT_IN = "--xla-harness-stress"
+SKIP_REASON = f"xla-harness stress test: opt in with {OPT_IN} (or ini option {STRESS} = true)"
+CONFIDENCE = 0.95
 
 
 def pytest_addoption(parser) -> None:
-    group = parser.getgroup("xla-harness")
-    group.addoption("--stress-steps", type=int, default=20, help="steps per (config, seed) in stress tests")
-    group.addoption("--stress-seeds", default="1,2", help="comma-separated seeds for stress tests")
-    group.addoption("--stress-program", default=None, metavar="PROGRAM",
-                    help="program of harness_stress runs that name none (built-in name, FILE.py:NAME, MODULE:NAME)")
+    group = parser.getgroup("xla-harness", "xla-harness stress tests")
+    group.addoption(OPT_IN, action="store_true", default=None,
+                    help=f"run stress tests (the {STRESS} fixture and marker); they skip without it")
+    group.addoption("--xla-harness-steps", type=int, default=20, metavar="N",
+                    help="steps per (config, seed) of every xla_harness_stress run (default 20)")
+    group.addoption("--xla-harness-seeds", default="1,2", metavar="S1,S2",
+                    help="comma-separated seeds of every xla_harness_stress run (default 1,2)")
+    group.addoption("--xla-harness-program", default=None, metavar="PROGRAM",
+                    help="program of xla_harness_stress runs that name none (built-in name, FILE.py:NAME, "
+                         "MODULE:NAME)")
+    parser.addini(STRESS, type="bool", default=False,
+                  help=f"run xla-harness stress tests (as {OPT_IN})")
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "cpu: needs the jax CPU backend")
-    config.addinivalue_line("markers", "gpu: needs a jax GPU backend (skipped without one)")
-    config.addinivalue_line("markers", "tpu: needs a jax TPU backend (skipped without one)")
-    config.addinivalue_line("markers", "stress: a stress run (repeated training steps)")
-    config.addinivalue_line("markers", "slow: an end-to-end test in subprocesses")
+    for name in BACKENDS:
+        config.addinivalue_line(
+            "markers", f"{PREFIX}_{name}: needs a jax {name.upper()} backend (skipped without one)")
+    config.addinivalue_line("markers", f"{STRESS}: an xla-harness stress run (skipped unless {OPT_IN})")
 
 
+def _stress_enabled(config) -> bool:
+    flag = config.getoption(OPT_IN)
+    return bool(config.getini(STRESS)) if flag is None else flag
+
+
+@functools.cache
 def _has_backend(name: str) -> bool:
     import jax
 
     try:
         return len(jax.devices(name)) > 0
-    except RuntimeError:
+    except RuntimeError:  # unknown backend, or one that failed to initialise
         return False
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    # Tests that use the fixture carry the marker too, so -m / -m "not xla_harness_stress" select them.
+    for item in items:
+        if STRESS in getattr(item, "fixturenames", ()) and item.get_closest_marker(STRESS) is None:
+            item.add_marker(STRESS)
+
+
 def pytest_runtest_setup(item) -> None:
-    for name in BACKEND_MARKERS:
-        if item.get_closest_marker(name) is not None and not _has_backend(name):
-            pytest.skip(f"no jax {name} backend on this machine")
+    for name in BACKENDS:
+        if item.get_closest_marker(f"{PREFIX}_{name}") is not None and not _has_backend(name):
+            pytest.skip(f"no jax {name} backend on this machine ({PREFIX}_{name})")
+    if item.get_closest_marker(STRESS) is not None and not _stress_enabled(item.config):
+        pytest.skip(SKIP_REASON)
 
 
 def _seeds(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise pytest.UsageError(f"--stress-seeds must be comma-separated integers, got {text!r}") from None
+        raise pytest.UsageError(f"--xla-harness-seeds must be comma-separated integers, got {text!r}") from None
 
 
 @pytest.fixture
-def harness_stress(request, tmp_path):
-    """Run a stress matrix; fail with the table when any step is non-finite. Returns the table."""
-    from xla_harness.stress import report
-    from xla_harness.stress.runner import StressSpec, run_matrix
+def xla_harness_stress(request, tmp_path):
+    """Run a stress matrix (any StressSpec field as keyword); fail with the table when any step is
+    non-finite. Returns the table. Skips unless --xla-harness-stress."""
+    config = request.config
+    if not _stress_enabled(config):
+        pytest.skip(SKIP_REASON)
+    from xla_harness.stress import report, stats
+    from xla_harness.stress.runner import run_matrix
+    from xla_harness.stress.spec import StressSpec
 
-    steps = request.config.getoption("--stress-steps")
-    seeds = _seeds(request.config.getoption("--stress-seeds"))
+    steps = config.getoption("--xla-harness-steps")
+    seeds = _seeds(config.getoption("--xla-harness-seeds"))
+    program = config.getoption("--xla-harness-program")
+    calls = 0
 
-    program = request.config.getoption("--stress-program")
+    def record(name: str, value) -> None:
+        # What record_property does, without its warning under the default junit_family (xunit2):
+        # that warning on every stress test would turn into an error under -W error.
+        request.node.user_properties.append((f"{PREFIX}_{name}", value))
 
     def run(**overrides):
+        nonlocal calls
         if "program_options" in overrides:
             overrides["program_options"] = tuple(sorted(dict(overrides["program_options"]).items()))
         defaults = {"steps": steps, "seeds": seeds, **({"program": program} if program else {})}
         spec = StressSpec(**{**defaults, **overrides})
-        out = tmp_path / f"stress{len(list(tmp_path.iterdir()))}"
-        run_matrix(spec, out)
+        out = tmp_path / f"{STRESS}{calls}"
+        calls += 1
+        path = run_matrix(spec, out)
         table = report.load_table([out])
-        if table.total_nonfinite:
-            pytest.fail(f"{table.total_nonfinite} non-finite step(s):\n{report.format_table(table)}",
-                        pytrace=False)
+        k, n = table.total_nonfinite, sum(r.n for r in table.rows)
+        record("nonfinite", k)
+        record("steps", n)
+        record("rate", k / n if n else 0.0)
+        record("rate_upper95", stats.upper_bound(k, n, CONFIDENCE))
+        record("results", str(path))
+        if k:
+            pytest.fail(f"{k} non-finite step(s):\n{report.format_table(table)}", pytrace=False)
         return table
 
     return run
