@@ -4,7 +4,8 @@ Each subcommand lives in its own module exposing ``NAME``, ``HELP``, ``add_argum
 and ``run(args) -> int``; this file only wires them together. Exit codes:
 0 success, 1 the check found a problem (non-finite updates, hazards, wrong gradients),
 2 bad input or usage (and, from the last-resort handler, any error the harness did not
-foresee: one ``error: internal: ...`` line, the traceback only with ``--debug``),
+foresee: one ``error: internal: ...`` line, the traceback only with ``--debug``, given before
+or after the subcommand),
 130/143 interrupted by SIGINT/SIGTERM, 141 stdout closed by its reader (``report | head``).
 """
 
@@ -36,6 +37,40 @@ SUBCOMMANDS = (
 )
 
 
+def version_line() -> str:
+    """``xla-harness X.Y.Z (jax A, jaxlib B)``. jax's versions come from the installed distributions'
+    metadata, not from importing jax (that takes seconds; --version must not)."""
+    from importlib import metadata
+
+    from xla_harness import __version__
+
+    parts = []
+    for dist in ("jax", "jaxlib"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except (metadata.PackageNotFoundError, ValueError):
+            parts.append(f"{dist} not installed")
+    return f"xla-harness {__version__} ({', '.join(parts)})"
+
+
+class _VersionAction(argparse.Action):
+    """--version: the line is worked out only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version_line() + "\n")
+        parser.exit(0)
+
+
+def _add_debug(parser: argparse.ArgumentParser, top: bool) -> None:
+    """--debug, accepted before or after the subcommand (one definition for both places). The
+    subcommand's copy has no default, so it never resets a --debug given before the subcommand."""
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="show the full traceback of an internal error (anywhere on the command line)")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one ``error:`` line and exit 2."""
 
@@ -55,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 problem found, 2 bad input or an internal error, 130/143 interrupted, "
                "141 output pipe closed.",
     )
-    parser.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the harness's version and the installed jax/jaxlib versions, and exit")
+    _add_debug(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for modname in SUBCOMMANDS:
@@ -63,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
+        _add_debug(p, top=False)
         p.set_defaults(_run=mod.run)
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--passes", help="comma-separated candidate passes (default: all from the pass dump)")
     p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
     p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    flags.add_json_argument(p, "the minimal set, its flag, the probe count and the baseline")
     flags.add_model_arguments(p)
 
 
@@ -95,15 +97,24 @@ def run(args) -> int:
             raise HarnessError(f"pass {unknown[0]!r} does not change this program (not in its pass dump)")
         passes = wanted
     say(f"{len(passes)} candidate passes")
-    baseline, per_probe = "", None
+    baseline, per_probe, counts = "", None, None
     if args.oracle == "stress":
         k, n = oracle.baseline(args.baseline_steps)
         per_probe = bisect.steps_for_rate(k, n)  # raises when the configuration does not fail
         baseline = f"{k}/{n} non-finite steps with all passes enabled"
+        counts = {"nonfinite": k, "steps": n}
         say(f"baseline: {baseline}; each probe runs up to {per_probe} steps (95% confidence)")
         oracle.task["steps"] = per_probe
         log.record("baseline", nonfinite=k, steps=n, steps_per_probe=per_probe)
     result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe)
+    if args.json:
+        # "flag" goes in XLA_FLAGS (on TPU: LIBTPU_INIT_ARGS), as the text says.
+        print(json.dumps({"minimal": result.minimal, "flag": result.flag(), "new_probes": result.probes,
+                          "steps_per_probe": per_probe, "baseline": counts, "candidates": list(result.passes),
+                          "oracle": args.oracle,
+                          "property": args.property if args.oracle == "hlo" else None,
+                          "log": str(args.out / "bisect.jsonl")}, indent=2))
+        return 0
     print(f"minimal set of passes whose disabling removes the failure: {', '.join(result.minimal)}")
     print(f"reproduce with XLA_FLAGS={result.flag()}  (on TPU: LIBTPU_INIT_ARGS={result.flag()})")
     print(f"{result.probes} new probe(s)" + (f", up to {per_probe} steps each; {baseline}" if per_probe else ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 NAME = "bundle"
@@ -35,6 +36,7 @@ def add_arguments(p) -> None:
     p.add_argument("--run-program", action="store_true",
                    help="--check of a user program's bundle: also run the program in its program/ folder "
                         "(code from the archive: read it first)")
+    flags.add_json_argument(p, "the --check verdict and its lines (or the path of the written bundle)")
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
     p.add_argument("--seeds", type=flags.csv("seed", int), default=(1,))
@@ -68,7 +70,10 @@ def run(args) -> int:
         if not args.timeout > 0:
             raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program)
-        print("\n".join(lines))
+        if args.json:
+            print(json.dumps({"bundle": str(args.check), "same": same, "lines": lines}, indent=2))
+        else:
+            print("\n".join(lines))
         return 0 if same else 1
     if not args.out:
         raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
@@ -79,5 +84,5 @@ def run(args) -> int:
 
     out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
                              dump=args.dump, results_dir=args.results, bisect_dir=args.bisect)
-    print(out)
+    print(json.dumps({"bundle": str(out)}, indent=2) if args.json else out)
     return 0

@@ -21,10 +21,12 @@ Exit 0 always when the inputs are valid; the verdicts are the result.
 
 
 def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
     p.add_argument("a", type=Path, metavar="DIR_A", help="results folder A (e.g. stock)")
     p.add_argument("b", type=Path, metavar="DIR_B", help="results folder B (e.g. patched)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    flags.add_json_argument(p, "the comparisons")
 
 
 def _fix_sentence(ra, rb, needed: int | None, alpha: float) -> str:

@@ -62,6 +62,13 @@ def _option(text: str) -> tuple[str, object]:
     return key.strip(), parsed
 
 
+def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:
+    """--json: the same verdict and figures as the text output, as one JSON document on stdout
+    (the exit code does not change)."""
+    p.add_argument("--json", action="store_true",
+                   help=f"print {what} as JSON on stdout instead of text (same verdict, same exit code)")
+
+
 def add_program_arguments(p: argparse.ArgumentParser) -> None:
     """--program and --program-option: which TrainProgram a command works on."""
     g = p.add_argument_group("program (see xla_harness/programs/interface.py)")

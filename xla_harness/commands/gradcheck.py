@@ -25,12 +25,14 @@ scatter-add with duplicate indices on GPU) is reported, not failed.
 
 
 def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
     p.add_argument("--cases", help="comma-separated case names or prefixes (default: all)")
     p.add_argument("--modes", default="eager,jit,vjp,jvp", help="comma-separated modes (jax alone)")
     p.add_argument("--masking", action="store_true", help="enable jax_zero_cotangent_masking")
     p.add_argument("--framework", default="jax",
                    help="comma-separated frameworks: jax, tf, mlx (more than jax: the cross-framework table)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    flags.add_json_argument(p, "the verdicts")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 NAME = "patches-check"
@@ -18,21 +19,44 @@ naming the patch, the file and the hunk) or the input is bad.
 
 
 def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
     p.add_argument("--xla-src", type=Path, metavar="DIR", help="XLA source tree")
     p.add_argument("--jax-src", type=Path, metavar="DIR", help="jax source tree (the PyPI sdist by default in make)")
     p.add_argument("--tf-src", type=Path, metavar="DIR", help="TensorFlow source tree")
     p.add_argument("--series", choices=["default", "experimental"], default="default",
                    help="default patches only, or default + experimental (default: default)")
     p.add_argument("--series-file", type=Path, help="series.toml to use (default patches/series.toml)")
+    flags.add_json_argument(p, "a record per patch (or per upstream not checked), and the error when a patch "
+                               "does not apply")
 
 
 def run(args) -> int:
+    from xla_harness.errors import HarnessError
     from xla_harness.upstream.patchcheck import check_upstream
     from xla_harness.upstream.series import load_series
 
     series = load_series(args.series_file)
     trees = {"xla": args.xla_src, "jax": args.jax_src, "tensorflow": args.tf_src}
-    for name, up in series.upstreams.items():
-        for r in check_upstream(series, up, trees.get(name), args.series):
-            print(r.line())
+    records: list[dict] = []
+    try:
+        for name, up in series.upstreams.items():
+            for r in check_upstream(series, up, trees.get(name), args.series):
+                if args.json:
+                    records.append({"upstream": r.upstream, "status": r.status, "detail": r.detail})
+                else:
+                    print(r.line())
+    except HarnessError as exc:
+        if args.json:  # the records so far, as the text shows its lines so far; the error line follows
+            print(_json(args.series, records, str(exc)))
+        raise
+    if args.json:
+        print(_json(args.series, records, None))
     return 0
+
+
+def _json(series: str, records: list[dict], error: str | None) -> str:
+    """--json: every record, counts per status ("not checked" never counts as passing), the error if any."""
+    count = {s: sum(r["status"] == s for r in records) for s in ("applies", "not checked")}
+    return json.dumps({"series": series, "results": records, "applies": count["applies"],
+                       "not_checked": count["not checked"], "error": error}, indent=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 NAME = "pr"
@@ -15,10 +16,13 @@ upstream contribution checklist. Missing evidence is stated as missing.
 
 
 def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
     p.add_argument("--target", required=True, choices=["xla", "jax", "tensorflow"], help="upstream")
     p.add_argument("--out", type=Path, help="output folder (default out/pr/<target>)")
     p.add_argument("--series-file", type=Path, help="series.toml (default patches/series.toml)")
     p.add_argument("--results", type=Path, help="results folder (default results/)")
+    flags.add_json_argument(p, "the target, the output folder and the files written")
 
 
 def run(args) -> int:
@@ -32,6 +36,10 @@ def run(args) -> int:
     series = load_series(args.series_file)
     out = args.out or Path("out/pr") / args.target
     bundle = build_bundle(series, args.target, out, args.results)
-    for f in bundle.files:
-        print(f)
+    if args.json:
+        print(json.dumps({"target": args.target, "folder": str(bundle.folder),
+                          "files": [str(f) for f in bundle.files]}, indent=2))
+    else:
+        for f in bundle.files:
+            print(f)
     return 0

@@ -18,8 +18,10 @@ reported as a warning.
 
 
 def add_arguments(p) -> None:
+    from xla_harness.commands import flags
+
     p.add_argument("folders", nargs="+", type=Path, metavar="DIR", help="results folder(s)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the text table")
+    flags.add_json_argument(p, "the table")
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
     p.add_argument("--allow-mixed-specs", action="store_true",
                    help="pool steps of one configuration label recorded by runs with different options "

@@ -12,11 +12,11 @@ from xla_harness.errors import HarnessError
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
 DESCRIPTION = """\
-Scan HLO text (a file, or a --xla_dump_to directory) or, with --model, a program's training
-step compiled on the current backend exactly as a plain jax.jit of it (the user's step,
-unchanged; --program FILE.py:NAME for yours, the built-in tied-embedding by default), and
-classify every in-place fusion output (scatter, dynamic-update-slice,
-annotated aliasing) under three tracing policies:
+Scan HLO text (a file, a --xla_dump_to directory, or - for standard input) or, with
+--model, a program's training step compiled on the current backend exactly as a plain
+jax.jit of it (the user's step, unchanged; --program FILE.py:NAME for yours, the built-in
+tied-embedding by default), and classify every in-place fusion output (scatter,
+dynamic-update-slice, annotated aliasing) under three tracing policies:
 
   aliased                 stock XLA, the as-reported patch and the layout-aware patch all
                           pair the output with its fusion parameter;
@@ -40,8 +40,10 @@ def add_arguments(p) -> None:
 
     # str, not Path: scan isolates each bad file itself (FIFOs and devices included: one error line
     # each, the other files still scanned) rather than the CLI refusing the whole command.
-    p.add_argument("paths", nargs="*", type=str, metavar="PATH", help="HLO text file or dump directory")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("paths", nargs="*", type=str, metavar="PATH",
+                   help="HLO text file or dump directory; - reads one module's HLO text from standard input "
+                        f"(at most {STDIN_MAX_BYTES >> 20} MiB)")
+    flags.add_json_argument(p, "the findings")
     p.add_argument("--all", action="store_true", help="list aliased fusions too in the table")
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "gpu", "tpu", "unknown"],
                    help="whose alias rules count as stock (default: read from the dump)")
@@ -53,6 +55,38 @@ def add_arguments(p) -> None:
     p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
     p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
     flags.add_model_arguments(p)
+
+
+# Standard input ("-"): read at most this much (a file is read whole; a pipe could never end).
+STDIN_MAX_BYTES = 1 << 30
+_STDIN = Path("<stdin>")  # the target standing for "-", told apart by identity (a file may be named so)
+
+
+def _read_stdin() -> str:
+    """HLO text from standard input: at most STDIN_MAX_BYTES bytes, UTF-8; a terminal is refused."""
+    limit = STDIN_MAX_BYTES
+    stdin = sys.stdin
+    stream = getattr(stdin, "buffer", None)
+    if stream is None:
+        raise HarnessError("-: standard input is closed")
+    try:
+        tty = stdin.isatty()
+    except (OSError, ValueError):
+        tty = False
+    if tty:
+        raise HarnessError("-: standard input is a terminal; pipe HLO text in (e.g. xla-harness scan - < m.hlo)")
+    try:
+        data = stream.read(limit + 1)
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"<stdin>:1: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > limit:
+        raise HarnessError(f"<stdin>: more than {limit} bytes of HLO text; refusing (scan a file instead)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise HarnessError(f"<stdin>:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                           f"{exc.start})") from None
 
 
 def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
@@ -104,10 +138,16 @@ def _model_text(args) -> tuple[str, str, str]:
     return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {backend}>", known
 
 
-def _collect_targets(paths: list[Path]) -> tuple[list[tuple[Path, Path | None]], int]:
+def _collect_targets(paths: list[str]) -> tuple[list[tuple[Path, Path | None]], int]:
     targets: list[tuple[Path, Path | None]] = []
     errors = 0
-    for p in paths:
+    if paths.count("-") > 1:
+        raise HarnessError("- (standard input) is named more than once")
+    for name in paths:
+        if name == "-":
+            targets.append((_STDIN, None))
+            continue
+        p = Path(name)
         try:
             if p.is_dir():
                 targets.extend(_dir_targets(p))
@@ -124,10 +164,10 @@ def _collect_targets(paths: list[Path]) -> tuple[list[tuple[Path, Path | None]],
 def _scan_one(path: Path, ba_path: Path | None, backend: str):
     """(module, findings, decisions, backend, buffer assignment) of one file; HarnessError when bad."""
     from xla_harness.hlo import buffers
-    from xla_harness.hlo.parser import parse_file
+    from xla_harness.hlo.parser import parse_file, parse_module
     from xla_harness.hlo.scan import detect_backend, scan
 
-    mod = parse_file(path)
+    mod = parse_module(_read_stdin(), str(_STDIN)) if path is _STDIN else parse_file(path)
     ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
     if backend == "auto":
         backend = detect_backend(mod, str(path))
@@ -142,7 +182,7 @@ def run(args) -> int:
 
     if not args.paths and not args.model:
         raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
-    targets, errors = _collect_targets([Path(p) for p in args.paths])
+    targets, errors = _collect_targets(args.paths)
     scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
     for path, ba_path in targets:
         try:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
@@ -88,11 +92,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train protocol: save the state for --resume at most every S seconds and at the end "
                         "of each (config, seed) (default 300)")
     flags.add_model_arguments(p)
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    flags.add_json_argument(p, "the table")
     p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot of rates with CIs")
     p.add_argument("--fail-on-nonfinite", action="store_true",
                    help="exit 1 when any step was non-finite (default: exit 0, the table is the result)")
-    p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    shown.add_argument("--progress", action="store_true",
+                       help="progress as plain lines on stderr, for logs: one per finished configuration and "
+                            "about every 30 s while one runs (default: one status line rewritten in place when "
+                            "stderr is a terminal, nothing otherwise)")
     g = p.add_argument_group("multi-host (jax.distributed)")
     g.add_argument("--distributed", action="store_true",
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
@@ -103,16 +112,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the coordinator (default 300)")
 
 
-class Progress:
-    """Draws the runner's events: one status line on stderr, rewritten in place on a terminal,
-    printed per configuration otherwise; the step fingerprint of every configuration."""
+def terminal_columns(stream) -> int:
+    """Columns of the terminal ``stream`` writes to: $COLUMNS when set, else the stream's own
+    terminal, else shutil.get_terminal_size's answer (stdout's terminal, or 80)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cols = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        cols = 0
+    return cols if cols > 0 else shutil.get_terminal_size().columns
 
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
+
+class Progress:
+    """Draws the runner's events on stderr and keeps the step fingerprint of every configuration.
+
+    ``mode``: "auto" (the default) rewrites one status line in place when stderr is a terminal,
+    never wider than it, and prints nothing otherwise; "lines" (--progress) prints plain lines
+    for logs, one per finished configuration and one about every LOG_EVERY_S seconds while one runs;
+    "off" (--quiet) prints nothing."""
+
+    LOG_EVERY_S = 30.0
+
+    def __init__(self, mode: str = "auto"):
         self.tty = sys.stderr.isatty()
-        self.t0 = time.perf_counter()
+        self.mode = "live" if mode == "auto" and self.tty else "lines" if mode == "lines" else "off"
+        self.enabled = self.mode != "off"
+        self.t0 = self.last_line = time.perf_counter()
         self.first_done: int | None = None
         self.fingerprints: dict[str, dict] = {}
+        self._open = False  # a live line is on screen without its newline
 
     def __call__(self, e) -> None:
         if e.kind == "compiled":
@@ -122,22 +152,27 @@ class Progress:
             self.first_done = e.done_steps - (e.block.end - e.block.start)
         if not self.enabled:
             return
-        rate = (e.done_steps - self.first_done) / max(time.perf_counter() - self.t0, 1e-9)
+        now = time.perf_counter()
+        rate = (e.done_steps - self.first_done) / max(now - self.t0, 1e-9)
         width = 24
         filled = int(width * e.done_steps / max(e.total_steps, 1))
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {e.done_steps}/{e.total_steps} steps "
                 f"{e.label} seed {e.seed} step {e.block.end} non-finite {e.nonfinite} | {rate:.1f} steps/s")
-        if self.tty:
-            sys.stderr.write("\r" + line[:160].ljust(160))
-            if e.done_steps >= e.total_steps:
+        if self.mode == "live":
+            cols = max(terminal_columns(sys.stderr) - 1, 1)  # the last column would wrap on some terminals
+            sys.stderr.write("\r" + line[:cols].ljust(cols))
+            self._open = e.done_steps < e.total_steps
+            if not self._open:
                 sys.stderr.write("\n")
-        elif e.config_done:
+        elif e.config_done or e.done_steps >= e.total_steps or now - self.last_line >= self.LOG_EVERY_S:
             sys.stderr.write(line + "\n")
+            self.last_line = now
         sys.stderr.flush()
 
     def close(self) -> None:
-        if self.enabled and self.tty:
+        if self._open:
             sys.stderr.write("\n")
+            self._open = False
 
 
 def format_fingerprints(fps: dict[str, dict]) -> list[str]:
@@ -167,7 +202,7 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._old: dict[int, object] = {}
+        self._old: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __call__(self) -> bool:
         return self.signum is not None
@@ -189,7 +224,7 @@ class StopFlag:
 
 
 def spec_from_args(args):
-    from xla_harness.stress.runner import StressSpec
+    from xla_harness.stress.spec import StressSpec
 
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
@@ -269,7 +304,7 @@ def run(args) -> int:
     name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
     stop = StopFlag()
     stop.install()
-    bar = Progress(enabled=not args.quiet)
+    bar = Progress("off" if args.quiet else "lines" if args.progress else "auto")
     try:
         path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name)
     finally:
