@@ -221,6 +221,7 @@ def make_loss(cfg: PresetConfig, ops=None, mesh=None):
     import jax
     import jax.numpy as jnp
 
+    from xla_harness import jaxcompat
     from xla_harness.programs import variants
 
     ops = ops or variants.tied_ops("baseline")
@@ -239,7 +240,7 @@ def make_loss(cfg: PresetConfig, ops=None, mesh=None):
         lg = ops.unembed(h, w_out, out_sharding=_out(mesh, "logits")).astype(jnp.float32)
         tgt = tokens[:, 1:]
         if mesh is not None:  # V is split over "model": pick the target logit with a one-hot product
-            onehot = jax.nn.one_hot(tgt, lg.shape[-1], dtype=lg.dtype, out_sharding=_out(mesh, "logits"))
+            onehot = jaxcompat.one_hot(tgt, lg.shape[-1], dtype=lg.dtype, out_sharding=_out(mesh, "logits"))
             picked = jnp.sum(lg * onehot, axis=-1)
         else:
             picked = jnp.take_along_axis(lg, tgt[..., None], axis=-1)[..., 0]
@@ -322,9 +323,10 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     n = len(devs) if devs else 1
     if mesh_shape is None:
         mesh_shape = (2, n // 2) if n > 1 else (1, 1)
-    mesh_shape = tuple(int(x) for x in mesh_shape)
-    if len(mesh_shape) != 2 or mesh_shape[0] * mesh_shape[1] != n:
-        raise HarnessError(f"mesh_shape {mesh_shape} does not use exactly {n} devices")
+    dims = tuple(int(x) for x in mesh_shape)  # a list or any other pair of ints is accepted too
+    if len(dims) != 2 or dims[0] * dims[1] != n:
+        raise HarnessError(f"mesh_shape {dims} does not use exactly {n} devices")
+    mesh_shape = (dims[0], dims[1])
     cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
                         seq_scale=seq_scale, layers=layers)
     if not (isinstance(lr, int | float) and lr > 0):
