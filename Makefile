@@ -3,9 +3,18 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-JAX_PIN  ?= 0.12.0.1
-VENV     ?= .venv
+DEFAULT_JAX_PIN := 0.12.0.1
+JAX_PIN  ?= $(DEFAULT_JAX_PIN)
+# The harness runs on the jax users have (0.9 to 0.12): another pin gets its own venv, so
+# `make test-fast JAX_PIN=0.9.0.1` leaves .venv alone.
+VENV     ?= $(if $(filter $(DEFAULT_JAX_PIN),$(JAX_PIN)),.venv,.venv-jax$(JAX_PIN))
+# jax/jaxlib >= 0.11 have wheels for Python >= 3.12 only; older pins take pyproject's floor (3.11).
+PY_MIN   ?= $(shell case "$(JAX_PIN)" in (0.[0-9].*|0.10.*) echo 3.11;; (*) echo 3.12;; esac)
+# flax for examples/flax_tied at this pin: flax >= 0.12.9 needs jax >= 0.11.1 (and Python 3.12),
+# 0.12.7/0.12.8 jax >= 0.10, 0.12.6 jax >= 0.8.1. FLAX_PIN= installs no flax (its test skips).
+FLAX_PIN ?= $(shell case "$(JAX_PIN)" in (0.[0-9].*) echo 0.12.6;; (0.10.*|0.11.0) echo 0.12.8;; (*) echo 0.12.12;; esac)
 PY       := $(VENV)/bin/python
+comma    := ,
 STAMP    := $(VENV)/.setup-$(JAX_PIN)
 OUT      ?= out
 # Default stress matrix: the six configurations of jax-ml/jax#35409, sized for a CPU.
@@ -15,9 +24,9 @@ STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,
 
 help:
 	@echo "make stress     run the default tied-embedding stress matrix and print the table"
-	@echo "make test       run the test suite (what CI runs)"
-	@echo "make test-fast  the suite without the subprocess end-to-end tests (marked slow)"
-	@echo "make setup      create $(VENV) with a Python >= 3.12 and jax==$(JAX_PIN)"
+	@echo "make test       make lint, then the test suite (what CI runs)"
+	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
+	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
@@ -29,15 +38,16 @@ help:
 	@echo "make jax-suite JAX_SRC=dir  jax's own test files, masking flag off and on (results in $(OUT)/jax-suite)"
 	@echo "make pr TARGET=xla|jax|tensorflow  write out/pr/<target>/ (mbox, PR.md, CHECKLIST.md)"
 	@echo "make build-and-test [DRY_RUN=1] [CUDA=1]  build jaxlib with the series (needs GitHub)"
-	@echo "make lint       ruff over the package, tests and benchmarks"
+	@echo "make lint       ruff over the package, tests and benchmarks; the import contracts (lint-imports); mypy"
 	@echo "make bench      run the benchmarks in bench/ and print their ratios"
 	@echo "make clean      remove the venvs and $(OUT)"
 
 $(STAMP): pyproject.toml tools/find-python
-	@py=$$(tools/find-python) || exit 2; \
+	@py=$$(tools/find-python --min $(PY_MIN)) || exit 2; \
 	  echo "setup: creating $(VENV) with $$py"; \
 	  rm -rf $(VENV) && "$$py" -m venv $(VENV) || { echo "error: could not create $(VENV) with $$py" >&2; exit 2; }
-	$(PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" -e ".[dev,plot,flax]"
+	$(PY) -m pip install -q --disable-pip-version-check "jax==$(JAX_PIN)" "jaxlib==$(JAX_PIN)" \
+	  -e ".[dev,plot$(if $(FLAX_PIN),$(comma)flax)]" $(if $(FLAX_PIN),"flax==$(FLAX_PIN)")
 	@touch $@
 
 setup: $(STAMP)
@@ -46,20 +56,22 @@ STRESS_OUT ?= $(OUT)/stress/$(shell date +%Y%m%d-%H%M%S)
 stress: setup
 	$(VENV)/bin/xla-harness stress $(STRESS_ARGS) --out $(STRESS_OUT) --plot $(STRESS_OUT)/rates.png
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 lint: setup
-	$(VENV)/bin/ruff check xla_harness tests bench build
+	$(VENV)/bin/ruff check xla_harness tests bench build tools examples setup.py
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit $$?; done
 
 clean:
-	rm -rf $(VENV) .venv-jax-patched .venv-patched .venv-frameworks $(OUT)
+	rm -rf $(VENV) .venv-jax[0-9]* .venv-jax-patched .venv-patched .venv-frameworks $(OUT)
 
 # Targets contributed by each part of the project (scan, gradcheck, patches, build).
 include $(wildcard mk/*.mk)

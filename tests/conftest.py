@@ -6,6 +6,13 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 
 pytest_plugins = ["pytester"]
 
+# A test that starts a subprocess must carry @pytest.mark.slow (tests/subprocess_guard.py).
+pytest_plugins += ["tests.subprocess_guard"]
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: end-to-end tests that run subprocesses (part of make test)")
+
+def pytest_sessionstart(session):
+    """Stress runs record this project's commit, asked of git once per process: asked here,
+    outside any test, so a fast test that writes results starts no subprocess of its own."""
+    from xla_harness.stress.store import repo_commit
+
+    repo_commit()

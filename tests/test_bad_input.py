@@ -78,7 +78,18 @@ def test_enough_cases_over_every_entry_point():
     assert sum(c.entry == "build" for c in CASES) >= 20
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# Cases whose command starts a subprocess (bisect's probes, the build's git and tool checks):
+# slow, so `make test-fast` stays fast (tests/subprocess_guard.py fails any case missing here).
+SPAWNING_CASES = {
+    "bisect-program-unknown", "bisect-mode-unknown", "bisect-dtype-f64", "bisect-seed-negative",
+    "bisect-seed-huge", "bisect-heads-indivisible", "build-from-after-to", "build-stamp-non-utf8",
+    "build-stamp-not-json", "build-stamp-array", "build-stamp-no-outputs", "build-stamp-outputs-list",
+    "build-stamp-deep", "build-stamp-fifo",
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=(pytest.mark.slow,) if c.id in SPAWNING_CASES else ())
+                                  for c in CASES])
 def test_bad_input(case: Case, tmp_path, monkeypatch, capsys):
     work = tmp_path / "case"
     work.mkdir()

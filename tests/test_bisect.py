@@ -31,6 +31,7 @@ def test_passes_from_dump_names():
     assert bisect.passes_from_dump(names) == ["algsimp", "cse"]
 
 
+@pytest.mark.slow
 def test_hlo_oracle_finds_the_pass_that_creates_the_property(tmp_path, capsys):
     out = tmp_path / "b"
     rc = main(["bisect-passes", "--oracle", "hlo", "--property", "multi-op-fusion", "--program", "small",
@@ -53,6 +54,7 @@ def test_hlo_oracle_finds_the_pass_that_creates_the_property(tmp_path, capsys):
     assert kinds.count("result") == 2 and "probe" in kinds
 
 
+@pytest.mark.slow
 def test_stochastic_oracle_with_statistical_stopping(tmp_path, capsys):
     passes = "batched_gather_scatter_normalizer,algsimp,zero_sized_hlo_elimination,simplification,cse,fusion"
     rc = main(["bisect-passes", "--oracle", "stress", "--inject-pass", "algsimp", "--inject-rate", "0.3",
@@ -69,6 +71,7 @@ def test_stochastic_oracle_with_statistical_stopping(tmp_path, capsys):
     assert f"each probe runs up to {base['steps_per_probe']} steps (95% confidence)" in captured.err
 
 
+@pytest.mark.slow
 def test_config_that_does_not_fail(tmp_path, capsys):
     rc = main(["bisect-passes", "--oracle", "stress", "--baseline-steps", "5", "--out", str(tmp_path / "n"),
                "--quiet", *TINY_ARGS])
@@ -81,6 +84,7 @@ def test_bad_input(tmp_path, capsys):
     assert "unknown property 'weird'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_hlo_property_absent_from_the_stock_compile_is_refused(tmp_path, capsys):
     out = tmp_path / "never"
     rc = main(["bisect-passes", "--oracle", "hlo", "--property", "regex:NEVER_IN_ANY_HLO", "--program", "small",

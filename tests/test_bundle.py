@@ -31,6 +31,7 @@ def _read(bundle, name):
         return tf.extractfile(f"bundle/{name}").read().decode()
 
 
+@pytest.mark.slow
 def test_bundle_contents(bundle):
     with tarfile.open(bundle) as tf:
         names = set(tf.getnames())
@@ -68,6 +69,7 @@ def _rewrite(bundle, dst_path, edit, extra=()):
     return dst_path
 
 
+@pytest.mark.slow
 def test_check_round_trip(bundle, capsys):
     assert main(["bundle", "--check", str(bundle)]) == 0
     out = capsys.readouterr().out
@@ -95,6 +97,7 @@ def _append(target, text):
     (_append("env.json", b" "), "env.json changed"),
     (_append("after_optimizations.txt", b"\n"), "after_optimizations.txt changed"),
 ])
+@pytest.mark.slow
 def test_check_reports_tampering_of_any_file(bundle, tmp_path, capsys, edit, expect):
     tampered = _rewrite(bundle, tmp_path / "t.tar.gz", edit)
     assert main(["bundle", "--check", str(tampered)]) == 1
@@ -102,6 +105,7 @@ def test_check_reports_tampering_of_any_file(bundle, tmp_path, capsys, edit, exp
     assert expect.replace("bundle/", "") in out
 
 
+@pytest.mark.slow
 def test_check_recomputes_findings_and_counts_even_with_a_rewritten_manifest(bundle, tmp_path, capsys):
     # Whoever edits findings and expected.json can rewrite the manifest too: the recomputation and
     # the re-run still catch it.
@@ -130,6 +134,7 @@ def test_check_recomputes_findings_and_counts_even_with_a_rewritten_manifest(bun
     assert "findings.json: DIFFERENT" in out and "seed 1: non-finite 0 (bundle: 3)" in out
 
 
+@pytest.mark.slow
 def test_check_never_runs_the_archives_repro(bundle, tmp_path, capsys):
     marker = tmp_path / "ran"
     evil = f"open({str(marker)!r}, 'w').write('x')\n".encode()
@@ -179,6 +184,7 @@ def test_check_refuses_a_decompression_bomb_before_writing_it(tmp_path, capsys):
     assert not (dest / "bundle" / "zeros").exists()
 
 
+@pytest.mark.slow
 def test_repro_timeout_kills_the_whole_process_group(tmp_path):
     import os
     import time

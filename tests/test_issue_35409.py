@@ -77,6 +77,7 @@ def full_small():
     return program, *compiled(program)
 
 
+@pytest.mark.slow
 def test_step_runs_and_trains(full_small):
     program, exe, (params, opt_state, batch) = full_small
     w0 = np.asarray(params["embed"]).copy()
@@ -99,6 +100,7 @@ def test_compiled_step_has_the_tied_pattern(full_small):
     assert summary.scatter_onto_dense >= 1  # ... updating the dense gradient in place
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, scatter_sources", [("sparse_only", {"broadcast"}), ("dense_only", set())])
 def test_modes_cut_one_gradient_path(mode, scatter_sources):
     program = issue_35409.make(**SMALL, mode=mode)
@@ -158,6 +160,7 @@ def test_two_d_mesh_with_eight_host_devices():
     np.testing.assert_allclose(barrier["losses"], base["losses"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bf16_and_no_remat_options():
     program = issue_35409.make(scale=1 / 64, dtype="bf16", remat=False)
     params, opt_state = jax.eval_shape(program.init, jax.random.key(0))

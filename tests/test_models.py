@@ -25,6 +25,7 @@ def _unused_rows(batches, vocab):
     return np.flatnonzero(~used)
 
 
+@pytest.mark.slow
 def test_sparse_only_gradient_reaches_only_looked_up_rows():
     params, batches, g = _grads("sparse_only")
     unused = _unused_rows(batches, TINY["vocab"])
@@ -57,6 +58,7 @@ def test_full_gradient_is_the_sum_of_both_paths():
     assert not np.allclose(np.asarray(g_full["embed"]), np.asarray(g_dense["embed"]))
 
 
+@pytest.mark.slow
 def test_remat_changes_the_program_not_the_gradient():
     cfg_on = ModelConfig(mode="full", remat=True, **TINY)
     cfg_off = ModelConfig(mode="full", remat=False, **TINY)
@@ -76,6 +78,7 @@ def test_batches_are_heterogeneous():
     assert int(jnp.max(b)) < TINY["vocab"] // 8 <= int(jnp.max(a))
 
 
+@pytest.mark.slow
 def test_bf16_model_runs():
     cfg = ModelConfig(dtype="bf16", **TINY)
     params = init_params(cfg, jax.random.key(0))

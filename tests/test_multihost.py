@@ -69,6 +69,7 @@ def test_two_processes_write_their_own_results_and_merge(tmp_path, capsys):
     assert "0/4" in text  # process 0's complete record still gives the whole table
 
 
+@pytest.mark.slow
 def test_merge_runs_from_several_hosts(tmp_path, capsys):
     a, b = tmp_path / "host-a", tmp_path / "host-b"
     common = ["--modes", "full", "--remat", "off", "--steps", "3", "--quiet", *TINY_ARGS]

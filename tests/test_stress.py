@@ -10,17 +10,10 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.stress import report, stats
 from xla_harness.stress import store as results
-from xla_harness.stress.runner import (
-    StressSpec,
-    compare_update,
-    initial_state,
-    injected_steps,
-    prepare,
-    reference_check,
-    run_config,
-    run_matrix,
-    step_keys,
-)
+from xla_harness.stress.inject import injected_steps, step_keys
+from xla_harness.stress.reference import compare_update, reference_check
+from xla_harness.stress.runner import initial_state, prepare, run_config, run_matrix
+from xla_harness.stress.spec import StressSpec
 
 from .helpers import TINY, TINY_ARGS
 
@@ -33,6 +26,7 @@ def _steps(out):
     return [s.to_json() for b in results.read_results(out / "stress.jsonl").blocks for s in b.steps]
 
 
+@pytest.mark.slow
 def test_injection_detected_exactly_and_ci_contains_rate(tmp_path):
     spec = StressSpec(modes=("full",), remats=(False,), seeds=(1,), steps=400, block=50,
                       inject_rate=0.1, **TINY)
@@ -55,6 +49,7 @@ def test_injection_detected_exactly_and_ci_contains_rate(tmp_path):
     assert all(s["loss"] is not None for s in steps)
 
 
+@pytest.mark.slow
 def test_no_injection_reports_nothing(tmp_path):
     spec = StressSpec(modes=("full", "sparse_only", "dense_only"), remats=(True,), seeds=(1,), steps=30,
                       block=15, **TINY)
@@ -66,6 +61,7 @@ def test_no_injection_reports_nothing(tmp_path):
     assert "full/remat=on/f32" in text and "0/30" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nan-opt", "inf-opt"])
 def test_train_protocol_one_state_fault_is_one_failure(tmp_path, kind):
     """A NaN (or +inf) planted in Adam's second moment is caught in the new optimizer state and
@@ -81,6 +77,7 @@ def test_train_protocol_one_state_fault_is_one_failure(tmp_path, kind):
     assert all(s["first_bad"].startswith("opt:") and "nu" in s["first_bad"] for s in got if not s["finite"])
 
 
+@pytest.mark.slow
 def test_frozen_protocol_counts_one_fault_as_one_failure(tmp_path):
     seed, rate, steps = 3, 0.08, 40
     planted = injected_steps(seed, steps, rate).tolist()
@@ -97,6 +94,7 @@ def test_frozen_protocol_counts_one_fault_as_one_failure(tmp_path):
     assert blocks[0].donate_argnums == () and blocks[0].protocol == "frozen"
 
 
+@pytest.mark.slow
 def test_flags_stay_on_device_until_block_end(monkeypatch):
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=20, block=10, **TINY)
     h = prepare(spec, spec.configs()[0])
@@ -109,6 +107,7 @@ def test_flags_stay_on_device_until_block_end(monkeypatch):
     assert len(calls) == 2  # one host sync per block of K steps
 
 
+@pytest.mark.slow
 def test_reference_flags_wrong_but_finite_update():
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, **TINY)
     h = prepare(spec, spec.configs()[0])
@@ -149,6 +148,7 @@ def test_per_row_tolerance_stays_sensitive_at_100k_rows(rows, cols):
     assert d["row"] == 3 and d["ratio"] > 1.5
 
 
+@pytest.mark.slow
 def test_reference_run_counts_silent_column(tmp_path):
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=4, reference=True,
                       reference_every=2, **TINY)
@@ -158,6 +158,7 @@ def test_reference_run_counts_silent_column(tmp_path):
     assert "silent (ref)" in report.format_table(_table(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["lost-row", "doubled-row"])
 def test_finite_corruption_is_caught_only_by_reference_from_the_cli(tmp_path, capsys, kind):
     seed, rate, steps = 2, 0.3, 10
@@ -174,6 +175,7 @@ def test_finite_corruption_is_caught_only_by_reference_from_the_cli(tmp_path, ca
     assert all(s["reference"]["worst_leaf"] == "['embed']" for s in got if not s["reference"]["ok"])
 
 
+@pytest.mark.slow
 def test_sharded_on_eight_cpu_devices_matches_single_device(tmp_path):
     assert jax.device_count() >= 8, "conftest sets --xla_force_host_platform_device_count=8"
     kw = dict(modes=("full",), remats=(True,), seeds=(1,), steps=3, **TINY)
@@ -188,9 +190,3 @@ def test_sharded_on_eight_cpu_devices_matches_single_device(tmp_path):
     l1 = [s["loss"] for s in _steps(tmp_path / "s1")]
     assert len(l8) == 3 and np.allclose(l8, l1, rtol=1e-4)
     assert _table(tmp_path / "s8").total_nonfinite == 0
-
-
-@pytest.mark.stress
-def test_plugin_fixture_passes_clean_run(harness_stress):
-    table = harness_stress(modes=("dense_only",), remats=(False,), **TINY)
-    assert table.rows[0].n > 0

@@ -58,6 +58,7 @@ def assert_same_trajectory(results, name):
     np.testing.assert_allclose(w, base_w, atol=W_ATOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_baseline_scatters_onto_the_dense_gradient(results):
     _, s, losses, _ = results("baseline")
     assert s.gathers >= 1 and s.dots >= 2
@@ -65,6 +66,7 @@ def test_baseline_scatters_onto_the_dense_gradient(results):
     assert np.all(np.isfinite(losses))
 
 
+@pytest.mark.slow
 def test_tolerance_would_catch_a_lost_gradient_path(results):
     """The trajectory check is sensitive: cutting the dense path (sparse_only) breaks it."""
     _, _, _, base_w = results("baseline")
@@ -72,6 +74,7 @@ def test_tolerance_would_catch_a_lost_gradient_path(results):
     assert np.max(np.abs(w - base_w)) > 100 * W_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["barrier", "sumgrad"])
 def test_barrier_and_sumgrad_scatter_into_a_fresh_buffer(results, name):
     _, s, _, _ = results(name)
@@ -83,6 +86,7 @@ def test_barrier_and_sumgrad_scatter_into_a_fresh_buffer(results, name):
     assert_same_trajectory(results, name)
 
 
+@pytest.mark.slow
 def test_onehot_has_no_gather_and_no_scatter_on_w(results):
     _, s, _, _ = results("onehot")
     _, base, _, _ = results("baseline")
@@ -101,6 +105,7 @@ def _multi_op_loop_fusions(module):
     return count
 
 
+@pytest.mark.slow
 def test_no_fusion_flag_set_reaches_the_compiler(results):
     module, s, _, _ = results("xla-no-fusion")
     base_module, base, _, _ = results("baseline")
@@ -132,6 +137,7 @@ def test_unknown_variant_is_an_error(name):
         variants.flag_set("nope")
 
 
+@pytest.mark.slow
 def test_variant_ops_compute_the_same_values_and_gradients():
     """Each variant's ops compute the same function with the same gradient as the baseline's, checked
     on the ops alone (no model), at float32 tolerance."""
