@@ -21,4 +21,4 @@ patches-check: setup $(if $(JAX_SRC),,jax-sdist)
 
 pr: setup
 	@test -n "$(TARGET)" || { echo "error: give TARGET=xla|jax|tensorflow" >&2; exit 2; }
-	$(VENV)/bin/xla-harness pr --target $(TARGET) --out $(OUT)/pr/$(TARGET)
+	$(VENV)/bin/xla-harness pr --target $(TARGET) --out $(OUT)/pr/$(TARGET) --force

@@ -24,18 +24,31 @@ def shown(text: str) -> str:
     return text.replace(home + "/", "~/") if home not in ("/", "") else text
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of a regular file; FIFOs, devices and folders are refused (they could block or never end)."""
+# Larger than any HLO dump, buffer assignment, log or result file the harness reads; a file past
+# it is refused rather than read whole into memory.
+MAX_READ_BYTES = 1 << 30
+
+
+def read_regular(path: Path, max_bytes: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of a regular file; FIFOs, devices and folders are refused (they could block or never
+    end), and so is a file of more than ``max_bytes`` bytes (also when it grows while being read)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise HarnessError(f"{path} is not a regular file")
+        too_big = HarnessError(f"{path}: more than {max_bytes} bytes; refusing to read it")
+        if st.st_size > max_bytes:
+            raise too_big
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise too_big
+        return data
     except OSError as exc:
         raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
     finally:

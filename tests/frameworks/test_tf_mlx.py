@@ -17,8 +17,10 @@ from xla_harness.gradcheck import cross
 from xla_harness.gradcheck.cases import REGISTRY, by_name
 from xla_harness.gradcheck.tf_oplib.build import PATCH, added_lines
 
-pytestmark = pytest.mark.skipif(not os.environ.get("XLA_HARNESS_FRAMEWORKS_VENV"),
-                                reason="run by `make frameworks-test` in .venv-frameworks")
+# slow: TensorFlow and MLX runs, some in subprocesses (TF itself asks `uname -p` on import).
+pytestmark = [pytest.mark.skipif(not os.environ.get("XLA_HARNESS_FRAMEWORKS_VENV"),
+                                 reason="run by `make frameworks-test` in .venv-frameworks"),
+              pytest.mark.slow]
 CASES = by_name()
 
 

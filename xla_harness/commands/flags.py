@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+from pathlib import Path
 
 from xla_harness.errors import HarnessError
 
@@ -114,3 +116,65 @@ def program_options(args) -> dict:
             opts["devices"] = args.devices
         return opts
     return dict(args.program_option)
+
+
+def add_force_argument(p: argparse.ArgumentParser, what: str = "the output file") -> None:
+    """--force: let an output replace an existing file (never one of the command's own inputs)."""
+    p.add_argument("--force", action="store_true",
+                   help=f"replace {what} when it already exists (an input of the command is never replaced)")
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
+def input_files(paths, results_in_folders: bool = True) -> set[Path]:
+    """The resolved paths a command reads: each given path and, for a folder, its stress*.jsonl
+    results files (and, with ``results_in_folders=False``, every file under it)."""
+    out: set[Path] = set()
+    for p in paths:
+        if p is None:
+            continue
+        p = Path(p)
+        out.add(_resolved(p))
+        try:
+            if p.is_dir():
+                found = p.glob("stress*.jsonl") if results_in_folders else p.rglob("*")
+                out.update(_resolved(f) for f in found if f.is_file())
+        except OSError:
+            continue
+    return out
+
+
+def _is_results_file(path: Path) -> bool:
+    """A stress results file: named stress*.jsonl, or its first line is a results header."""
+    if path.name.startswith("stress") and path.name.endswith(".jsonl"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(4096).split(b"\n", 1)[0]
+    except OSError:
+        return False
+    return first.lstrip().startswith(b"{") and b'"kind"' in first and b'"header"' in first
+
+
+def check_output(target: Path, flag: str, inputs: set[Path] | frozenset[Path] = frozenset(),
+                 force: bool = False) -> None:
+    """Refuse to write ``target`` (named by ``flag``) over one of the command's inputs (always) or
+    over an existing file (unless ``force``); a stress results file is never replaced."""
+    target = Path(target)
+    if _resolved(target) in inputs:
+        raise HarnessError(f"{flag} {target} is one of this command's inputs; refusing to overwrite it "
+                           "(write the output elsewhere)")
+    if not (target.exists() or target.is_symlink()):
+        return
+    if target.is_dir():
+        raise HarnessError(f"{flag} {target} is a folder; name a file")
+    if _is_results_file(target):
+        raise HarnessError(f"{flag} {target} is a stress results file; refusing to overwrite it "
+                           "(write the output elsewhere)")
+    if not force:
+        raise HarnessError(f"{flag} {target} already exists; pass --force to replace it")

@@ -22,7 +22,9 @@ def add_arguments(p) -> None:
 
     p.add_argument("folders", nargs="+", type=Path, metavar="DIR", help="results folder(s)")
     flags.add_json_argument(p, "the table")
-    p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot")
+    p.add_argument("--plot", type=Path, metavar="PNG",
+                   help="also write a PNG plot (an existing file only with --force; never a results file)")
+    flags.add_force_argument(p, "the --plot file")
     p.add_argument("--allow-mixed-specs", action="store_true",
                    help="pool steps of one configuration label recorded by runs with different options "
                         "(refused by default: their steps are different trials)")
@@ -30,8 +32,11 @@ def add_arguments(p) -> None:
 
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
+    from xla_harness.commands import flags
     from xla_harness.stress import report
 
+    if args.plot:  # before reading: a refused target costs nothing
+        flags.check_output(args.plot, "--plot", flags.input_files(args.folders), args.force)
     table = report.load_table(args.folders, allow_mixed_specs=args.allow_mixed_specs)
     for w in table.warnings:
         sys.stderr.write(f"warning: {w}\n")

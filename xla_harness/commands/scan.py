@@ -53,7 +53,10 @@ def add_arguments(p) -> None:
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
     p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
-    p.add_argument("--save-hlo", type=Path, metavar="FILE", help="with --model: write the compiled HLO text")
+    p.add_argument("--save-hlo", type=Path, metavar="FILE",
+                   help="with --model: write the compiled HLO text (an existing file only with --force; "
+                        "never a scanned file or a results file)")
+    flags.add_force_argument(p, "the --save-hlo file")
     flags.add_model_arguments(p)
 
 
@@ -138,6 +141,25 @@ def _model_text(args) -> tuple[str, str, str]:
     return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {backend}>", known
 
 
+def _check_request(args) -> None:
+    """Something to scan; --save-hlo only with --model, and never over a scanned file, the program's
+    file or a results file (another existing file only with --force). Checked before anything runs."""
+    from xla_harness.commands import flags
+
+    if not args.paths and not args.model:
+        raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
+    if args.save_hlo is None:
+        return
+    if not args.model:
+        raise HarnessError("--save-hlo needs --model (it writes the HLO text that --model compiles)")
+    inputs = flags.input_files([Path(p) for p in args.paths if p != "-"], results_in_folders=False)
+    program = args.model if isinstance(args.model, str) else args.program
+    module_part = program.rsplit(":", 1)[0] if ":" in program else ""
+    if module_part.endswith(".py") or "/" in module_part:
+        inputs |= flags.input_files([Path(module_part)])
+    flags.check_output(args.save_hlo, "--save-hlo", inputs, args.force)
+
+
 def _collect_targets(paths: list[str]) -> tuple[list[tuple[Path, Path | None]], int]:
     targets: list[tuple[Path, Path | None]] = []
     errors = 0
@@ -180,8 +202,7 @@ def run(args) -> int:
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import format_findings, module_json, scan
 
-    if not args.paths and not args.model:
-        raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
+    _check_request(args)
     targets, errors = _collect_targets(args.paths)
     scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
     for path, ba_path in targets:

@@ -145,8 +145,13 @@ def run(names: list[str] | None = None, modes: tuple[str, ...] = MODES, determin
     for m in modes:
         if m not in MODES:
             raise HarnessError(f"unknown mode {m!r}; expected one of {', '.join(MODES)}")
+    cases = select(names)
+    if not any(c.reverse or m not in ("eager", "jit", "vjp") for c in cases for m in modes):
+        # every cell would be SKIP: a run that checks nothing is not a pass
+        raise HarnessError(f"nothing to check: the cases selected ({', '.join(c.name for c in cases)}) define "
+                           f"no gradient in mode {', '.join(modes)} (forward-only cases run in jvp alone)")
     out = []
-    for c in select(names):
+    for c in cases:
         out.extend(check_case(c, modes))
     if determinism and not names:
         out.extend(check_determinism())

@@ -23,6 +23,7 @@ from xla_harness.table import format_rows
 
 FORWARD_MODES = {"jvp"}  # the only modes defined for forward-only cases
 NOT_INSTALLED = "not installed"
+CHECKED = ("OK", "NaN", "WRONG")  # cells that compared a gradient (not n/a, -, not installed)
 AGREE_RTOL, AGREE_ATOL = 1e-5, 1e-7
 
 
@@ -124,6 +125,9 @@ def run(cases: list[Case], frameworks: list[str]) -> Result:
         versions[name] = fw.version()
         fws.append(fw)
         columns.extend((name, m) for m in fw.modes())
+    if not fws:  # every column 'not installed': a table that checks nothing is not a pass
+        raise HarnessError("nothing checked: none of the frameworks named is installed ("
+                           + "; ".join(f"{k} {v}" for k, v in versions.items()) + ")")
     cells = []
     for case in cases:
         ref = reference(case)
@@ -132,6 +136,9 @@ def run(cases: list[Case], frameworks: list[str]) -> Result:
                 cells.append(Cell(case.name, name, "", NOT_INSTALLED))
         for fw in fws:
             cells.extend(_cell(case, fw, mode, ref) for mode in fw.modes())
+    if not any(c.status in CHECKED for c in cells):
+        raise HarnessError(f"nothing checked: every cell of the cases selected ({', '.join(c.name for c in cases)}) "
+                           "is n/a, not installed or not defined in the frameworks' modes")
     return Result(frameworks, columns, cells, versions, [c.name for c in cases])
 
 

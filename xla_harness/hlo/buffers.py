@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.files import read_regular
 from xla_harness.hlo.ir import split_ref
 
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
@@ -71,11 +72,11 @@ def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssi
 
 
 def load_buffer_assignment(path: Path | str) -> BufferAssignment:
+    """Parse a buffer-assignment file; a FIFO, device, folder or a file past the size cap of
+    ``read_regular`` is refused (HarnessError) rather than read (it could block or never end)."""
     path = Path(path)
-    try:
-        return parse_buffer_assignment(path.read_text(encoding="utf-8", errors="replace"), str(path))
-    except OSError as exc:
-        raise HarnessError(f"{path}:1: cannot read: {exc.strerror}") from None
+    data = read_regular(path)  # its HarnessError names the path
+    return parse_buffer_assignment(data.decode("utf-8", errors="replace"), str(path))
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,24 @@ BUILTINS: dict[str, str] = {
 }
 
 
+def _describe(exc: BaseException) -> str:
+    """``Type: first line of the message`` (``SystemExit(0)``-style for an exit)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return type(exc).__name__ + (f": {first}" if first else "")
+
+
+def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessError:
+    """The HarnessError for anything the user's code raised while ``doing`` (importing, building, calling
+    init/batch/step): a SystemExit, a BaseException subclass or an ordinary error all become one line
+    naming the program. KeyboardInterrupt and HarnessError are re-raised as they are: an interrupt
+    still ends the run as an interrupt (exit 130)."""
+    if isinstance(exc, KeyboardInterrupt | HarnessError):
+        raise exc
+    return HarnessError(f"--program {spec_text}: {doing} raised {_describe(exc)}")
+
+
 def _import_attr(module_part: str, attr: str, spec_text: str):
     if module_part.endswith(".py") or "/" in module_part:
         path = Path(module_part)
@@ -114,18 +132,22 @@ def _import_attr(module_part: str, attr: str, spec_text: str):
         sys.modules[mod_name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as e:  # the user's file: report, never a traceback
-            raise HarnessError(f"--program {spec_text}: importing {path} failed: "
-                               f"{type(e).__name__}: {e}") from e
+        except BaseException as e:  # noqa: BLE001 - the user's file: report, never a traceback or an exit
+            sys.modules.pop(mod_name, None)
+            raise guard_user_error(e, spec_text, f"importing {path}") from e
     else:
         try:
             module = importlib.import_module(module_part)
-        except Exception as e:
-            raise HarnessError(f"--program {spec_text}: cannot import {module_part}: "
-                               f"{type(e).__name__}: {e}") from e
-    if not hasattr(module, attr):
-        raise HarnessError(f"--program {spec_text}: {module_part} has no attribute {attr!r}")
-    return getattr(module, attr)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, Exception):
+                raise HarnessError(f"--program {spec_text}: cannot import {module_part}: {_describe(e)}") from e
+            raise guard_user_error(e, spec_text, f"importing {module_part}") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise HarnessError(f"--program {spec_text}: {module_part} has no attribute {attr!r}") from None
+    except BaseException as e:  # noqa: BLE001 - a module __getattr__ of the user's
+        raise guard_user_error(e, spec_text, f"looking up {attr}") from e
 
 
 def program_factory(spec_text: str) -> Callable[..., TrainProgram]:
@@ -169,6 +191,8 @@ def _instantiate(obj, attr: str, spec_text: str, options: dict) -> TrainProgram:
             obj = obj(**options)
         except TypeError as e:
             raise HarnessError(f"--program {spec_text}: {attr}({', '.join(options)}) failed: {e}") from e
+        except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt (re-raised), the user's own
+            raise guard_user_error(e, spec_text, f"building the program ({attr})") from e
     if not isinstance(obj, TrainProgram):
         raise HarnessError(f"--program {spec_text}: {attr} returned {type(obj).__name__}, not a TrainProgram")
     return obj

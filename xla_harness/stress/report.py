@@ -274,9 +274,21 @@ def dumps(t: Table, fingerprints: dict | None = None) -> str:
 
 
 def plot(t: Table, path: Path) -> Path:
-    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound."""
+    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound.
+
+    Whether ``path`` may be replaced is the caller's decision (the CLI refuses an input, a results
+    file, or an existing file without --force); here a results file is refused all the same."""
     if Path(path).is_dir():
         raise HarnessError(f"cannot write plot {path}: it is a folder")
+    first = b""
+    if Path(path).is_file() and Path(path).suffix == ".jsonl":
+        try:
+            with open(path, "rb") as fh:
+                first = fh.read(4096).split(b"\n", 1)[0]
+        except OSError:
+            pass
+        if b'"kind"' in first and b'"header"' in first:
+            raise HarnessError(f"cannot write plot {path}: it is a stress results file")
     try:
         import matplotlib
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jax
 
 from xla_harness.errors import HarnessError
-from xla_harness.programs.interface import TrainProgram
+from xla_harness.programs.interface import TrainProgram, guard_user_error
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.checker import _copy, make_checker, make_commit
@@ -89,11 +89,57 @@ class Harnessed:
         return self._injector
 
 
+def _user(spec: StressSpec, what: str, fn: Callable, *args):
+    """Call the user's ``init``/``batch``/``step`` (or trace it): whatever it raises, SystemExit and
+    BaseException subclasses included, is one HarnessError naming the program and the function;
+    KeyboardInterrupt stays an interrupt."""
+    try:
+        return fn(*args)
+    except BaseException as e:  # noqa: BLE001 - the user's code: one error line, never a traceback or an exit
+        raise guard_user_error(e, spec.program, what) from e
+
+
+def _init_shapes(spec: StressSpec, program: TrainProgram, key) -> tuple:
+    out = _user(spec, "init", jax.eval_shape, program.init, key)
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        got = f"a {len(out)}-tuple" if isinstance(out, tuple | list) else type(out).__name__
+        raise HarnessError(f"--program {spec.program}: init returned {got}; expected (params, opt_state)")
+    return tuple(out)
+
+
+def check_step_outputs(h: Harnessed, params, opt_state, batch) -> None:
+    """The structure of what the user's step returns, from ``jax.eval_shape`` (nothing runs, nothing is
+    compiled, the measured program is unchanged): ``(params, opt_state, aux)``, the first two shaped
+    like the inputs, ``aux`` a mapping holding a scalar ``"loss"``."""
+    where = f"--program {h.spec.program}: step"
+    out = _user(h.spec, "step", jax.eval_shape, h.step, params, opt_state, batch)
+    if not isinstance(out, tuple | list):
+        raise HarnessError(f"{where} returned {type(out).__name__}; expected (params, opt_state, aux)")
+    if len(out) != 3:
+        raise HarnessError(f"{where} returned a {len(out)}-tuple; expected (params, opt_state, aux)")
+    new_p, new_o, aux = out
+    for name, new, old in (("params", new_p, params), ("opt_state", new_o, opt_state)):
+        new_leaves, new_tree = jax.tree_util.tree_flatten(new)
+        old_leaves, old_tree = jax.tree_util.tree_flatten(old)
+        if str(new_tree) != str(old_tree):
+            raise HarnessError(f"{where} returned {name} whose structure differs from its input's "
+                               f"({len(new_leaves)} leaves vs {len(old_leaves)}); expected the updated {name}")
+    if not isinstance(aux, Mapping):
+        raise HarnessError(f"{where} returned aux of type {type(aux).__name__}; expected a mapping holding a "
+                           "scalar 'loss'")
+    if "loss" not in aux:
+        raise HarnessError(f"{where} returned aux without 'loss' (keys: {', '.join(map(str, aux)) or 'none'}); "
+                           "expected a mapping holding a scalar 'loss'")
+    shape = getattr(aux["loss"], "shape", None)
+    if shape != ():
+        raise HarnessError(f"{where} returned aux['loss'] of shape {shape}; expected a scalar")
+
+
 def prepare(spec: StressSpec, options: dict, program: TrainProgram | None = None) -> Harnessed:
     program = program or build(spec, options)
     if spec.protocol == "frozen":
         program = replace(program, donate_argnums=())
-    params, opt_state = jax.eval_shape(program.init, jax.random.key(0))
+    params, opt_state = _init_shapes(spec, program, jax.random.key(0))
     p_index = target_index(params, program.target_leaf)
     o_index = None
     if spec.inject in ("nan-opt", "inf-opt") and spec.inject_rate > 0:
@@ -177,13 +223,18 @@ def _host_records(start: int, host_flags: list, h: Harnessed, planned: set[int])
 
 
 def initial_state(h: Harnessed, seed: int) -> RunState:
-    params, opt_state = h.program.init(jax.random.key(seed))
+    params, opt_state = _user(h.spec, "init", h.program.init, jax.random.key(seed))
     state = RunState(0, params, opt_state)
     if h.spec.protocol == "frozen":
-        state.batch = h.program.batch(step_keys(seed, 0)[0], 0)
+        state.batch = first_batch(h, seed)
     else:
         state.backup = _copy((params, opt_state))
     return state
+
+
+def first_batch(h: Harnessed, seed: int):
+    """The user's batch of step 0 of ``seed`` (guarded like every call of the user's code)."""
+    return _user(h.spec, "batch", h.program.batch, step_keys(seed, 0)[0], 0)
 
 
 def _backup(state: RunState) -> tuple:
@@ -209,11 +260,11 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     refs: dict[int, dict] = {}
     for s in range(state.next_step, steps):
         k_data, k_fault = step_keys(seed, s)
-        batch = state.batch if frozen else h.program.batch(k_data, s)
+        batch = state.batch if frozen else _user(spec, "batch", h.program.batch, k_data, s)
         sample = spec.reference and s % spec.reference_every == 0
         if sample:
             before = jax.device_get((state.params, state.opt_state, batch))
-        new_p, new_o, aux = h.step(state.params, state.opt_state, batch)
+        new_p, new_o, aux = _user(spec, "step", h.step, state.params, state.opt_state, batch)
         if s in planned:
             old_p = state.params if frozen else _backup(state)[0]
             new_p, new_o = h.injector()(old_p, new_p, new_o, k_fault)
@@ -364,7 +415,8 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                     h = prepare(spec, options, program)
                 state = _resume_state(h, out, seed, start)
                 if h.fingerprint is None:
-                    batch = state.batch if state.batch is not None else h.program.batch(step_keys(seed, 0)[0], 0)
+                    batch = state.batch if state.batch is not None else first_batch(h, seed)
+                    check_step_outputs(h, state.params, state.opt_state, batch)
                     fp = check_same_program(h, state.params, state.opt_state, batch)
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
                                fingerprint={**fp, "donate_argnums": list(h.donate)}))
@@ -384,5 +436,6 @@ def compile_train_step(options: dict | None = None, program: str = BUILTIN, prot
     spec = StressSpec(program=program, protocol=protocol, program_options=tuple(sorted(options.items())))
     h = prepare(spec, options)
     state = initial_state(h, 0)
-    batch = state.batch if state.batch is not None else h.program.batch(step_keys(0, 0)[0], 0)
+    batch = state.batch if state.batch is not None else first_batch(h, 0)
+    check_step_outputs(h, state.params, state.opt_state, batch)
     return h.step.lower(state.params, state.opt_state, batch).compile()

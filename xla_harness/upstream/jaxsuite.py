@@ -8,7 +8,10 @@ there, and each file of ``SUITE`` runs with pytest in the patched venv twice, on
 ``JAX_ZERO_COTANGENT_MASKING=0`` and ``=1`` (the env var the patched config reads), with
 ``JAX_NUM_GENERATED_CASES`` set. Per file: passed/failed/errors/skipped for each flag value, and
 every test whose outcome differs. Writes ``OUT/<flag>/<file>.xml`` (junit), ``OUT/summary.json``
-and ``OUT/table.md``; exit 1 when any outcome differs, 2 on bad input.
+and ``OUT/table.md``; exit 1 when any outcome differs, 2 on bad input and when a file could not be
+compared: its run timed out, failed to collect, ran no test (none selected, or all skipped), or
+has no results for the other flag value. Such a file is named in the table and in one ``error:``
+line; a file not compared never counts as "no difference".
 """
 
 from __future__ import annotations
@@ -81,6 +84,17 @@ class FileRun:
             out[v] += 1
         return out
 
+    def problem(self) -> str:
+        """Why this run cannot be compared ('' when it can): its note (timeout, collection error),
+        or no test ran."""
+        if self.note:
+            return self.note
+        if not self.outcomes:
+            return "no tests ran"
+        if all(v == "skipped" for v in self.outcomes.values()):
+            return f"no tests ran (all {len(self.outcomes)} skipped)"
+        return ""
+
 
 def parse_junit(text: str, file: str) -> dict[str, str]:
     """Test id (``file::Class::name``) -> outcome, from pytest's junit XML."""
@@ -103,6 +117,44 @@ def parse_junit(text: str, file: str) -> dict[str, str]:
     return outcomes
 
 
+def junit_collection_errors(text: str) -> list[str]:
+    """The modules pytest failed to collect, from its junit XML (a testcase with an error whose
+    message is 'collection failure', named after the module)."""
+    return [case.get("name", "") for case in ET.fromstring(text).iter("testcase")
+            if any(child.tag == "error" and child.get("message") == "collection failure" for child in case)]
+
+
+def _read_results(run: FileRun, xml: Path) -> None:
+    """Fill ``run.outcomes`` from the junit file ``xml``; a collection error or an unreadable file
+    goes to ``run.note``."""
+    try:
+        text = xml.read_text(encoding="utf-8")
+        run.outcomes = parse_junit(text, run.file)
+        broken = junit_collection_errors(text)
+    except (OSError, ET.ParseError) as exc:
+        run.note = run.note or f"unreadable results ({exc})"
+        return
+    if broken and not run.note:
+        run.note = f"collection error in {', '.join(broken)}"
+
+
+def not_compared(runs: dict[tuple[str, str], FileRun]) -> dict[str, str]:
+    """File -> why its flag off and flag on outcomes were not compared, for every file in ``runs``
+    that cannot be: a run with a problem, or no run for one of the flag values."""
+    out: dict[str, str] = {}
+    for file in dict.fromkeys(f for f, _ in runs):
+        why = []
+        for flag in FLAGS:
+            run = runs.get((file, flag))
+            if run is None:
+                why.append(f"flag {flag}: no results")
+            elif run.problem():
+                why.append(f"flag {flag}: {run.problem()}")
+        if why:
+            out[file] = "; ".join(why)
+    return out
+
+
 def differences(off: FileRun, on: FileRun) -> list[tuple[str, str, str]]:
     """(test id, outcome flag off, outcome flag on) for every test whose outcome differs."""
     ids = sorted(set(off.outcomes) | set(on.outcomes))
@@ -110,7 +162,9 @@ def differences(off: FileRun, on: FileRun) -> list[tuple[str, str, str]]:
             if off.outcomes.get(t, "absent") != on.outcomes.get(t, "absent")]
 
 
-def _cell(run: FileRun) -> str:
+def _cell(run: FileRun | None) -> str:
+    if run is None:
+        return "no results"
     if run.note:
         return run.note
     c = run.counts()
@@ -122,20 +176,33 @@ def render_table(runs: dict[tuple[str, str], FileRun]) -> str:
     lines = ["| file | tests run (-k) | flag off p/f/e/s | flag on p/f/e/s | differences |",
              "|---|---|---|---|---|"]
     diffs_all: list[tuple[str, str, str]] = []
+    skipped = not_compared(runs)
     for file in dict.fromkeys(f for f, _ in runs):
         off, on = runs.get((file, "off")), runs.get((file, "on"))
-        if off is None or on is None:
-            continue
-        diffs = differences(off, on)
-        diffs_all += diffs
-        select = f"`-k {off.select}`" if off.select else "all"
-        lines.append(f"| {file} | {select} | {_cell(off)} | {_cell(on)} | {len(diffs)} |")
+        some = off or on
+        assert some is not None, file  # the file is a key of runs, so one of the two is there
+        select = f"`-k {some.select}`" if some.select else "all"
+        if file in skipped or off is None or on is None:  # not_compared lists a missing flag value too
+            column = "not compared"
+        else:
+            diffs = differences(off, on)
+            diffs_all += diffs
+            column = str(len(diffs))
+        lines.append(f"| {file} | {select} | {_cell(off)} | {_cell(on)} | {column} |")
     lines.append("")
+    if not runs:
+        lines.append("Nothing was compared: no file has results.")
+    if skipped:
+        lines.append("Files not compared (their outcomes are unknown, not the same):")
+        lines += [f"- {file}: {why}" for file, why in skipped.items()]
+        lines.append("")
     if diffs_all:
         lines.append("Tests whose outcome differs (flag off -> flag on):")
         lines += [f"- `{t}`: {a} -> {b}" for t, a, b in diffs_all]
-    else:
+    elif runs and not skipped:
         lines.append("No test outcome differs between flag off and flag on.")
+    elif len(skipped) < len(dict.fromkeys(f for f, _ in runs)):
+        lines.append("No test outcome differs between flag off and flag on in the files compared.")
     return "\n".join(lines) + "\n"
 
 
@@ -183,16 +250,21 @@ def run_file(python: str, src: Path, entry: SuiteFile, flag: str, out: Path, cas
         argv += ["-k", entry.select]
     run = FileRun(entry.file, entry.select, flag)
     t0 = time.monotonic()
+    rc = None
     try:
-        subprocess.run(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=timeout)
+        rc = subprocess.run(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         run.note = f"timeout after {timeout:.0f} s"
     run.seconds = time.monotonic() - t0
     if xml.is_file():
-        run.outcomes = parse_junit(xml.read_text(encoding="utf-8"), entry.file)
+        _read_results(run, xml)
     elif not run.note:
-        run.note = "no results (collection failed)"
+        run.note = f"no results (collection failed, pytest exit {rc})"
+    # pytest: 0 all passed, 1 some failed, 5 no tests collected; 2, 3, 4: interrupted, internal
+    # error, usage error (a run that did not finish: its outcomes are not the file's).
+    if rc not in (None, 0, 1, 5) and not run.note:
+        run.note = f"pytest exit {rc} (interrupted or usage error)"
     return run
 
 
@@ -201,8 +273,9 @@ def earlier_run(out: Path, entry: SuiteFile, flag: str) -> FileRun | None:
     xml = out / flag / (entry.file.removesuffix(".py") + ".xml")
     if not xml.is_file():
         return None
-    return FileRun(entry.file, entry.select, flag, parse_junit(xml.read_text(encoding="utf-8"), entry.file),
-                   note="")
+    run = FileRun(entry.file, entry.select, flag)
+    _read_results(run, xml)
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,12 +322,17 @@ def main(argv: list[str] | None = None) -> int:
                 run = earlier
             runs[(entry.file, flag)] = run
     table = render_table(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table, encoding="utf-8")
     (args.out / "summary.json").write_text(json.dumps([asdict(r) for r in runs.values()], indent=1),
                                            encoding="utf-8")
     print(table, end="")
-    same = all(not differences(runs[(f, "off")], runs[(f, "on")]) for f, fl in runs
-               if fl == "off" and (f, "on") in runs)
+    skipped = not_compared(runs)
+    if skipped or not runs:
+        named = "; ".join(f"{file} ({why})" for file, why in skipped.items()) or "no file has results"
+        sys.stderr.write(f"error: jax-suite: not compared (no test outcome known): {named}\n")
+        return 2
+    same = all(not differences(runs[(f, "off")], runs[(f, "on")]) for f, fl in runs if fl == "off")
     return 0 if same else 1
 
 

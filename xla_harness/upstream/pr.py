@@ -231,6 +231,20 @@ def _evidence_lines(target: str, results_dir: Path, scans: list[str], stress: li
     return lines
 
 
+# The files build_bundle writes into its output folder (the CLI checks them before it runs).
+BUNDLE_FILES = ("series.mbox", "PR.md", "CHECKLIST.md")
+
+
+def bundle_inputs(series: Series, target: str, results_dir: Path | None = None) -> list[Path]:
+    """What build_bundle reads: the target's patch files and the evidence under ``results_dir``
+    (never to be replaced by a bundle file)."""
+    paths = [p.path(series.root) for p in series.upstream(target).select("default")]
+    results_dir = results_dir or (ROOT / "results")
+    if results_dir.is_dir():
+        paths += [*results_dir.rglob("*findings.json"), *results_dir.rglob("stress*.jsonl")]
+    return paths
+
+
 def build_bundle(series: Series, target: str, out: Path, results_dir: Path | None = None) -> Bundle:
     up: Upstream = series.upstream(target)
     patches = up.select("default")
@@ -253,7 +267,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
                     flags=re.M) if len(texts) > 1 else
              re.sub(r"^Subject: \[PATCH \d+/\d+\]", "Subject: [PATCH]", t, count=1, flags=re.M)
              for i, t in enumerate(texts, 1)]
-    mbox = out / "series.mbox"
+    mbox = out / BUNDLE_FILES[0]
     mbox.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts), encoding="utf-8")
 
     ctx = CONTEXT[target]
@@ -284,10 +298,10 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
               "```", "git am series.mbox", *(f"{c}" for p in patches for c in p.validate), "```", "",
               "Upstream status: " + "; ".join(f"{p.file}: {p.status}" for p in patches), "",
               "Related: " + ", ".join(dict.fromkeys(link for p in patches for link in p.links)), ""]
-    desc = out / "PR.md"
+    desc = out / BUNDLE_FILES[1]
     desc.write_text("\n".join(lines), encoding="utf-8")
 
-    checklist = out / "CHECKLIST.md"
+    checklist = out / BUNDLE_FILES[2]
     checklist.write_text("\n".join([
         f"# Upstream checklist: {target}", "",
         "- [ ] Contributor License Agreement signed for the author address in series.mbox",

@@ -467,7 +467,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     for line in describe(Path(args.xla_src), args.series, [p.file for p in patches], tc.wheel_lib_dir,
                          args.stock_sources):
         print("xla-test: " + line)
+    if not units:
+        raise HarnessError(f"series {args.series!r} patches no XLA source with a unit test: nothing to run")
     worst = 0
+    empty = []
     for unit in units:
         print(f"== {unit.test} (with {unit.source})", flush=True)
         run = build_and_run(tc, unit, support_cc, work, lambda s: print(s, flush=True), args.filter)
@@ -477,7 +480,13 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(f"== {unit.name}: {run.verdict}: {len(run.results)} tests, {n_fail} failed (exit {run.returncode})")
         if run.verdict == "crashed":
             print(run.output[-3000:])
+        if run.verdict == "no tests":
+            empty.append(unit.name)
         worst = max(worst, 0 if run.verdict == "passed" else 1)
+    if empty:  # a binary that ran no test checked nothing: not a pass, not a finding
+        filt = f" (--filter {args.filter!r})" if args.filter else ""
+        print(f"error: xla-test: no test ran in {', '.join(empty)}{filt}", file=sys.stderr)
+        return 2
     return worst
 
 
@@ -514,6 +523,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     print("\n| patch | guard deleted | verdict | failing tests |\n| --- | --- | --- | --- |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    if not rows:
+        raise HarnessError("no guard of the default series' patches was mutated: nothing checked")
     survivors = sum(r[2] == "SURVIVED" for r in rows)
     print(f"xla-mutants: {len(rows)} mutants, {len(rows) - survivors} killed, {survivors} survived")
     return 1 if survivors else 0

@@ -1,2 +1,0 @@
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: subprocess end-to-end test")
