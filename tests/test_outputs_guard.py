@@ -223,6 +223,14 @@ def exits(params, opt_state, b):
     raise SystemExit(3)
 
 
+def to_bf16(params, opt_state, b):
+    return {"w": params["w"].astype(jnp.bfloat16)}, opt_state, {"loss": jnp.sum(params["w"] * b)}
+
+
+def reshaped(params, opt_state, b):
+    return params, {"m": opt_state["m"].reshape(2, 2)}, {"loss": jnp.sum(params["w"] * b)}
+
+
 def make(kind="two"):
     return TrainProgram(name="bad", init=init, batch=batch, step=globals()[kind])
 
@@ -238,6 +246,8 @@ def bad_init():
     ("vector_loss", "of shape (4,); expected a scalar"),
     ("exits", "step raised SystemExit(3)"),
     ("renamed", "returned params whose structure differs"),
+    ("to_bf16", "changed params['w'] from float32[4] to bfloat16[4]"),
+    ("reshaped", "changed opt_state['m'] from float32[4] to float32[2, 2]"),
 ])
 def test_step_outputs_are_checked(tmp_path, capsys, kind, needle):
     prog = _program(tmp_path, BAD_STEP)

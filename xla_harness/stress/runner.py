@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, guard_user_error
@@ -124,6 +125,12 @@ def check_step_outputs(h: Harnessed, params, opt_state, batch) -> None:
         if str(new_tree) != str(old_tree):
             raise HarnessError(f"{where} returned {name} whose structure differs from its input's "
                                f"({len(new_leaves)} leaves vs {len(old_leaves)}); expected the updated {name}")
+        for path, (n, o) in zip(jax.tree_util.tree_flatten_with_path(new)[0],
+                                zip(new_leaves, old_leaves, strict=True), strict=True):
+            if (jnp.shape(n), jnp.result_type(n)) != (jnp.shape(o), jnp.result_type(o)):
+                raise HarnessError(f"{where} changed {name}{jax.tree_util.keystr(path[0])} from "
+                                   f"{jnp.result_type(o)}{list(jnp.shape(o))} to {jnp.result_type(n)}"
+                                   f"{list(jnp.shape(n))}; the step must keep each leaf's dtype and shape")
     if not isinstance(aux, Mapping):
         raise HarnessError(f"{where} returned aux of type {type(aux).__name__}; expected a mapping holding a "
                            "scalar 'loss'")
