@@ -20,13 +20,14 @@ OUT      ?= out
 # Default stress matrix: the six configurations of jax-ml/jax#35409, sized for a CPU.
 STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,4 --steps 20
 
-.PHONY: help setup stress test test-fast lint bench clean
+.PHONY: help setup setup-targets stress test test-fast lint bench clean
 
 help:
 	@echo "make stress     run the default tied-embedding stress matrix and print the table"
 	@echo "make test       make lint, then the test suite (what CI runs)"
 	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
+	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
@@ -51,6 +52,16 @@ $(STAMP): pyproject.toml tools/find-python
 	@touch $@
 
 setup: $(STAMP)
+
+# The ahead-of-time compilers for --target tpu:/cuda: (no TPU or GPU needed): libtpu at the pin's own
+# version (jax[tpu]) and the CUDA plugin at the jaxlib version, without NVIDIA's libraries.
+TARGETS_STAMP := $(VENV)/.targets-$(JAX_PIN)
+$(TARGETS_STAMP): $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check "jax[tpu]==$(JAX_PIN)" \
+	  "jax-cuda12-plugin==$(JAX_PIN)" "jax-cuda12-pjrt==$(JAX_PIN)"
+	@touch $@
+
+setup-targets: $(TARGETS_STAMP)
 
 STRESS_OUT ?= $(OUT)/stress/$(shell date +%Y%m%d-%H%M%S)
 stress: setup

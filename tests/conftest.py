@@ -1,5 +1,9 @@
 import os
 
+# The suite runs on the CPU: with libtpu or the CUDA plugin installed (make setup-targets), jax would
+# otherwise try to open a TPU or GPU at import (and print libtpu's warnings on every subprocess).
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 # Eight host-platform devices for the sharded tests; must be set before jax is imported.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()

@@ -120,13 +120,16 @@ def test_no_fusion_flag_set_reaches_the_compiler(results):
 def test_flag_set_texts_and_program_options():
     fs = variants.flag_set("xla-no-fusion")
     assert fs.env == "XLA_FLAGS" and fs.env_text() == "--xla_disable_hlo_passes=fusion"
-    assert variants.flag_set("tpu-no-fusion").env == "LIBTPU_INIT_ARGS"
+    tpu = variants.flag_set("tpu-no-fusion")  # libtpu refuses DebugOptions in LIBTPU_INIT_ARGS
+    assert tpu.env == "XLA_FLAGS" and tpu.env_text() == "--xla_disable_hlo_passes=tpu_fusion,tpu_multi_output_fusion"
     program = variants.with_flag_set(issue_35409.make(scale=1 / 64), "xla-no-fusion")
     assert program.jit_kwargs["compiler_options"] == {"xla_disable_hlo_passes": "fusion"}
     assert program.options["XLA_FLAGS"] == "--xla_disable_hlo_passes=fusion"
     assert program.name == "issue-35409+xla-no-fusion"
-    with pytest.raises(HarnessError, match="is for tpu, but jax runs on cpu"):
+    with pytest.raises(HarnessError, match="is for tpu, but the step compiles for cpu"):
         variants.with_flag_set(program, "tpu-no-fusion")
+    assert variants.with_flag_set(program, "tpu-no-fusion", backend="tpu").options["XLA_FLAGS"].endswith(
+        "tpu_multi_output_fusion")
 
 
 @pytest.mark.parametrize("name", ["nope", "xla-no-fusion"])

@@ -23,8 +23,11 @@ Oracles:
                    scatter-root-fusion or regex:<pattern>): deterministic, one compile per probe.
 
 Each probe runs in a fresh process with the disabled set as a compile option (the result
-prints the equivalent XLA_FLAGS / LIBTPU_INIT_ARGS flag); a compiler crash under a set
-counts as "failure not removed". Probes are logged to OUT/bisect.jsonl; --resume reuses them.
+prints the equivalent XLA_FLAGS flag; libtpu reads XLA_FLAGS too and refuses it in
+LIBTPU_INIT_ARGS); a compiler crash under a set (disabling a pass the compiler cannot do
+without) counts as "failure not removed". With --target tpu:GEN:SHAPE or cuda:KIND the
+probes compile for that target ahead of time (--oracle hlo only: nothing runs).
+Probes are logged to OUT/bisect.jsonl; --resume reuses them.
 The log's first line names the task; --resume refuses a log of another task. Before any
 search a baseline probe with nothing disabled must show the failure (--oracle hlo; for
 --oracle stress the baseline run does). Exit 0 with the minimal set; 2 if the configuration
@@ -39,6 +42,7 @@ def add_arguments(p) -> None:
     p.add_argument("--property", default="scatter-root-fusion", help="HLO property for --oracle hlo")
     flags.add_program_arguments(p)  # plus "small": a tiny elementwise+dot function, for checks
     flags.add_single_config_arguments(p)
+    flags.add_target_argument(p)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--baseline-steps", type=int, default=200, help="steps of the baseline run (stress)")
     p.add_argument("--inject-pass", metavar="PASS", help="plant faults while PASS is enabled (test oracle)")
@@ -59,15 +63,17 @@ def _check_args(args) -> None:
         raise HarnessError(f"--baseline-steps must be a positive integer, got {args.baseline_steps}")
     if args.passes is not None and not [q for q in args.passes.split(",") if q.strip()]:
         raise HarnessError("--passes lists no pass")
+    if not args.target.is_host and args.oracle == "stress":
+        raise HarnessError(f"--target {args.target} compiles without the hardware, so no step can run: use "
+                           "--oracle hlo (a property of the compiled HLO)")
     if args.out.exists() and not args.out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder")
 
 
-def run(args) -> int:
+def _task(args) -> dict:
+    """What every probe is asked (the log's first line; --resume refuses a log of another task)."""
     from xla_harness.commands import flags
-    from xla_harness.repro import bisect
 
-    _check_args(args)
     options = {} if args.program == "small" else flags.program_options(args)
     if args.program not in ("small", flags.BUILTIN) and ":" in args.program:
         path, _, attr = args.program.rpartition(":")
@@ -75,6 +81,16 @@ def run(args) -> int:
             args.program = f"{Path(path).resolve()}:{attr}"
     task = {"program": args.program, "options": options, "oracle": args.oracle, "property": args.property,
             "seed": args.seed}
+    if not args.target.is_host:  # a host task keeps its old form, so earlier logs still --resume
+        task["target"] = args.target.text
+    return task
+
+
+def run(args) -> int:
+    from xla_harness.repro import bisect
+
+    _check_args(args)
+    task = _task(args)
     if args.oracle == "hlo":
         bisect.count_property("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n", args.property)
     if args.inject_pass:
@@ -88,7 +104,7 @@ def run(args) -> int:
             sys.stderr.write(line + "\n")
 
     oracle = bisect.SubprocessOracle(task)
-    say("listing passes (pass dump of the program on this backend)...")
+    say(f"listing passes (pass dump of the program compiled for {args.target})...")
     passes = oracle.passes()
     if args.passes:
         wanted = [q.strip() for q in args.passes.split(",") if q.strip()]
@@ -108,7 +124,7 @@ def run(args) -> int:
         log.record("baseline", nonfinite=k, steps=n, steps_per_probe=per_probe)
     result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe)
     if args.json:
-        # "flag" goes in XLA_FLAGS (on TPU: LIBTPU_INIT_ARGS), as the text says.
+        # "flag" goes in XLA_FLAGS (libtpu reads it there too; it refuses it in LIBTPU_INIT_ARGS).
         print(json.dumps({"minimal": result.minimal, "flag": result.flag(), "new_probes": result.probes,
                           "steps_per_probe": per_probe, "baseline": counts, "candidates": list(result.passes),
                           "oracle": args.oracle,
@@ -116,6 +132,7 @@ def run(args) -> int:
                           "log": str(args.out / "bisect.jsonl")}, indent=2))
         return 0
     print(f"minimal set of passes whose disabling removes the failure: {', '.join(result.minimal)}")
-    print(f"reproduce with XLA_FLAGS={result.flag()}  (on TPU: LIBTPU_INIT_ARGS={result.flag()})")
+    print(f"reproduce with XLA_FLAGS={result.flag()}  (on TPU too: libtpu reads XLA_FLAGS and refuses "
+          "these flags in LIBTPU_INIT_ARGS)")
     print(f"{result.probes} new probe(s)" + (f", up to {per_probe} steps each; {baseline}" if per_probe else ""))
     return 0

@@ -82,6 +82,27 @@ def add_program_arguments(p: argparse.ArgumentParser) -> None:
                         "or a string); the built-in takes its options from the model flags instead")
 
 
+def target(text: str):
+    """argparse type of --target: a :class:`xla_harness.targets.Target`."""
+    from xla_harness.targets import parse_target
+
+    try:
+        return parse_target(text)
+    except HarnessError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--target {text}: ")) from None
+
+
+def add_target_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--target: which compiler compiles the step (host, tpu:GEN:SHAPE, cuda:KIND[:TOPO])."""
+    from xla_harness.targets import HOST
+
+    p.add_argument("--target", type=target, default=HOST, metavar="TARGET",
+                   help="compile for: host (this machine's backend, the default), tpu:GEN:SHAPE with libtpu "
+                        "(v4, v5e, v5p, v6e; e.g. tpu:v6e:2x4) or cuda:KIND[:TOPO] with the CUDA plugin (h100, "
+                        "a100; e.g. cuda:h100 = 1x1x8), ahead of time: no TPU or GPU needed, nothing runs "
+                        "(pip install 'xla-harness[tpu]' / '[cuda]', or make setup-targets)")
+
+
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("built-in tied-embedding model size")
     g.add_argument("--vocab", type=positive, default=256, help="vocabulary size V (default 256)")

@@ -52,7 +52,10 @@ def add_arguments(p) -> None:
                         "scan it")
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
-    p.add_argument("--devices", type=flags.positive, default=1, help="built-in: shard the model over N devices")
+    p.add_argument("--devices", type=flags.positive, default=None,
+                   help="built-in: shard the model over N devices (default 1; with --target tpu:/cuda:, all of "
+                        "the target's devices)")
+    flags.add_target_argument(p)
     p.add_argument("--save-hlo", type=Path, metavar="FILE",
                    help="with --model: write the compiled HLO text (an existing file only with --force; "
                         "never a scanned file or a results file)")
@@ -116,29 +119,53 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
     return out
 
 
-def _model_text(args) -> tuple[str, str, str]:
+def _target_model_text(args) -> tuple[str, str | None, str]:
+    """(HLO text, buffer assignment text, device kind) of --model compiled for a tpu:/cuda: target."""
+    from xla_harness.commands import flags
+    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.targets.devices import target_devices
+
+    if args.devices is None and args.program == flags.BUILTIN:
+        args.devices = len(target_devices(args.target))
+    options = flags.program_options(args)
+    if args.program == flags.BUILTIN:
+        options["devices"] = args.devices
+    compiled = compile_program(args.program, options, args.target)
+    return compiled.hlo_text, compiled.buffer_assignment, compiled.device_kind
+
+
+def _model_text(args) -> tuple[str, str, str, str | None]:
+    """(HLO text, module label, backend rules, buffer assignment text or None) of --model."""
     from xla_harness.commands import flags
     from xla_harness.commands.stress import ensure_host_devices
+    from xla_harness.targets.devices import prepare_environment
 
     if isinstance(args.model, str):
         args.program = args.model
-    ensure_host_devices(args.devices)
-    import jax
+    prepare_environment(args.target)
+    ba_text = None
+    if not args.target.is_host:
+        text, ba_text, kind = _target_model_text(args)
+        where, known = f"{args.target} ({kind})", args.target.backend
+    else:
+        args.devices = args.devices or 1
+        ensure_host_devices(args.devices)
+        import jax
 
-    from xla_harness.stress.runner import compile_train_step
+        from xla_harness.stress.runner import compile_train_step
 
-    options = flags.program_options(args)
-    text = compile_train_step(options, program=args.program).as_text()
+        text = compile_train_step(flags.program_options(args), program=args.program).as_text()
+        where = jax.default_backend()
+        known = where if where in ("cpu", "gpu", "tpu") else "unknown"
     if args.save_hlo:
         try:
             args.save_hlo.parent.mkdir(parents=True, exist_ok=True)
             args.save_hlo.write_text(text)
         except OSError as exc:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
-    backend = jax.default_backend()
-    known = backend if backend in ("cpu", "gpu", "tpu") else "unknown"
-    what = f"{options['mode']}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
-    return text, f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {backend}>", known
+    what = f"{args.mode}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
+    label = f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {where}>"
+    return text, label, known, ba_text
 
 
 def _check_request(args) -> None:
@@ -148,6 +175,8 @@ def _check_request(args) -> None:
 
     if not args.paths and not args.model:
         raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
+    if not args.target.is_host and not args.model:
+        raise HarnessError("--target needs --model (it says what the program is compiled for)")
     if args.save_hlo is None:
         return
     if not args.model:
@@ -215,9 +244,10 @@ def run(args) -> int:
             sys.stderr.write(f"error: {path}:1: could not be scanned ({type(exc).__name__}: {exc})\n")
             errors += 1
     if args.model:
-        text, label, model_backend = _model_text(args)
+        text, label, model_backend, ba_text = _model_text(args)
         mod = parse_module(text, label)
-        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend), None))
+        ba = buffers.parse_buffer_assignment(ba_text, label) if ba_text else None
+        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend), ba))
     hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
     n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
     if args.json:

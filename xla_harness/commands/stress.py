@@ -18,6 +18,7 @@ from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
 PROTOCOLS = ("train", "frozen")
+DEFAULT_OUT = Path("out/stress")
 INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
 NAME = "stress"
@@ -69,11 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
     p.add_argument("--steps", type=int, default=20, help="calls of the step per (config, seed) (default 20)")
-    p.add_argument("--devices", type=flags.positive, default=1,
+    p.add_argument("--devices", type=flags.positive, default=None,
                    help="built-in: shard over N devices (batch split, W sharded on the vocab axis); on CPU "
-                        "the host platform is split into N devices for any program")
-    p.add_argument("--out", type=Path, default=Path("out/stress"),
-                   help="results folder (default out/stress); refuses to overwrite existing results")
+                        "the host platform is split into N devices for any program (default 1; with "
+                        "--target tpu:/cuda:, all of the target's devices)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results folder (default out/stress; with --compile-only, none unless given); refuses to "
+                        "overwrite existing results")
     p.add_argument("--resume", action="store_true", help="continue the results already in --out")
     p.add_argument("--inject", choices=INJECT_KINDS, default="nan",
                    help="fault to inject into the step's output between calls: nan (one element of the target "
@@ -102,6 +105,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="progress as plain lines on stderr, for logs: one per finished configuration and "
                             "about every 30 s while one runs (default: one status line rewritten in place when "
                             "stderr is a terminal, nothing otherwise)")
+    g = p.add_argument_group("compile only (nothing runs: fingerprint and scan what the compiler made)")
+    g.add_argument("--compile-only", action="store_true",
+                   help="compile every configuration and variant for --target, print one fingerprint and scan "
+                        "line each and run no step; with --out, OUT/compile.jsonl gets one record per "
+                        "configuration and OUT/hlo/ the HLO and buffer assignment (--resume skips what is "
+                        "recorded). Exit 1 when a scan finds a hazard")
+    flags.add_target_argument(g)
     g = p.add_argument_group("multi-host (jax.distributed)")
     g.add_argument("--distributed", action="store_true",
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
@@ -232,7 +242,7 @@ def spec_from_args(args):
         raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
     return StressSpec(
         modes=args.modes, remats=args.remat, seeds=args.seeds, steps=args.steps, dtype=args.dtype,
-        devices=args.devices, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
+        devices=args.devices or 1, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
         reference_every=args.reference_every, block=args.block, learning_rate=args.lr,
         vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
         batch=args.batch, program=args.program, program_options=tuple(sorted(dict(args.program_option).items())),
@@ -289,7 +299,60 @@ def init_distributed(args) -> int:
     return jax.process_count()
 
 
+def _check_compile_only(args) -> None:
+    """--target tpu:/cuda: compiles only; --compile-only takes none of the flags that run steps."""
+    if not args.target.is_host and not args.compile_only:
+        raise HarnessError(f"--target {args.target} compiles ahead of time for hardware this machine lacks; "
+                           "add --compile-only (no step can run)")
+    if not args.compile_only:
+        return
+    for flag, given in (("--plot", args.plot is not None), ("--reference", args.reference),
+                        ("--inject-rate", args.inject_rate > 0), ("--fail-on-nonfinite", args.fail_on_nonfinite),
+                        ("--distributed", args.distributed or args.coordinator or args.num_processes)):
+        if given:
+            raise HarnessError(f"{flag} needs steps to run; --compile-only runs none")
+
+
+def run_compile_only(args) -> int:
+    """stress --compile-only: compile each configuration for --target, print fingerprint and scan lines."""
+    import json
+
+    from xla_harness.targets.devices import prepare_environment
+
+    prepare_environment(args.target)
+    if args.target.is_host:
+        ensure_host_devices(args.devices or 1)
+    from xla_harness.stress.compile_only import compile_matrix
+    from xla_harness.targets.devices import target_devices
+
+    if args.devices is None and not args.target.is_host and args.program == flags.BUILTIN:
+        args.devices = len(target_devices(args.target))
+    spec = spec_from_args(args)
+    records = []
+    hazards = 0
+
+    def started(label: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"compiling {label} for {args.target}...\n")
+
+    for rec in compile_matrix(spec, args.target, out=args.out, resume=args.resume, on_start=started):
+        records.append(rec.record)
+        hazards += rec.record["scan"]["hazard"] + rec.record["scan"]["decisions"]
+        if not args.json:
+            print(rec.line(), flush=True)
+    if args.json:
+        print(json.dumps({"target": args.target.text, "configurations": records}, indent=2))
+    elif not records:
+        print(f"every configuration is already recorded in {args.out} for {args.target}")
+    return 1 if hazards else 0
+
+
 def run(args) -> int:
+    _check_compile_only(args)
+    if args.compile_only:
+        return run_compile_only(args)
+    args.devices = args.devices or 1
+    args.out = args.out or DEFAULT_OUT
     nproc = args.num_processes or 1
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")

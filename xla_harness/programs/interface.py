@@ -161,6 +161,7 @@ def program_factory(spec_text: str) -> Callable[..., TrainProgram]:
             raise TypeError(f"{attr} is a TrainProgram object, not a factory taking {', '.join(options)}")
         return _instantiate(obj, attr, spec_text, options)
 
+    make.__wrapped__ = obj  # type: ignore[attr-defined]  # inspect.signature(make) is the factory's own
     return make
 
 

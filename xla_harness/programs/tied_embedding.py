@@ -175,21 +175,35 @@ def loss_fn(params: dict, batches: tuple[jax.Array, jax.Array], cfg: ModelConfig
 # ----------------------------------------------------------------------------- as a TrainProgram
 
 
-def _mesh_shardings(cfg: ModelConfig, devices: int, optimizer):
+def _device_list(devices) -> list:
+    """``devices`` as a list: a count takes the first N of this backend's devices; a sequence of
+    devices (e.g. a TPU topology's, for an ahead-of-time compile) is used as given."""
+    if isinstance(devices, int):
+        if devices <= 0:
+            raise HarnessError(f"devices must be a positive integer, got {devices}")
+        avail = jax.devices()
+        if len(avail) < devices:
+            raise HarnessError(
+                f"--devices {devices} requested but only {len(avail)} {jax.default_backend()} "
+                "device(s) are visible (on CPU the CLI sets --xla_force_host_platform_device_count)")
+        return list(avail[:devices])
+    out = list(devices)
+    if not out:
+        raise HarnessError("devices is an empty list")
+    return out
+
+
+def _mesh_shardings(cfg: ModelConfig, devices: list, optimizer):
     """(params, opt_state, batch, replicated) shardings on a 1-D ``("data",)`` mesh of ``devices``."""
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    avail = jax.devices()
-    if len(avail) < devices:
-        raise HarnessError(
-            f"--devices {devices} requested but only {len(avail)} {jax.default_backend()} "
-            "device(s) are visible (on CPU the CLI sets --xla_force_host_platform_device_count)")
-    if cfg.vocab % devices or cfg.batch % devices:
-        raise HarnessError(f"with --devices {devices}, vocab ({cfg.vocab}) and batch "
-                           f"({cfg.batch}) must be divisible by {devices}")
-    mesh = Mesh(np.array(avail[:devices]), ("data",))
+    n = len(devices)
+    if cfg.vocab % n or cfg.batch % n:
+        raise HarnessError(f"with --devices {n}, vocab ({cfg.vocab}) and batch "
+                           f"({cfg.batch}) must be divisible by {n}")
+    mesh = Mesh(np.array(devices), ("data",))
     vocab_sh, repl = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P())
 
     def by_path(tree):
@@ -204,11 +218,12 @@ def _mesh_shardings(cfg: ModelConfig, devices: int, optimizer):
 
 
 def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
-            layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices: int = 1,
+            layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices=1,
             learning_rate: float = 1e-3, variant: str = "baseline"):
     """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step;
     ``variant`` names a workaround of :mod:`xla_harness.programs.variants` (``baseline``: the model as
-    written, compiled exactly as before the variants existed)."""
+    written, compiled exactly as before the variants existed). ``devices``: a count (the first N of
+    this backend's devices) or a list of devices (a compile target's)."""
     import optax
 
     from xla_harness.programs import variants
@@ -216,8 +231,7 @@ def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: i
 
     cfg = ModelConfig(mode=mode, remat=bool(remat), dtype=dtype, vocab=int(vocab), d_model=int(d_model),
                       layers=int(layers), heads=int(heads), seq=int(seq), batch=int(batch))
-    if int(devices) <= 0:
-        raise HarnessError(f"devices must be a positive integer, got {devices}")
+    device_list = _device_list(devices) if not (isinstance(devices, int) and devices == 1) else None
     if not float(learning_rate) > 0:
         raise HarnessError("learning rate must be positive")
     optimizer = optax.adam(float(learning_rate))
@@ -232,15 +246,16 @@ def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: i
         return make_batches(cfg, key)
 
     jit_kwargs: dict = {}
-    if int(devices) > 1:
-        p_sh, o_sh, b_sh, repl = _mesh_shardings(cfg, int(devices), optimizer)
+    if device_list is not None and len(device_list) > 1:
+        p_sh, o_sh, b_sh, repl = _mesh_shardings(cfg, device_list, optimizer)
         init_jit = jax.jit(init_fn, out_shardings=(p_sh, o_sh))
         batch_jit = jax.jit(batch_fn, out_shardings=(b_sh, b_sh))
         jit_kwargs = {"in_shardings": (p_sh, o_sh, (b_sh, b_sh)),
                       "out_shardings": (p_sh, o_sh, {"loss": repl})}
     else:
         init_jit, batch_jit = jax.jit(init_fn), jax.jit(batch_fn)
-    options = {**cfg.to_dict(), "devices": int(devices), "learning_rate": float(learning_rate)}
+    options = {**cfg.to_dict(), "devices": len(device_list) if device_list else 1,
+               "learning_rate": float(learning_rate)}
     if ops is not None:
         options["variant"] = variant
     name = f"tied-embedding {cfg.label()}" + (f"+{variant}" if ops is not None else "")

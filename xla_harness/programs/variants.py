@@ -48,16 +48,19 @@ set; the program variants within 1.4e-7). The tests allow 1e-5 for both; cutting
 (``sparse_only``) moves W by 1.4e-2 and the loss by 2.5e-3 relative.
 
 Compiler-flag sets (:data:`FLAG_SETS`) are variants of the compile, not of the program; each names
-the environment variable it belongs to (``XLA_FLAGS`` for CPU/GPU, ``LIBTPU_INIT_ARGS`` for TPU) and
-is applied per compile through jit's ``compiler_options`` (:func:`with_flag_set`), so several sets
+the environment variable it belongs to (``XLA_FLAGS``: libtpu reads its DebugOptions there too, and
+refuses them in ``LIBTPU_INIT_ARGS``) and is applied per compile through jit's ``compiler_options``
+(:func:`with_flag_set`), so several sets
 compile in one process. Flag names come from XLA's ``xla/debug_options_flags.cc``, pass names from
 the pass's ``name()``.
 
 ``xla-no-fusion``  ``--xla_disable_hlo_passes=fusion``: on CPU the multi-op loop fusions go from 225
                    to 0 (instructions 3342 -> 4051), but the W scatter still updates the dense
                    gradient in place: that merge is not a fusion decision. Loss trajectory as above.
-``tpu-no-fusion``  the same flag through ``LIBTPU_INIT_ARGS``; whether libtpu's fusion pass is named
-                   ``fusion`` is not public: unverified (no TPU here).
+``tpu-no-fusion``  ``--xla_disable_hlo_passes=tpu_fusion,tpu_multi_output_fusion`` in ``XLA_FLAGS``:
+                   libtpu's fusion passes, named in its own pass dump; on a small tied step compiled
+                   for v6e ahead of time the fusions go down (tests/test_targets.py). Not run on a
+                   TPU here.
 """
 
 from __future__ import annotations
@@ -185,11 +188,14 @@ FLAG_SETS: dict[str, FlagSet] = {
     "xla-no-fusion": FlagSet(
         "xla-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "fusion"}, ("cpu",),
         doc="disable the instruction-fusion pass (CPU: measured; GPU fuses in passes of other names)"),
-    # The same DebugOptions flag through libtpu. Which TPU pass creates the scatter(transpose) fusion
-    # is not public; "fusion" is the generic pass name. Not run on TPU here: unverified.
+    # libtpu's fusion passes are "tpu_fusion" and "tpu_multi_output_fusion" (its pass dump names each
+    # pass: ...before_tpu_fusion.txt; a pass bisection on v6e finds this pair removes every multi-op
+    # fusion of a small program). libtpu reads DebugOptions from XLA_FLAGS and from jit's
+    # compiler_options; LIBTPU_INIT_ARGS refuses --xla_disable_hlo_passes ("Unknown command line
+    # flag"). Checked by an ahead-of-time compile for v6e (tests/test_targets.py): fusions go down.
     "tpu-no-fusion": FlagSet(
-        "tpu-no-fusion", "LIBTPU_INIT_ARGS", {"xla_disable_hlo_passes": "fusion"}, ("tpu",),
-        doc="the same flag for libtpu (unverified: no TPU here)"),
+        "tpu-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "tpu_fusion,tpu_multi_output_fusion"},
+        ("tpu",), doc="disable libtpu's fusion passes; measured by an ahead-of-time v6e compile"),
 }
 
 
@@ -199,18 +205,20 @@ def flag_set(name: str) -> FlagSet:
     return FLAG_SETS[name]
 
 
-def with_flag_set(program, name: str):
+def with_flag_set(program, name: str, backend: str | None = None):
     """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``); the
-    set must be meant for the backend jax runs on."""
+    set must be meant for ``backend`` (the compile target's: cpu, gpu or tpu; default the backend jax
+    runs on)."""
     from dataclasses import replace
 
-    import jax
-
     fs = flag_set(name)
-    backend = jax.default_backend()
+    if backend is None:
+        import jax
+
+        backend = jax.default_backend()
     if backend not in fs.backends:
         raise HarnessError(f"flag set {name} ({fs.env}) is for {', '.join(fs.backends)}, "
-                           f"but jax runs on {backend}")
+                           f"but the step compiles for {backend}")
     options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options()}
     return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
                                                                          "compiler_options": options},
@@ -229,7 +237,7 @@ def parse_variant(name: str) -> tuple[str, str]:
     return head, flags
 
 
-def variant_program(make, name: str, **options):
+def variant_program(make, name: str, backend: str | None = None, **options):
     """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
     ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
     This is what each name of a ``stress --variants`` list becomes, one compile per name."""
@@ -238,4 +246,4 @@ def variant_program(make, name: str, **options):
         program = make(**options, variant=head) if head != "baseline" else make(**options)
     except TypeError as e:
         raise HarnessError(f"variant {name!r}: this program does not take program variants ({e})") from e
-    return with_flag_set(program, flags) if flags else program
+    return with_flag_set(program, flags, backend) if flags else program

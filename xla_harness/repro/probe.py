@@ -27,10 +27,38 @@ def _harnessed(task: dict, inject_rate: float = 0.0):
     return h, state, h.step.lower(state.params, state.opt_state, batch)
 
 
+def _target_lowered(task: dict, target):
+    """The task's step lowered for an ahead-of-time target (abstract state on its devices)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    from xla_harness.stress.compile_only import build_for_target
+    from xla_harness.stress.spec import StressSpec
+    from xla_harness.targets.compile import lower_step
+    from xla_harness.targets.devices import target_devices
+
+    devices = target_devices(target)
+    if task.get("program") == "small":
+        f = jax.jit(lambda w, x: jnp.tanh(w * 2.0 + 1.0).sum() + (x @ w).sum() + jnp.exp(w).max())
+        one = SingleDeviceSharding(devices[0])
+        return f.lower(jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=one),
+                       jax.ShapeDtypeStruct((4, 64), jnp.float32, sharding=one))
+    options = dict(task.get("options", {}))
+    spec = StressSpec(program=task["program"], program_options=tuple(sorted(options.items())))
+    program = build_for_target(spec, options, devices, target)
+    return lower_step(program, target, devices, task["program"])
+
+
 def _lowered(task: dict):
     import jax
     import jax.numpy as jnp
 
+    from xla_harness.targets import parse_target
+
+    target = parse_target(task.get("target", "host"))
+    if not target.is_host:
+        return _target_lowered(task, target)
     if task.get("program") == "small":
         f = jax.jit(lambda w, x: jnp.tanh(w * 2.0 + 1.0).sum() + (x @ w).sum() + jnp.exp(w).max())
         return f.lower(jnp.ones((64, 32)), jnp.ones((4, 64)))
@@ -38,10 +66,14 @@ def _lowered(task: dict):
 
 
 def main() -> int:
-    from xla_harness.repro.bisect import compile_options, count_property, passes_from_dump
-    from xla_harness.stress.runner import run_config
+    from xla_harness.targets import parse_target
+    from xla_harness.targets.devices import prepare_environment
 
     task = json.loads(sys.argv[1])
+    prepare_environment(parse_target(task.get("target", "host")))  # before jax is imported
+
+    from xla_harness.repro.bisect import compile_options, count_property, passes_from_dump
+    from xla_harness.stress.runner import run_config
     disabled = frozenset(task.get("disabled", []))
     if task["action"] == "passes":
         with tempfile.TemporaryDirectory(prefix="xla-harness-passes-") as d:

@@ -1,0 +1,238 @@
+"""Compile targets: --target parsing, the GPU descriptions, and ahead-of-time compiles for TPU
+(libtpu) and GPU (the CUDA plugin) on this CPU-only machine. The compile tests need the targets
+extra (make setup-targets) and skip, naming it, without it; CI installs it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from xla_harness.cli import main
+from xla_harness.errors import HarnessError
+from xla_harness.targets import HOST, Target, parse_target
+from xla_harness.targets.devices import accelerator_type, missing
+from xla_harness.targets.gpu import GPU_KINDS, target_config
+
+from .helpers import FOREIGN_PROGRAM, TINY_ARGS
+
+V6E = Target("tpu", "v6e", "2x4")
+H100 = Target("cuda", "h100", "1x1x8")
+needs_libtpu = pytest.mark.skipif(missing(V6E) is not None, reason=str(missing(V6E)))
+needs_cuda_plugin = pytest.mark.skipif(missing(H100) is not None, reason=str(missing(H100)))
+TINY_PRESET = ["--program", "issue-35409", "--program-option", "scale=0.015625",
+               "--program-option", "seq_scale=0.125", "--program-option", "layers=(1,2)"]
+
+
+# ----------------------------------------------------------------------------- parsing (pure)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("host", HOST),
+    ("tpu:v6e:2x4", Target("tpu", "v6e", "2x4")),
+    ("TPU:v5e:2x2", Target("tpu", "v5e", "2x2")),
+    ("tpu:v4:2x2x1", Target("tpu", "v4", "2x2x1")),
+    ("tpu:v5p:2x2x2", Target("tpu", "v5p", "2x2x2")),
+    ("cuda:h100", Target("cuda", "h100", "1x1x8")),
+    ("cuda:a100:1x1x4", Target("cuda", "a100", "1x1x4")),
+])
+def test_parse_target(text, want):
+    got = parse_target(text)
+    assert got == want
+    assert parse_target(got.text) == got  # the recorded spelling reads back
+
+
+@pytest.mark.parametrize("text,says", [
+    ("tpu", "unknown TPU generation ''"),
+    ("tpu:v9:2x4", "unknown TPU generation 'v9'"),
+    ("tpu:v6e", "2-dimensional chip shape"),
+    ("tpu:v6e:2x2x2", "2-dimensional chip shape"),
+    ("tpu:v4:2x4", "3-dimensional chip shape"),
+    ("tpu:v6e:0x4", "2-dimensional chip shape"),
+    ("cuda:v100", "unknown GPU kind 'v100'"),
+    ("cuda:h100:8", "SLICESxHOSTSxDEVICES"),
+    ("gpu:h100", "expected host, tpu:GEN:SHAPE"),
+    ("", "expected host"),
+])
+def test_parse_target_refuses(text, says):
+    with pytest.raises(HarnessError, match=re.escape(says)):
+        parse_target(text)
+
+
+def test_bad_target_is_one_error_line(capsys):
+    assert main(["scan", "--model", "--target", "tpu:v9:2x4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "unknown TPU generation 'v9'" in err
+
+
+def test_accelerator_type_counts_cores_where_cloud_tpu_does():
+    assert accelerator_type(Target("tpu", "v6e", "2x4")) == "v6e-8"
+    assert accelerator_type(Target("tpu", "v5e", "2x2")) == "v5litepod-4"
+    assert accelerator_type(Target("tpu", "v4", "2x2x1")) == "v4-8"
+    assert accelerator_type(Target("tpu", "v5p", "2x2x2")) == "v5p-16"
+
+
+def test_missing_names_what_to_install(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert "xla-harness[tpu]" in missing(V6E)
+    assert "xla-harness[cuda]" in missing(H100)
+    assert missing(HOST) is None
+
+
+def test_gpu_target_config_holds_each_kind():
+    h100 = target_config(GPU_KINDS["h100"])
+    assert "cuda_compute_capability { major: 9 minor: 0 }" in h100
+    assert "core_count: 132\n" in h100 and "shared_memory_per_core: 233472\n" in h100
+    assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in h100
+    a100 = target_config(GPU_KINDS["a100"])
+    assert "major: 8 minor: 0" in a100 and "core_count: 108\n" in a100
+    assert h100 != a100
+
+
+def test_target_without_compile_only_refused(capsys):
+    assert main(["stress", "--target", "tpu:v6e:2x4", *TINY_ARGS]) == 2
+    assert "add --compile-only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [["--plot", "x.png"], ["--reference"], ["--inject-rate", "0.5"],
+                                  ["--fail-on-nonfinite"]])
+def test_compile_only_refuses_flags_that_run_steps(flag, capsys):
+    assert main(["stress", "--compile-only", *flag, *TINY_ARGS]) == 2
+    assert "--compile-only runs none" in capsys.readouterr().err
+
+
+def test_scan_target_needs_model(tmp_path, capsys):
+    f = tmp_path / "m.hlo"
+    f.write_text("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n")
+    assert main(["scan", str(f), "--target", "tpu:v6e:2x4"]) == 2
+    assert "--target needs --model" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- compiles
+
+
+@pytest.mark.slow
+def test_host_compile_only_matches_the_run_fingerprint(tmp_path, capsys):
+    """--compile-only on the host compiles from abstract state; the fingerprint equals the one a real
+    stress run prints for the same configuration (same program, same compiler)."""
+    common = ["--modes", "full", "--remat", "on", "--seeds", "1", *TINY_ARGS]
+    assert main(["stress", "--compile-only", *common, "--quiet"]) == 0
+    compiled = re.search(r"step fingerprint (\w+)", capsys.readouterr().out).group(1)
+    assert main(["stress", "--steps", "1", "--out", str(tmp_path / "run"), "--quiet", *common]) == 0
+    ran = re.search(r"step fingerprint [^:]+: (\w+)", capsys.readouterr().out).group(1)
+    assert compiled == ran
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_scan_model_for_tpu(tmp_path, capsys):
+    hlo = tmp_path / "tpu.hlo"
+    assert main(["scan", "--model", "--target", "tpu:v6e:2x4", "--json", "--save-hlo", str(hlo),
+                 *TINY_ARGS]) == 0
+    [module] = json.loads(capsys.readouterr().out)["modules"]
+    assert module["backend"] == "tpu"
+    text = hlo.read_text()
+    # What only libtpu prints: tiled layouts and its own aliasing decision per fusion.
+    assert ":T(8,128)" in text and '"aliasing_operands"' in text
+    assert "scatter" in text
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_compile_only_preset_variants_for_tpu(tmp_path, capsys):
+    out = tmp_path / "aot"
+    args = ["stress", *TINY_PRESET, "--compile-only", "--target", "tpu:v6e:2x4",
+            "--variants", "baseline,barrier,onehot,sumgrad", "--out", str(out), "--quiet"]
+    assert main(args) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "step fingerprint" in ln]
+    assert len(lines) == 4
+    assert all("on tpu:v6e:2x4 (8x TPU v6 lite)" in ln for ln in lines)
+    ids = {re.search(r"step fingerprint (\w+)", ln).group(1) for ln in lines}
+    assert len(ids) == 4  # four different programs
+    records = [json.loads(ln) for ln in (out / "compile.jsonl").read_text().splitlines()]
+    assert [r["options"]["variant"] for r in records] == ["baseline", "barrier", "onehot", "sumgrad"]
+    assert all(r["versions"]["libtpu"] != "not installed" and r["devices"] == 8 for r in records)
+    for r in records:
+        hlo = out / r["hlo"]
+        assert hlo.read_text().startswith("HloModule")
+        assert hlo.with_name(hlo.name.replace(".txt", "-buffer-assignment.txt")).is_file()
+    # --resume compiles nothing already recorded; without it the results are never overwritten.
+    assert main(args + ["--resume"]) == 0
+    assert "already recorded" in capsys.readouterr().out
+    assert main(args) == 2
+    assert "pass --resume" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_tpu_no_fusion_flag_set_reaches_libtpu():
+    """tpu-no-fusion disables libtpu's fusion pass through compile options: fewer fusions than the
+    baseline on the same target (a flag libtpu ignored would change nothing)."""
+    from xla_harness.stress.compile_only import compile_program
+
+    opts = {"vocab": 64, "d_model": 32, "layers": 1, "heads": 2, "seq": 8, "batch": 8, "devices": 1}
+    base = compile_program("tied-embedding", opts, V6E).hlo_text
+    off = compile_program("tied-embedding", {**opts, "variant": "tpu-no-fusion"}, V6E).hlo_text
+    assert base.count(" fusion(") > off.count(" fusion(")
+    with pytest.raises(HarnessError, match="is for tpu, but the step compiles for gpu"):
+        compile_program("tied-embedding", {**opts, "variant": "tpu-no-fusion"}, H100)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_program_that_ignores_target_devices_is_refused(tmp_path):
+    """A program whose init pins its state to this machine's CPU cannot be compiled for a TPU: one
+    clear error, not a CPU compile reported as the TPU's."""
+    from xla_harness.stress.compile_only import compile_program
+
+    f = tmp_path / "pinned.py"
+    f.write_text(FOREIGN_PROGRAM + '''
+
+def pinned(devices=None):
+    p = make()
+    cpu = jax.devices("cpu")[0]
+    return p.__class__(name="pinned", init=jax.jit(p.init, out_shardings=jax.sharding.SingleDeviceSharding(cpu)),
+                       batch=p.batch, step=p.step)
+''')
+    with pytest.raises(HarnessError, match="placed on cpu devices, not on the target's tpu devices"):
+        compile_program(f"{f}:pinned", {}, V6E)
+    # The same program without the pin compiles for the TPU on one chip.
+    step = compile_program(f"{f}:make", {}, V6E)
+    assert step.device_kind == "TPU v6 lite" and ":T(" in step.hlo_text
+
+
+@pytest.mark.slow
+@needs_cuda_plugin
+def test_scan_model_for_cuda(tmp_path, capsys):
+    hlo = tmp_path / "gpu.hlo"
+    assert main(["scan", "--model", "--target", "cuda:h100:1x1x2", "--devices", "2", "--json",
+                 "--save-hlo", str(hlo), *TINY_ARGS]) == 0
+    [module] = json.loads(capsys.readouterr().out)["modules"]
+    assert module["backend"] == "gpu"
+    text = hlo.read_text()
+    # What only the GPU compiler prints: its fusion kinds and per-instruction GPU backend configs.
+    assert "kind=kInput" in text and '"operation_queue_id"' in text
+    assert ":T(" not in text  # not a TPU module
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_bisect_passes_on_tpu_finds_libtpus_fusion_passes(tmp_path, capsys):
+    """A pass bisection with libtpu's own passes (probes compile for v6e in subprocesses): the
+    multi-op fusions of a small function go when libtpu's two fusion passes are disabled."""
+    rc = main(["bisect-passes", "--program", "small", "--oracle", "hlo", "--property", "multi-op-fusion",
+               "--target", "tpu:v6e:2x4", "--passes", "algsimp,tpu_fusion,cse,tpu_multi_output_fusion",
+               "--out", str(tmp_path), "--quiet", "--json"])
+    assert rc == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sorted(result["minimal"]) == ["tpu_fusion", "tpu_multi_output_fusion"]
+    header = json.loads((tmp_path / "bisect.jsonl").read_text().splitlines()[0])
+    assert "tpu:v6e:2x4" in json.dumps(header)
+
+
+def test_bisect_stress_oracle_needs_the_hardware(tmp_path, capsys):
+    assert main(["bisect-passes", "--target", "tpu:v6e:2x4", "--out", str(tmp_path)]) == 2
+    assert "use --oracle hlo" in capsys.readouterr().err

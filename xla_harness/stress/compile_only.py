@@ -1,0 +1,203 @@
+"""``stress --compile-only``: compile every configuration (and variant) of a stress matrix for a
+target, fingerprint and scan each, run nothing.
+
+Each configuration's program is built for the target's devices (:func:`target_options`), its step
+compiled from abstract state (:func:`xla_harness.targets.compile.compile_step`), and one record
+written per configuration to ``OUT/compile.jsonl`` (flushed per line; ``--resume`` skips the
+configurations already recorded), with the optimized HLO and the compiler's buffer assignment
+beside it. A full-size TPU compile takes minutes: a killed matrix loses at most the compile in
+progress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_harness.errors import HarnessError
+from xla_harness.programs.interface import program_factory
+from xla_harness.programs.variants import variant_program
+from xla_harness.stress.fingerprint import fingerprint
+from xla_harness.stress.spec import StressSpec
+from xla_harness.targets.spec import Target
+
+COMPILE_RESULTS = "compile.jsonl"
+SCHEMA = 1
+
+
+def _takes_devices(make: Callable) -> bool:
+    try:
+        params = inspect.signature(make).parameters
+    except (TypeError, ValueError):
+        return False
+    return "devices" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def target_options(options: dict, devices: list, takes_devices: bool, target: Target) -> dict:
+    """The program options for a compile on ``devices``: a ``devices`` count becomes that many of the
+    target's devices; a factory taking ``devices=`` and given none gets all of them on an
+    ahead-of-time target (the host keeps the program's own default)."""
+    out = dict(options)
+    n = out.get("devices")
+    if isinstance(n, bool) or (n is not None and not isinstance(n, int)):
+        raise HarnessError(f"devices must be an integer count, got {n!r}")
+    if n is None:
+        if target.is_host or not takes_devices:
+            return out
+        n = len(devices)
+    if not 0 < n <= len(devices):
+        raise HarnessError(f"devices={n}, but {target.text} has {len(devices)} device(s)")
+    if n > 1 or not target.is_host:
+        if not takes_devices:
+            raise HarnessError("this program's factory takes no devices=; it compiles for one device only")
+        out["devices"] = list(devices[:n])
+    else:
+        out.pop("devices", None)  # one host device: the program's own default
+    return out
+
+
+@dataclass
+class CompileRecord:
+    label: str
+    record: dict
+
+    def line(self) -> str:
+        r = self.record
+        fp = r["fingerprint"]
+        sc = r["scan"]
+        return (f"{self.label} on {r['target']} ({r['devices']}x {r['device_kind']}): step fingerprint {fp['id']} "
+                f"({fp['instructions']} instructions, temp {fp['temp_size_in_bytes']} B, aliased "
+                f"{fp['alias_size_in_bytes']} B), compiled in {r['compile_cpu_s']:.1f} s CPU; scan ({sc['backend']}): "
+                f"{sc['hazard']} hazard, {sc['decisions']} scatter-fused-with-data-moving-producer, "
+                f"{sc['aliased']} aliased, {sc['layout-preserving-miss']} layout-preserving-miss")
+
+
+def _slug(label: str) -> str:
+    digest = hashlib.sha256(label.encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)[:80] + "-" + digest
+
+
+def _scan_counts(text: str, backend: str, name: str) -> dict:
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.scan import CLASSES, scan
+
+    module = parse_module(text, name)
+    findings, decisions, used = scan(module, backend)
+    counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
+    return {"backend": used, **counts, "decisions": len(decisions),
+            "decision_fusions": sorted({d.fusion for d in decisions}),
+            "hazard_fusions": sorted({f.fusion for f in findings if f.cls == "hazard"})}
+
+
+def _done_labels(path: Path, target: Target) -> set[str]:
+    from xla_harness.files import read_regular
+
+    if not path.exists():
+        return set()
+    done = set()
+    for n, line in enumerate(read_regular(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise HarnessError(f"{path}:{n}: not a JSON line; refusing to resume into it") from None
+        if not isinstance(rec, dict) or rec.get("kind") != "compile":
+            raise HarnessError(f"{path}:{n}: not a compile record; refusing to resume into it")
+        if rec.get("target") == target.text:
+            done.add(str(rec.get("label")))
+    return done
+
+
+def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, resume: bool = False,
+                   on_start: Callable[[str], None] | None = None) -> Iterator[CompileRecord]:
+    """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
+    append it to ``out/compile.jsonl`` with the HLO and buffer assignment beside it)."""
+    from xla_harness.targets.compile import compile_step, environment
+    from xla_harness.targets.devices import target_devices
+
+    devices = target_devices(target)
+    results = out / COMPILE_RESULTS if out is not None else None
+    if out is not None and results is not None:
+        if results.exists() and not resume:
+            raise HarnessError(f"{results} exists; pass --resume to add to it, or choose another --out")
+        out.mkdir(parents=True, exist_ok=True)
+    done = _done_labels(results, target) if results is not None and resume else set()
+    env = environment(target, devices)
+    for options in spec.configs():
+        label = spec.label(options)
+        if label in done:
+            continue
+        if on_start:
+            on_start(label)
+        program = build_for_target(spec, options, devices, target)
+        compiled = compile_step(program, target, devices, program_name=spec.program)
+        fp = fingerprint(compiled.compiled)
+        fp["donate_argnums"] = list(program.donate_argnums)
+        used = _device_count(compiled.compiled)
+        rules = "auto" if target.is_host else target.backend
+        record = {"kind": "compile", "schema": SCHEMA, "label": label, "program": spec.program,
+                  "options": _jsonable(options), **env, "devices": used,
+                  "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
+                  "scan": _scan_counts(compiled.hlo_text, rules, label)}
+        if out is not None and results is not None:
+            stem = out / "hlo" / _slug(f"{target.text}-{label}")
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
+            if compiled.buffer_assignment is not None:
+                Path(f"{stem}.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+            record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
+            with open(results, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        yield CompileRecord(label, record)
+
+
+def _device_count(compiled) -> int:
+    """How many devices the executable runs on (from its input shardings)."""
+    import jax
+
+    devices: set = set()
+    for sharding in jax.tree_util.tree_leaves(getattr(compiled, "input_shardings", None) or ()):
+        devices |= set(getattr(sharding, "device_set", ()) or ())
+    return len(devices) or 1
+
+
+def _jsonable(options: dict) -> dict:
+    return json.loads(json.dumps({k: v for k, v in options.items() if k != "devices"} |
+                                 ({"devices": options["devices"]} if isinstance(options.get("devices"), int)
+                                  else {}), default=str))
+
+
+def compile_program(program: str, options: dict, target: Target):
+    """One program (``--program`` and its options) compiled for ``target``: a
+    :class:`~xla_harness.targets.compile.CompiledStep` (HLO text, buffer assignment, CPU seconds)."""
+    from xla_harness.targets.compile import compile_step
+    from xla_harness.targets.devices import target_devices
+
+    devices = target_devices(target)
+    spec = StressSpec(program=program, program_options=tuple(sorted(options.items())))
+    built = build_for_target(spec, options, devices, target)
+    return compile_step(built, target, devices, program_name=program)
+
+
+def build_for_target(spec: StressSpec, options: dict, devices: list, target: Target):
+    """The program of one configuration of ``spec`` (its ``variant`` applied) built for ``target``'s
+    ``devices`` (:func:`target_options`)."""
+    make = program_factory(spec.program)
+    backend = None if target.is_host else target.backend
+    opts = target_options({k: v for k, v in options.items() if k != "variant"}, devices, _takes_devices(make),
+                          target)
+    if "variant" in options:
+        return variant_program(make, options["variant"], backend=backend, **opts)
+    try:
+        return make(**opts)
+    except TypeError as e:  # a TrainProgram object given options
+        raise HarnessError(f"--program {spec.program}: {e}") from None
