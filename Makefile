@@ -28,6 +28,7 @@ help:
 	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
 	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware"
+	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"

@@ -155,6 +155,9 @@ def test_compile_only_preset_variants_for_tpu(tmp_path, capsys):
     records = [json.loads(ln) for ln in (out / "compile.jsonl").read_text().splitlines()]
     assert [r["options"]["variant"] for r in records] == ["baseline", "barrier", "onehot", "sumgrad"]
     assert all(r["versions"]["libtpu"] != "not installed" and r["devices"] == 8 for r in records)
+    # libtpu's own aliasing decision is read from every record's HLO (backend_config).
+    assert all(r["scan"]["compiler_alias"]["instructions_with_field"] > 0 for r in records)
+    assert "compiler aliased" in lines[0]
     for r in records:
         hlo = out / r["hlo"]
         assert hlo.read_text().startswith("HloModule")

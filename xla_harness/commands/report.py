@@ -9,7 +9,10 @@ NAME = "report"
 HELP = "print the non-finite table of stress results folders"
 DESCRIPTION = """\
 Read OUT/stress*.jsonl from each folder and print the per-configuration table (per-seed
-k/n, total, rate, one-sided exact 95% upper bound, seed spread). Several folders are combined;
+k/n, total, rate, one-sided exact 95% upper bound, seed spread). A folder holding
+stress --compile-only records (compile.jsonl, in it or its subfolders: a compile matrix over
+jax versions) gets the compile table instead: per configuration and target the versions, the
+step fingerprint, libtpu's own aliasing and the scan's hazards. Several folders are combined;
 configurations or seeds with missing steps are listed as gaps. A step counts once per
 (spec fingerprint, label, seed, step); one label recorded by runs with different options
 is refused unless --allow-mixed-specs; a step recorded twice with different outcomes is
@@ -46,6 +49,32 @@ def show(args):
     return table
 
 
+def _compile_folders(folders: list[Path]) -> bool:
+    """Whether every folder holds compile records and none holds stress results."""
+    from xla_harness.stress.compile_only import COMPILE_RESULTS
+
+    return all(any(Path(f).rglob(COMPILE_RESULTS)) and not any(Path(f).glob("stress*.jsonl")) for f in folders)
+
+
+def show_compile(args) -> int:
+    import json
+
+    from xla_harness.errors import HarnessError
+    from xla_harness.stress.compile_only import COMPILE_TABLE_HEADER, compile_table_rows, load_compile_records
+    from xla_harness.table import format_rows
+
+    if args.plot:
+        raise HarnessError("--plot draws stress rates; compile records have none")
+    records = load_compile_records(args.folders)
+    if args.json:
+        print(json.dumps({"configurations": records}, indent=2))
+    else:
+        print("\n".join(format_rows(compile_table_rows(records), COMPILE_TABLE_HEADER)))
+    return 1 if any(r["scan"].get("hazard") or r["scan"].get("decisions") for r in records) else 0
+
+
 def run(args) -> int:
+    if all(Path(f).is_dir() for f in args.folders) and _compile_folders(args.folders):
+        return show_compile(args)
     show(args)
     return 0

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo import alias
+from xla_harness.hlo import alias, compiler_alias
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 from xla_harness.hlo.parser import parse_module
 from xla_harness.table import format_rows
@@ -58,17 +58,37 @@ class Finding:
     cls: str
     classes: dict[str, str] = field(default_factory=dict)  # class under each backend rule considered
     output_path: list[str] = field(default_factory=list)  # opcodes from the fused root to root_opcode's op
+    # What the compiler itself decided for this output, where it says (libtpu's backend_config
+    # "aliasing_operands"): "aliased", "not-aliased", or "" when the module does not say.
+    compiler: str = ""
     # Context for hazards (not part of the JSON schema): the caller's value feeding the
     # parameter and that value's other users.
     source: str = ""
     other_users: list[str] = field(default_factory=list)
     feeds_dense: bool = False
 
+    @property
+    def agreement(self) -> str:
+        """The structural walk against the compiler's own decision: "agree", "disagree" or "" (the
+        compiler does not say). The walk pairs an output with its parameter for every class but
+        ``layout-preserving-miss`` under the stock rule; ``hazard`` means pairing it is wrong, so a
+        compiler that aliases a hazard disagrees with the walk in the way #35409 describes."""
+        if not self.compiler:
+            return ""
+        walk_aliases = self.cls == "aliased" or (self.cls == "layout-preserving-miss" and self.layout_aware)
+        if self.cls == "hazard":
+            return "disagree" if self.compiler == "aliased" else "agree"
+        return "agree" if walk_aliases == (self.compiler == "aliased") else "disagree"
+
     def to_json(self) -> dict:
         d = asdict(self)
         for k in ("source", "other_users", "feeds_dense"):
             d.pop(k)
         d["class"] = d.pop("cls")
+        if self.compiler:  # only where the module says (libtpu's backend_config): other schemas unchanged
+            d["agreement"] = self.agreement
+        else:
+            del d["compiler"]
         return d
 
 
@@ -208,6 +228,8 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
         same = table[alias.model("proposed", r)].backend
         per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
     findings = []
+    said = compiler_alias.instruction_pairs(fusion)
+    compiler_pairs = set(said or ())
     for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
         worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
@@ -215,9 +237,11 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
         root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
             else ("", [], False)
+        compiler = "" if said is None else \
+            "aliased" if (pair.operand_index, tuple(index)) in compiler_pairs else "not-aliased"
         findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
-                                classes, output_path, source, users, dense))
+                                classes, output_path, compiler, source, users, dense))
     return findings
 
 
@@ -307,6 +331,16 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
              + (f", backend {backend} (alias rules: {rules})" if backend else "")
              + f", {counts['hazard']} hazard, {counts['layout-preserving-miss']} layout-preserving-miss, "
              f"{counts['aliased']} aliased, {len(decisions or [])} {FUSION_DECISION_CLASS}"]
+    said = [f for f in findings if f.compiler]
+    if said:
+        disagree = [f for f in said if f.agreement == "disagree"]
+        lines.append(f"  the compiler's own aliasing (backend_config) agrees with the walk on "
+                     f"{len(said) - len(disagree)} of {len(said)} in-place output(s)")
+        for f in disagree:
+            lines.append(f"  disagreement: {f.fusion} output {tuple(f.output_index)} <- parameter {f.parameter}: "
+                         f"walk says {f.cls}, the compiler {f.compiler}"
+                         + ("  <- the compiler writes in place through a data-moving op" if f.cls == "hazard"
+                            else ""))
     for d in decisions or []:
         lines.append(f"  {FUSION_DECISION_CLASS}: {d.fusion} in {d.computation}: {d.scatter} takes operand "
                      f"{d.operand} from {d.producer}, which reads parameter {d.parameter} "
@@ -314,7 +348,7 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
     shown = [f for f in findings if show_aliased or f.cls != "aliased"]
     if shown:
         head = ("class", "fusion", "computation", "root", "out", "param", "path", "stock/proposed/layout",
-                "by rule")
+                "by rule", "compiler")
         rows = []
         for f in shown:
             rows.append((f.cls, f.fusion, f.computation, " <- ".join([*f.output_path, f.root_opcode]),
@@ -322,7 +356,7 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
                          f"{f.parameter}{tuple(f.parameter_index) if f.parameter_index else ''}",
                          " <- ".join(f.path) or "(parameter)",
                          "/".join("y" if b else "n" for b in (f.stock, f.proposed, f.layout_aware)),
-                         " ".join(f"{r}:{c}" for r, c in f.classes.items())))
+                         " ".join(f"{r}:{c}" for r, c in f.classes.items()), f.compiler or "-"))
         lines += format_rows(rows, header=head, indent="  ", rule=False)
         for f in shown:
             if f.cls == "hazard" and f.source:

@@ -75,7 +75,17 @@ class CompileRecord:
                 f"({fp['instructions']} instructions, temp {fp['temp_size_in_bytes']} B, aliased "
                 f"{fp['alias_size_in_bytes']} B), compiled in {r['compile_cpu_s']:.1f} s CPU; scan ({sc['backend']}): "
                 f"{sc['hazard']} hazard, {sc['decisions']} scatter-fused-with-data-moving-producer, "
-                f"{sc['aliased']} aliased, {sc['layout-preserving-miss']} layout-preserving-miss")
+                f"{sc['aliased']} aliased, {sc['layout-preserving-miss']} layout-preserving-miss"
+                + _compiler_alias_text(sc.get("compiler_alias") or {}))
+
+
+def _compiler_alias_text(summary: dict) -> str:
+    """What the compiler said it aliased, where it says so (libtpu's backend_config)."""
+    if not summary.get("instructions_with_field"):
+        return ""
+    return (f"; compiler aliased {summary['aliased_fusions']} fusion(s), "
+            f"{summary['aliased_scatter_fusions']} holding a scatter, "
+            f"{summary.get('disagreements', 0)} disagreement(s) with the walk")
 
 
 def _slug(label: str) -> str:
@@ -84,6 +94,7 @@ def _slug(label: str) -> str:
 
 
 def _scan_counts(text: str, backend: str, name: str) -> dict:
+    from xla_harness.hlo import compiler_alias
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import CLASSES, scan
 
@@ -91,6 +102,8 @@ def _scan_counts(text: str, backend: str, name: str) -> dict:
     findings, decisions, used = scan(module, backend)
     counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
     return {"backend": used, **counts, "decisions": len(decisions),
+            "compiler_alias": {**compiler_alias.summary(module),
+                               "disagreements": sum(f.agreement == "disagree" for f in findings)},
             "decision_fusions": sorted({d.fusion for d in decisions}),
             "hazard_fusions": sorted({f.fusion for f in findings if f.cls == "hazard"})}
 
@@ -130,6 +143,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
         out.mkdir(parents=True, exist_ok=True)
     done = _done_labels(results, target) if results is not None and resume else set()
     env = environment(target, devices)
+    env.update(_provenance())
     for options in spec.configs():
         label = spec.label(options)
         if label in done:
@@ -158,6 +172,18 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
                 fh.flush()
                 os.fsync(fh.fileno())
         yield CompileRecord(label, record)
+
+
+def _provenance() -> dict:
+    """Who compiled: the harness version and commit, Python, the host's CPU count and the env vars that
+    decide what XLA compiles (recorded on every compile record)."""
+    import platform
+
+    from xla_harness.stress.store import ENV_VARS_RECORDED, harness_version, repo_commit
+
+    return {"harness_version": harness_version(), "repo_commit": repo_commit(),
+            "python": platform.python_version(), "host_cpus": os.cpu_count(),
+            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}}
 
 
 def _device_count(compiled) -> int:
@@ -201,3 +227,48 @@ def build_for_target(spec: StressSpec, options: dict, devices: list, target: Tar
         return make(**opts)
     except TypeError as e:  # a TrainProgram object given options
         raise HarnessError(f"--program {spec.program}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- the table of a matrix
+
+
+def load_compile_records(folders: list[Path]) -> list[dict]:
+    """Every compile record of ``OUT/compile.jsonl`` in each folder (and its subfolders, one per jax
+    version in a matrix), in file order; HarnessError naming a line that is not a compile record."""
+    from xla_harness.files import read_regular
+
+    records = []
+    for folder in folders:
+        for path in sorted(Path(folder).rglob(COMPILE_RESULTS)):
+            for n, line in enumerate(read_regular(path).splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    raise HarnessError(f"{path}:{n}: not a JSON line") from None
+                if not isinstance(rec, dict) or rec.get("kind") != "compile" or not isinstance(rec.get("scan"), dict):
+                    raise HarnessError(f"{path}:{n}: not a compile record")
+                records.append(rec)
+    return records
+
+
+def compile_table_rows(records: list[dict]) -> list[list[str]]:
+    """One row per compiled configuration: target, versions, configuration, what the compiler made
+    (fingerprint, instructions, fusions libtpu aliased and those holding a scatter) and the scan."""
+    rows = []
+    for r in records:
+        versions = r.get("versions", {})
+        compiler = next((f"{k} {v}" for k, v in versions.items() if k not in ("jax", "jaxlib")), "")
+        alias = r["scan"].get("compiler_alias") or {}
+        aliased = (f"{alias.get('aliased_fusions', 0)} ({alias.get('aliased_scatter_fusions', 0)} scatter, "
+                   f"{alias.get('disagreements', 0)} disagree)" if alias.get("instructions_with_field") else "-")
+        rows.append([r.get("target", "?"), f"jax {versions.get('jax', '?')}", compiler or "-", str(r.get("label")),
+                     r["fingerprint"].get("id", "?"), str(r["fingerprint"].get("instructions", "?")), aliased,
+                     str(r["scan"].get("hazard", 0)), str(r["scan"].get("decisions", 0)),
+                     f"{r.get('compile_cpu_s', 0):.0f}"])
+    return rows
+
+
+COMPILE_TABLE_HEADER = ["target", "jax", "compiler", "configuration", "fingerprint", "instructions",
+                        "compiler-aliased fusions", "hazard", "fused-producer", "compile CPU s"]

@@ -83,7 +83,7 @@ def missing(target: Target) -> str | None:
 def compiler_versions(target: Target) -> dict[str, str]:
     """The installed versions of what compiles for ``target`` (jaxlib for the host; libtpu or the CUDA
     plugin otherwise), from package metadata."""
-    dists = ("jaxlib",) + (() if target.is_host else _NEEDS[target.platform][1])
+    dists = ("jax", "jaxlib") + (() if target.is_host else _NEEDS[target.platform][1])
     out = {}
     for dist in dists:
         try:

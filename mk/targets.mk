@@ -1,0 +1,20 @@
+# Ahead-of-time compile matrix: the #35409 program at full size, compiled by libtpu for a TPU
+# topology in each jax version's own venv (its own libtpu), nothing run.
+#   make tpu-matrix                          modes x remat for every pin, variants for full+remat
+#   make tpu-matrix MATRIX_PINS=0.12.0.1     one jax/libtpu version
+#   make tpu-matrix MATRIX_OPTIONS="specs=ours axis_types=explicit" MATRIX_OUT=results/tpu-aot/ours
+# Each compile takes minutes and ~4 GB on 2 cores; every finished cell is one line of
+# OUT/jaxPIN/compile.jsonl (--resume), so a killed matrix resumes where it stopped.
+TPU_TARGET      ?= tpu:v6e:2x4
+MATRIX_PINS     ?= $(DEFAULT_JAX_PIN) 0.9.0.1
+MATRIX_CELLS    ?= full:True full:False sparse_only:True sparse_only:False dense_only:True dense_only:False
+MATRIX_VARIANTS ?= baseline,barrier,onehot,sumgrad,tpu-no-fusion
+MATRIX_OPTIONS  ?=
+MATRIX_OUT      ?= results/tpu-aot/report
+
+.PHONY: tpu-matrix
+tpu-matrix:
+	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
+	  MATRIX_VARIANTS="$(MATRIX_VARIANTS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" MATRIX_OUT="$(MATRIX_OUT)" \
+	  DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-matrix
+	$(VENV)/bin/xla-harness report $(MATRIX_OUT) || [ $$? -eq 1 ]
