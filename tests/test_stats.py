@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -93,7 +94,20 @@ def test_clean_steps_to_show_fix_is_the_smallest_sufficient_count():
     m = stats.clean_steps_to_show_fix(34, 80)
     assert stats.fisher_exact(34, 80, 0, m) < 0.05 <= stats.fisher_exact(34, 80, 0, m - 1)
     assert stats.clean_steps_to_show_fix(0, 80) is None
-    # One failure in 1000 is shown fixed only after ~19x as many clean steps (p ~ 1000 / (1000 + m)).
+    # One failure in 1000 is shown fixed only after 19x as many clean steps: p = 1000 / (1000 + m)
+    # exactly, so m = 19,000 gives p = 0.05 (not below) and 19,001 is the answer. A float sum puts
+    # p(19,000) at 0.04999999999983838 and would answer 19,000.
     rare = stats.clean_steps_to_show_fix(1, 1000)
-    assert stats.fisher_exact(1, 1000, 0, rare) < 0.05 <= stats.fisher_exact(1, 1000, 0, rare - 1)
-    assert 18_000 < rare < 20_000
+    assert rare == 19_001
+    assert stats.fisher_exact_rational(1, 1000, 0, 19_000) == Fraction(1, 20)
+    assert stats.fisher_exact_rational(1, 1000, 0, 19_001) == Fraction(1000, 20_001)
+
+
+@pytest.mark.parametrize("k,n", [(1, 1000), (2, 50), (3, 100), (5, 40), (1, 20), (7, 7), (34, 80)])
+def test_clean_steps_to_show_fix_matches_scipy(k, n):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    m = stats.clean_steps_to_show_fix(k, n)
+    assert scipy_stats.fisher_exact([[k, n - k], [0, m]]).pvalue < 0.05
+    assert scipy_stats.fisher_exact([[k, n - k], [0, m - 1]]).pvalue >= 0.05
+    assert float(stats.fisher_exact_rational(k, n, 0, m)) == pytest.approx(
+        scipy_stats.fisher_exact([[k, n - k], [0, m]]).pvalue, rel=1e-9)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from xla_harness.errors import HarnessError
 
@@ -204,20 +205,41 @@ def seed_dispersion(per_seed: list[tuple[int, int]]) -> dict:
     return out
 
 
+def fisher_exact_rational(k1: int, n1: int, k2: int, n2: int) -> Fraction:
+    """The two-sided Fisher exact p of k1/n1 vs k2/n2 as an exact fraction (integer binomials: no
+    rounding, no tie tolerance). Costly for many failures; :func:`fisher_exact` is the float form."""
+    _check(k1, n1)
+    _check(k2, n2)
+    total_k, total = k1 + k2, n1 + n2
+    lo, hi = max(0, total_k - n2), min(total_k, n1)
+    weight = {a: math.comb(total_k, a) * math.comb(total - total_k, n1 - a) for a in range(lo, hi + 1)}
+    observed = weight[k1]
+    return Fraction(sum(w for w in weight.values() if w <= observed), math.comb(total, n1))
+
+
+def _below(k1: int, n1: int, k2: int, n2: int, alpha: float) -> bool:
+    """p(k1/n1 vs k2/n2) < alpha, decided exactly where the float p is too close to alpha to tell."""
+    p = fisher_exact(k1, n1, k2, n2)
+    if abs(p - alpha) > 1e-7 * alpha:
+        return p < alpha
+    return fisher_exact_rational(k1, n1, k2, n2) < Fraction(str(alpha))
+
+
 def clean_steps_to_show_fix(k: int, n: int, alpha: float = 0.05, limit: int = 10**7) -> int | None:
     """Failure-free steps after which a fix is shown against a measured k/n: the smallest m
-    with two-sided Fisher p(k/n vs 0/m) < alpha. None when k == 0 (nothing to beat) or beyond ``limit``."""
+    with two-sided Fisher p(k/n vs 0/m) < alpha (exactly: at 1/1000 the answer is 19,001, where
+    p = 1000/20001; at 19,000 p is exactly 0.05). None when k == 0 (nothing to beat) or beyond ``limit``."""
     _check(k, n)
     if k == 0:
         return None
     lo, hi = 1, 1
-    while fisher_exact(k, n, 0, hi) >= alpha:
+    while not _below(k, n, 0, hi, alpha):
         lo, hi = hi + 1, hi * 2
         if hi > limit:
             return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if fisher_exact(k, n, 0, mid) < alpha:
+        if _below(k, n, 0, mid, alpha):
             hi = mid
         else:
             lo = mid + 1
