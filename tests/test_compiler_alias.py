@@ -1,5 +1,7 @@
 """libtpu's own aliasing decision (backend_config "aliasing_operands") read per instruction."""
 
+import pytest
+
 from xla_harness.hlo.compiler_alias import instruction_pairs, module_pairs, summary
 from xla_harness.hlo.parser import parse_module
 
@@ -107,3 +109,32 @@ def test_compiler_aliasing_through_a_transpose_is_the_reported_disagreement():
 
     text = format_findings(parse_module(moved), list(_scan(moved).values()), backend="tpu")
     assert "writes in place through a data-moving op" in text
+
+
+def _decisions(text):
+    from xla_harness.hlo.scan import scan
+
+    return scan(parse_module(text), "tpu")[1]
+
+
+def _with_copy(src_layout: str, copy_layout: str) -> str:
+    return TPU_STYLE.replace(
+        '''%inner (p0: f32[8,128], p1: s32[4,1], p2: f32[4,128]) -> f32[8,128] {
+  %p0 = f32[8,128]{1,0:T(8,128)} parameter(0)''',
+        f'''%inner (p0: f32[8,128], p1: s32[4,1], p2: f32[4,128]) -> f32[8,128] {{
+  %p00 = f32[8,128]{{{src_layout}}} parameter(0)
+  %p0 = f32[8,128]{{{copy_layout}}} copy(%p00)''')
+
+
+@pytest.mark.parametrize("src,dst,moves", [
+    ("1,0:T(8,128)", "1,0:T(8,128)", False),  # same bytes: a copy that moves nothing
+    ("1,0:T(8,128)", "1,0:T(8,128)S(1)", True),  # into another memory space
+    ("1,0:T(8,128)", "1,0:T(2,128)", False),  # other tiles, same bytes (rows of 128 either way)
+    ("1,0:T(8,128)", "1,0:T(8,64)", True),  # other tiles: other bytes
+    ("1,0:T(8,128)", "0,1:T(8,128)", True),  # a physical transpose
+])
+def test_a_copy_feeding_a_scatter_moves_data_when_its_bytes_change(src, dst, moves):
+    found = _decisions(_with_copy(src, dst))
+    assert bool(found) is moves
+    if moves:
+        assert found[0].producer.endswith("(copy)")

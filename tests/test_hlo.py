@@ -264,14 +264,18 @@ def test_reshape_bitcast_matches_brute_force():
     assert seen == {True, False}
 
 
-def test_tiled_layouts_are_conservative():
+def test_tiled_layouts_by_their_bytes():
     a = Shape("f32", (8, 128), (1, 0), layout_extra="T(8,128)")
     flat = Shape("f32", (1024,), (0,), layout_extra="T(1024)")
-    assert not alias.reshape_is_bitcast(a, flat)  # same order untiled, but tiles differ
+    assert alias.reshape_is_bitcast(a, flat)  # one whole tile: the same bytes (tests/test_i24_tiled_layouts.py)
+    assert not alias.reshape_is_bitcast(Shape("f32", (4, 256), (1, 0), layout_extra="T(8,128)"), flat)
     assert alias.reshape_is_bitcast(Shape("f32", (8, 128), (1, 0)), Shape("f32", (1024,), (0,)))
     t_in = Shape("f32", (128, 8), (0, 1), layout_extra="T(8,128)")
     assert alias.transpose_is_bitcast(t_in, a, (1, 0))  # same physical dims, same tiles
-    assert not alias.transpose_is_bitcast(Shape("f32", (128, 8), (0, 1), layout_extra="T(2,128)"), a, (1, 0))
+    # other tiles: the same bytes while rows are one tile wide, not with two tiles a row
+    assert alias.transpose_is_bitcast(Shape("f32", (128, 8), (0, 1), layout_extra="T(2,128)"), a, (1, 0))
+    assert not alias.transpose_is_bitcast(Shape("f32", (256, 8), (0, 1), layout_extra="T(2,128)"),
+                                          Shape("f32", (8, 256), (1, 0), layout_extra="T(8,128)"), (1, 0))
 
 
 # ----------------------------------------------------------------------------- parser

@@ -23,7 +23,9 @@ one line. It follows XLA's grammar where the scanner depends on it:
 
 It rejects what XLA's parser rejects where the scanner's answer would otherwise be wrong:
 an operand or a called computation used before it is defined (so no cycles), two ROOTs,
-two ENTRYs, a name defined twice, in-place and indirection ops with the wrong number of
+two ENTRYs, a name defined twice, a declared result shape (``-> shape``) that is not the
+root's (layouts aside; without a ROOT line the last instruction is the root, as in XLA),
+``parameter(N)`` numbers taken twice or outside 0..n-1, in-place and indirection ops with the wrong number of
 operands, ``name#k`` on a non-tuple, malformed ``output_to_operand_aliasing``, dims beyond
 64 bits, parentheses in a real constant's literal.
 Nothing here recurses on the input's nesting, so deep input cannot exhaust the stack.
@@ -400,8 +402,10 @@ class _Reader:
             raise ValueError(f"expected a computation near {text[start:start + 40]!r}")
         is_entry, name = bool(m.group(1)), m.group(2)
         line = self.line_at(start)
-        self.pos = self._signature(name, m.end())
+        self.pos, declared = self._signature(name, m.end())
         comp = self.body(name, is_entry, line, defined)
+        if declared is not None:
+            _check_result_shape(comp, declared)
         comp.execution_thread = self._thread(name)
         return comp
 
@@ -430,6 +434,7 @@ class _Reader:
             root = _add(name, self.instruction(nm, instructions, by_name, defined), root, instructions, by_name)
         if not instructions:
             raise _At(line, f"computation {name} has no instructions")
+        _check_parameter_numbers(name, instructions)
         return Computation(name, instructions, is_entry, line, "", by_name)
 
     def inline_computation(self, brace: int, defined: dict[str, Computation]) -> str:
@@ -500,20 +505,23 @@ class _Reader:
         self.pos = end
         return ins
 
-    def _signature(self, name: str, i: int) -> int:
-        """Skip '(params) -> shape' if present and the '{'; the index after it."""
+    def _signature(self, name: str, i: int) -> tuple[int, Shape | None]:
+        """Read '(params) -> shape' if present and the '{': the index after it and the declared
+        result shape (None when there is no signature). The parameter list is skipped: XLA's
+        parser does not compare it with the parameter instructions either."""
         text = self.text
+        declared = None
         if text.startswith("(", i):
             j = text.find(")", i)
             close = j + 1 if j > 0 and "(" not in text[i + 1:j] and '"' not in text[i + 1:j] else _match_brace(text, i)
             i = _ws_end(text, close)
             if not text.startswith("->", i):
                 raise ValueError(f"expected '->' after the parameters of {name}")
-            _, i = parse_shape(text, i + 2)
+            declared, i = parse_shape(text, _ws_end(text, i + 2))
             i = _ws_end(text, i)
         if not text.startswith("{", i):
             raise ValueError(f"expected '{{' opening computation {name}")
-        return i + 1
+        return i + 1, declared
 
     def _thread(self, name: str) -> str:
         """The ', execution_thread="..."' after a computation's '}' ('' when absent)."""
@@ -675,6 +683,55 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
             if op_num >= len(ins.operands) and ins.opcode not in ("async-start", "async-update"):
                 raise _At(ins.line, f"{ins.name}: output_to_operand_aliasing names operand {op_num}, "
                                     f"it has {len(ins.operands)}")
+
+
+def _compatible(a: Shape, b: Shape) -> bool:
+    """Same element types, dims and tuple structure, layouts aside (XLA's ``ShapeUtil::Compatible``)."""
+    pending = [(a, b)]
+    while pending:
+        x, y = pending.pop()
+        if x.tuple_shapes is not None or y.tuple_shapes is not None:
+            if x.tuple_shapes is None or y.tuple_shapes is None or len(x.tuple_shapes) != len(y.tuple_shapes):
+                return False
+            pending.extend(zip(x.tuple_shapes, y.tuple_shapes, strict=True))
+        elif x.element_type != y.element_type or x.dims != y.dims:
+            return False
+    return True
+
+
+def _check_result_shape(comp: Computation, declared: Shape) -> None:
+    """The '-> shape' of a computation's signature is its root's shape (as XLA's parser demands)."""
+    root = comp.root
+    if _compatible(declared, root.shape):
+        return
+    which = (f"root {root.name!r} (line {root.line})" if root.is_root
+             else f"last instruction {root.name!r} (line {root.line}; there is no ROOT line, so it is the root)")
+    raise _At(comp.line, f"computation {comp.name} declares result shape {declared}, but its {which} "
+                         f"has shape {root.shape}")
+
+
+def _check_parameter_numbers(comp: str, instructions: list[Instruction]) -> None:
+    """parameter(N): N an integer, each once, all of 0..n-1 for n parameters (as XLA demands;
+    its parser aborts the process on a number out of range)."""
+    params = [ins for ins in instructions if ins.opcode == "parameter"]
+    if not params:
+        return
+    seen: dict[int, Instruction] = {}
+    for ins in params:
+        text = ins.literal.strip()
+        if not text.lstrip("-").isdigit():
+            raise _At(ins.line, f"{ins.name}: parameter number {text!r} is not an integer")
+        number = int(text)
+        if number < 0:
+            raise _At(ins.line, f"{ins.name}: parameter number {number} is negative")
+        if number in seen:
+            raise _At(ins.line, f"{ins.name}: parameter number {number} is used twice in computation {comp} "
+                                f"(first by {seen[number].name!r} at line {seen[number].line})")
+        seen[number] = ins
+    for ins in params:
+        if ins.parameter_number >= len(params):
+            raise _At(ins.line, f"{ins.name}: parameter number {ins.parameter_number} is out of range: "
+                                f"computation {comp} has {len(params)} parameter(s), numbered 0..{len(params) - 1}")
 
 
 _NAN_PAYLOAD = re.compile(r"nan\(0x[0-9a-fA-F]+\)")

@@ -247,11 +247,8 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
 
 def _moves_data(ins: Instruction, comp: Computation) -> bool:
     """Physically, under the layouts (whatever a backend's alias rule calls a no-op)."""
-    if ins.opcode in ("transpose", "reshape"):
-        return not alias.is_bitcast_equivalent(ins, comp)
-    if ins.opcode == "copy":
-        src, k = comp.operand(ins.operands[0])
-        return src.shape.subshape(k).layout_or_default() != ins.shape.layout_or_default()
+    if ins.opcode in ("transpose", "reshape", "copy"):  # a copy moves data when it changes the layout,
+        return not alias.is_bitcast_equivalent(ins, comp)  # the tiles or the memory space
     return ins.opcode == "reverse"
 
 

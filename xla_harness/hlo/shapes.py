@@ -81,6 +81,7 @@ def _ws_end(text: str, i: int) -> int:
 
 _BRACKETS = re.compile(r'[{}()\[\]"]')
 _OPENERS = {"{": "}", "(": ")", "[": "]"}
+_CLOSER_OF = {v: k for k, v in _OPENERS.items()}
 # An array shape with an optional layout (no nested braces inside a layout), in one match.
 _ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
 
@@ -88,7 +89,7 @@ _ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])(
 def _match_brace(text: str, i: int) -> int:
     """Index just past the bracket closing the one at text[i] (quotes respected, any
     bracket kind nested inside)."""
-    stack: list[str] = []
+    stack: list[str] = []  # the closers expected, innermost last
     n = len(text)
     pat = _BRACKETS
     while i < n:
@@ -103,11 +104,15 @@ def _match_brace(text: str, i: int) -> int:
             stack.append(_OPENERS[ch])
         else:
             if not stack or stack[-1] != ch:
-                raise ValueError(f"unbalanced '{ch}'")
+                expected = f", expected '{stack[-1]}'" if stack else ""
+                raise ValueError(f"unbalanced '{ch}'{expected}")
             stack.pop()
             if not stack:
                 return i
-    raise ValueError(f"unbalanced '{text[i:i + 1]}'")
+    if not stack:
+        raise ValueError("expected a bracket")
+    opener = _CLOSER_OF[stack[-1]]
+    raise ValueError(f"unbalanced '{opener}': the text ends before its '{stack[-1]}'")
 
 
 _STR_END = re.compile(r'\\.|"', re.S)

@@ -1,0 +1,227 @@
+"""What changes the scan's answer is refused as XLA's parser refuses it: a declared result
+shape that is not the root's (a deleted ROOT line among those), parameter numbers taken
+twice or out of range; truncated text names the bracket left open; XLA's parser runs in a
+child process, where its crash is a verdict."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_harness import jaxcompat
+from xla_harness.cli import main
+from xla_harness.hlo.parser import HloParseError, parse_module
+from xla_harness.hlo.scan import scan
+from xla_harness.hlo.shapes import _match_brace
+from xla_harness.hlo.xla_oracle import IsolatedXlaParser, compare, compare_many
+
+HLO = Path(__file__).resolve().parent / "hlo"
+needs_xla = pytest.mark.skipif(not jaxcompat.xla_hlo_reads_structure(),
+                               reason="not checked: this jaxlib does not expose XLA's parsed HLO (jaxlib >= 0.12 does)")
+
+FUSED = """HloModule m
+
+%fused (p0: f32[8], p1: s32[]) -> f32[8] {
+  %p0 = f32[8]{0} parameter(0)
+  %p1 = s32[]{:T(128)} parameter(1)
+  %one = f32[1]{0} broadcast(f32[] constant(1)), dimensions={}
+  ROOT %dus = f32[8]{0} dynamic-update-slice(%p0, %one, %p1)
+}
+
+ENTRY %main (a: f32[8], i: s32[]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %i = s32[] parameter(1)
+  ROOT %f = f32[8]{0} fusion(%a, %i), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _edit(old: str, new: str, text: str = FUSED) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+# (name, text, what the single error line says, its line number); each is refused by XLA too
+REFUSED = [
+    ("deleted ROOT line", _edit("  ROOT %dus = f32[8]{0} dynamic-update-slice(%p0, %one, %p1)\n", ""),
+     "declares result shape f32[8], but its last instruction 'one' (line 6; there is no ROOT line", 3),
+    ("result element type", _edit("-> f32[8] {\n  %p0", "-> s32[8] {\n  %p0"),
+     "computation fused declares result shape s32[8], but its root 'dus' (line 7) has shape f32[8]{0}", 3),
+    ("result dims", _edit("s32[]) -> f32[8] {\n  %a", "s32[]) -> f32[9] {\n  %a"),
+     "computation main declares result shape f32[9]", 10),
+    ("result tuple", _edit("s32[]) -> f32[8] {\n  %a", "s32[]) -> (f32[8]) {\n  %a"),
+     "computation main declares result shape (f32[8])", 10),
+    ("parameter number twice", _edit("%p1 = s32[]{:T(128)} parameter(1)", "%p1 = s32[]{:T(128)} parameter(0)"),
+     "p1: parameter number 0 is used twice in computation fused (first by 'p0' at line 4)", 5),
+    ("parameter number negative", _edit("%i = s32[] parameter(1)", "%i = s32[] parameter(-1)"),
+     "i: parameter number -1 is negative", 12),
+]
+# XLA's parser aborts the process on these (a CHECK failure), so they are not run in this one.
+OUT_OF_RANGE = [
+    ("parameter number past the last", _edit("%p1 = s32[]{:T(128)} parameter(1)", "%p1 = s32[]{:T(128)} parameter(2)"),
+     "p1: parameter number 2 is out of range: computation fused has 2 parameter(s), numbered 0..1", 5),
+    ("parameter numbers with a gap", _edit("%i = s32[] parameter(1)", "%i = s32[] parameter(3)"),
+     "i: parameter number 3 is out of range", 12),
+]
+ACCEPTED = [  # what XLA's parser takes and the checks must let through
+    ("the original", FUSED),
+    ("declared layout differs from the root's", _edit("-> f32[8] {\n  %p0", "-> f32[8]{0:T(256)} {\n  %p0")),
+    ("no ROOT line in a one-instruction computation",
+     "HloModule m\n\nENTRY %e (a: f32[2]) -> f32[2] {\n  %a = f32[2]{0} parameter(0)\n}\n"),
+    ("no ROOT line, the last instruction has the declared shape",
+     _edit("  ROOT %dus = f32[8]{0}", "  %dus = f32[8]{0}")),
+    ("parameters written out of order", _edit("  %p0 = f32[8]{0} parameter(0)\n  %p1 = s32[]{:T(128)} parameter(1)\n",
+                                              "  %p1 = s32[]{:T(128)} parameter(1)\n  %p0 = f32[8]{0} parameter(0)\n")),
+    ("a signature that is not the parameters' (XLA does not compare them)",
+     _edit("%fused (p0: f32[8], p1: s32[])", "%fused (q: s32[3])")),
+]
+
+
+@pytest.mark.parametrize("name,text,needle,line", REFUSED + OUT_OF_RANGE, ids=[c[0] for c in REFUSED + OUT_OF_RANGE])
+def test_refused_with_one_error_line(tmp_path, capsys, name, text, needle, line):
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(text)
+    assert main(["scan", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {bad}:{line}: ") and needle in err[0], err
+
+
+@pytest.mark.parametrize("name,text", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_accepted_as_xla_accepts(name, text):
+    module = parse_module(text)
+    assert module.entry.root.shape.dims in ((8,), (2,))
+
+
+def test_deleted_root_line_would_change_the_answer():
+    """Why the check matters: read with the last instruction as root, the fusion has no
+    in-place output at all (the dynamic-update-slice's pair disappears)."""
+    findings, _, _ = scan(parse_module(FUSED))
+    assert [f.cls for f in findings] == ["aliased"]
+    with pytest.raises(HloParseError, match="there is no ROOT line"):
+        parse_module(REFUSED[0][1])
+
+
+@needs_xla
+@pytest.mark.parametrize("name,text,needle,line", REFUSED, ids=[c[0] for c in REFUSED])
+def test_xla_refuses_them_too(name, text, needle, line):
+    verdict = compare(text)
+    assert not verdict.xla_accepts and not verdict.ours_accepts and verdict.category == "agree", verdict
+
+
+@needs_xla
+@pytest.mark.parametrize("name,text", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_xla_accepts_them_too(name, text):
+    verdict = compare(text)
+    assert verdict.category == "agree" and verdict.xla_accepts and not verdict.mismatch, verdict
+
+
+# ----------------------------------------------------------------------------- truncation
+
+
+@pytest.mark.parametrize("text,opener", [
+    ('backend_config={"a":{"b":0', "{"),
+    ('backend_config={"a":[1,2', "["),
+    ("metadata={op_name=(x", "("),
+])
+def test_truncation_names_the_bracket_left_open(text, opener):
+    with pytest.raises(ValueError) as exc:
+        _match_brace(text, text.index("{"))
+    assert str(exc.value) == f"unbalanced '{opener}': the text ends before its '{dict(['{}', '[]', '()'])[opener]}'"
+
+
+def test_truncated_file_error_names_the_open_brace(tmp_path, capsys):
+    bad = tmp_path / "cut.hlo"
+    bad.write_text('HloModule m\nENTRY e {\n  a = f32[2]{0} parameter(0)\n'
+                   '  ROOT b = f32[2]{0} custom-call(a), custom_call_target="t", backend_config={"x":{"y":10')
+    assert main(["scan", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {bad}:4: truncated module"), err
+    assert "unbalanced '{': the text ends before its '}'" in err[0], err
+
+
+def test_mismatched_closer_names_both():
+    with pytest.raises(ValueError, match=r"unbalanced '\]', expected '\}'"):
+        _match_brace("{a]", 0)
+
+
+# ----------------------------------------------------------------------------- XLA out of process
+
+
+# A scheduled module whose async call gets its operands from a call-update: our reader takes
+# it, XLA's parser aborts the process ("call is not scheduled after its operand async_param"),
+# as on libtpu's scheduled dumps with SparseCore gathers.
+XLA_CRASHES = """HloModule m, is_scheduled=true
+
+%c (x: f32[2], y: f32[2]) -> f32[2] {
+  %x = f32[2]{0} parameter(0)
+  %y = f32[2]{0} parameter(1)
+  ROOT %n = f32[2]{0} add(%x, %y)
+}
+
+ENTRY %e (p: f32[2], q: f32[2]) -> f32[2] {
+  %p = f32[2]{0} parameter(0)
+  %q = f32[2]{0} parameter(1)
+  %s = ((), (), (s32[1]{0})) call-start(), async_execution_thread="sparsecore", to_apply=%c
+  %u = ((f32[2]{0}, f32[2]{0}), f32[2]{0}) call-update(%s, %p, %q)
+  ROOT %d = f32[2]{0} call-done(%u)
+}
+"""
+
+
+@pytest.mark.slow
+@needs_xla
+def test_xla_crash_is_a_verdict_and_the_batch_goes_on():
+    texts = [(FUSED, "fused"), (XLA_CRASHES, "crashes"), (OUT_OF_RANGE[0][1], "out-of-range"), (FUSED, "again")]
+    first, crashed, out_of_range, again = compare_many(texts, timeout=120)
+    assert first.category == "agree" and first.xla_accepts and not first.mismatch, first
+    assert crashed.category == "xla-crashed" and crashed.ours_accepts and not crashed.xla_accepts, crashed
+    assert crashed.xla_crashed.startswith("SIGABRT") and "not scheduled after its operand" in crashed.xla_crashed
+    assert crashed.xla_error.startswith("XLA's parser crashed (SIGABRT")
+    assert out_of_range.category == "xla-crashed" and not out_of_range.ours_accepts
+    assert "Check failed: param_no >= 0 && param_no < parameter_count" in out_of_range.xla_crashed
+    assert again.category == "agree" and again.xla_accepts and again.reprint == first.reprint
+
+
+@pytest.mark.slow
+@needs_xla
+def test_isolated_verdict_and_structure_are_the_in_process_ones():
+    with IsolatedXlaParser(timeout=120) as xla:
+        for _, text in ACCEPTED:
+            isolated, local = compare(text, xla=xla), compare(text)
+            assert (isolated.category, isolated.mismatch, isolated.reprint) == (local.category, local.mismatch,
+                                                                                local.reprint)
+        planted = parse_module(FUSED)
+        planted.computations[0].by_name["one"].opcode = "negate"
+        parsed = xla.parse(FUSED)
+        from xla_harness.hlo.xla_oracle import compare_to_structure
+        assert parsed.structure is not None
+        assert compare_to_structure(planted, parsed.structure, parsed.entry) == \
+            "computation fused: one: opcode ours negate, XLA broadcast"
+        assert xla.parse(None).accepts  # the same text again, not sent twice
+
+
+@pytest.mark.slow
+@needs_xla
+def test_xla_hang_is_a_verdict(tmp_path):
+    with IsolatedXlaParser(timeout=0.01) as xla:  # no answer in time: the child is killed
+        verdict = xla.parse(FUSED)
+    assert not verdict.accepts and verdict.crashed.startswith("no answer in 0.01 s, killed (SIGKILL")
+
+
+BENCH = Path(__file__).resolve().parent.parent / "bench/scan_speed.py"
+
+
+@pytest.mark.slow
+@needs_xla
+def test_bench_reports_an_xla_crash_as_one_error_line(tmp_path):
+    crash = tmp_path / "scheduled.hlo"
+    crash.write_text(XLA_CRASHES)
+    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1, run.stderr
+    assert err[0].startswith("error: XLA's parser crashed (SIGABRT: Check failed: ") and "not scheduled" in err[0], err
