@@ -159,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_main, argv)
 
 
+def _printable_output() -> None:
+    """Text that cannot be encoded (a lone surrogate in a user's label) prints escaped, never as an
+    encoding error halfway through a table."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+
+
 def _main(argv: list[str]) -> int:
+    _printable_output()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

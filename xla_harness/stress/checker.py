@@ -64,13 +64,22 @@ def make_commit() -> Callable:
         flags = _flags(backup_p, new_p, new_o, aux)
         ok = flags["ok"]
         nxt = jax.tree_util.tree_map(lambda n, b: jnp.where(ok, n, b), (new_p, new_o), (backup_p, backup_o))
-        copy = jax.tree_util.tree_map(lambda x: x + jnp.zeros((), x.dtype) if _floating(x) else x * 1, nxt)
+        copy = jax.tree_util.tree_map(_new_buffer, nxt)
         return flags, nxt[0], nxt[1], copy[0], copy[1]
 
     return jax.jit(commit, donate_argnums=(0, 1, 2, 3))
 
 
+def _new_buffer(x):
+    """``x`` again in a buffer of its own, same dtype *and weak type*: ``x + 0`` with a Python 0
+    (weak) keeps a weakly typed leaf weak, where ``x + zeros((), dtype)`` would make it strong and
+    the step fed with it would compile to another program."""
+    if _floating(x):
+        return x + 0
+    return x & True if jnp.result_type(x) == jnp.bool_ else x * 1  # bool * 1 would be an integer
+
+
 @jax.jit
 def _copy(tree):
-    """A copy of a pytree in new buffers (the rollback backup)."""
-    return jax.tree_util.tree_map(lambda x: x + jnp.zeros((), x.dtype) if _floating(x) else x * 1, tree)
+    """A copy of a pytree in new buffers (the rollback backup), each leaf's type kept."""
+    return jax.tree_util.tree_map(_new_buffer, tree)

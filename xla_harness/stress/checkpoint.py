@@ -33,8 +33,20 @@ def save_checkpoint(path: Path, step: int, params, opt_state) -> None:
     os.replace(tmp, path)
 
 
+def _weak(x):
+    """``x`` as a weakly typed array (what a step returns for a weak leaf); ``x`` unchanged where this
+    jax has no way to say so (the same-program check then refuses the resumed run, naming the leaf)."""
+    try:
+        from jax._src.lax import lax as lax_internal
+
+        return lax_internal._convert_element_type(x, weak_type=True)
+    except (ImportError, AttributeError, TypeError):
+        return x
+
+
 def load_checkpoint(path: Path, like) -> tuple[int, Any] | None:
-    """(step, state) from a checkpoint whose leaves match ``like``; None if absent or unusable."""
+    """(step, state) from a checkpoint whose leaves match ``like`` (arrays or ``ShapeDtypeStruct``s:
+    dtype, shape, weak type and sharding are restored from it); None if absent or unusable."""
     try:
         with np.load(path) as z:
             step = int(z["step"])
@@ -47,7 +59,8 @@ def load_checkpoint(path: Path, like) -> tuple[int, Any] | None:
                 if a.shape != ref.shape:
                     return None
                 sharding = getattr(ref, "sharding", None)
-                out.append(jax.device_put(a.astype(ref.dtype), sharding))
+                leaf = jax.device_put(a.astype(ref.dtype), sharding)  # no sharding: uncommitted, as jit's
+                out.append(_weak(leaf) if getattr(ref, "weak_type", False) else leaf)
             return step, jax.tree_util.tree_unflatten(treedef, out)
     except (OSError, KeyError, ValueError):
         return None

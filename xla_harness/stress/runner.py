@@ -159,17 +159,64 @@ def _float_names(tree) -> list[str]:
     return [n for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True) if _floating(x)]
 
 
-def check_same_program(h: Harnessed, params, opt_state, batch) -> dict:
-    """Fingerprint the step the harness runs and a plain ``jax.jit(step)`` of it; they must be equal."""
+def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = False) -> dict:
+    """The step the harness runs, on the arguments it will call it with, against a plain loop's first
+    step compiled independently: a fresh ``jax.jit(step, donate_argnums=..., **jit_kwargs)`` of the
+    user's step, traced and compiled after ``jax.clear_caches()`` (nothing shared with the harness's
+    compile), on the arguments a plain loop has (``init``'s and ``batch``'s outputs, abstract). Equal
+    HLO, aliasing and buffer sizes, or HarnessError naming the first difference: a harness that changed
+    an argument's dtype, weak type, sharding or committedness, or the donation, fails here. A run
+    ``resumed`` from a checkpoint is compared with a plain loop's later step (its arguments: what the
+    step returned). Later steps are held to the step's own outputs by :func:`check_fed_back`."""
+    from xla_harness.targets.compile import abstract_arguments
+
     ours = fingerprint(h.step.lower(params, opt_state, batch).compile())
-    plain = fingerprint(plain_jit(h.program, h.donate).lower(params, opt_state, batch).compile())
+    jax.clear_caches()
+    plain_args = abstract_arguments(h.program, jax.devices(), h.spec.program, place_unplaced=False)
+    step = plain_jit(h.program, h.donate)
+    if resumed:  # a plain loop at a later step feeds what the step returned
+        new_p, new_o, _ = jax.eval_shape(step, *plain_args)
+        plain_args = (new_p, new_o, plain_args[2])
+    plain = fingerprint(step.lower(*plain_args).compile())
     if ours != plain:
         diff = [k for k in ours if ours[k] != plain.get(k)]
-        raise HarnessError(f"{h.label}: the step the harness runs differs from a plain jax.jit of it "
+        raise HarnessError(f"{h.label}: the step the harness runs differs from a plain loop's jax.jit of it "
                            f"({', '.join(diff)}: {ours[diff[0]]!r} vs {plain[diff[0]]!r}); refusing to measure "
                            "a different program")
     h.fingerprint = ours
     return ours
+
+
+def leaf_signature(x) -> tuple:
+    """What decides which program a jitted step compiles for an argument leaf: shape, dtype, weak
+    type, sharding and layout (where the array reports one)."""
+    layout = getattr(x, "format", None) or getattr(x, "layout", None)
+    return (tuple(jnp.shape(x)), str(jnp.result_type(x)), bool(getattr(x, "weak_type", False)),
+            repr(getattr(x, "sharding", None)), repr(layout))
+
+
+_SIGNATURE_PARTS = ("shape", "dtype", "weak type", "sharding", "layout")
+
+
+class _abstract:  # noqa: N801 - stands for a leaf: its signature, taken before the commit donates it
+    def __init__(self, x) -> None:
+        self.signature = leaf_signature(x)
+
+
+def check_fed_back(h: Harnessed, fed, returned) -> None:
+    """The state the harness feeds to the next step has the signature of what the step returned,
+    leaf by leaf: what a plain loop (``params, opt = step(params, opt, batch)``) feeds. A difference
+    (a weakly typed leaf made strong by a copy, a dtype, a sharding, a layout) would make the next
+    call compile another program: refused, naming the leaf."""
+    fed_leaves = jax.tree_util.tree_flatten_with_path(fed)[0]
+    ret_leaves = jax.tree_util.tree_leaves(returned)
+    for (path, a), b in zip(fed_leaves, ret_leaves, strict=True):
+        sa, sb = leaf_signature(a), b.signature if isinstance(b, _abstract) else leaf_signature(b)
+        if sa != sb:
+            i = next(i for i in range(len(sa)) if sa[i] != sb[i])
+            raise HarnessError(f"{h.label}: the harness would feed {jax.tree_util.keystr(path)} back with "
+                               f"{_SIGNATURE_PARTS[i]} {sa[i]} where the step returned {sb[i]}; the next call "
+                               "would compile a different program from a plain loop's: refusing to measure it")
 
 
 @dataclass
@@ -263,7 +310,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
     frozen = spec.protocol == "frozen"
     pending: list = []
-    block_start = state.next_step
+    block_start = first_checked = state.next_step
     refs: dict[int, dict] = {}
     for s in range(state.next_step, steps):
         k_data, k_fault = step_keys(seed, s)
@@ -281,8 +328,11 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
             flags = h.checker(state.params, new_p, new_o, aux)
         else:
             backup_p, backup_o = _backup(state)
+            returned = None if s > first_checked + 1 else jax.tree_util.tree_map(_abstract, (new_p, new_o))
             flags, state.params, state.opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
             state.backup = (bp, bo)
+            if returned is not None:  # the first two feedbacks of each run (the backup starts from init)
+                check_fed_back(h, (state.params, state.opt_state), returned)
         pending.append(flags)
         state.next_step = s + 1
         stop = should_stop()
@@ -361,7 +411,9 @@ def _resume_state(h: Harnessed, out: Path, seed: int, start: int) -> RunState:
     if h.spec.protocol == "frozen":  # the inputs never change
         state.next_step = start
         return state
-    ck = load_checkpoint(_checkpoint_path(out, h.label, seed), (state.params, state.opt_state)) \
+    # Restored as a plain loop holds its state at a later step: as the step returns it.
+    returned = jax.eval_shape(h.step, state.params, state.opt_state, first_batch(h, seed))[:2]
+    ck = load_checkpoint(_checkpoint_path(out, h.label, seed), tuple(returned)) \
         if jax.process_count() == 1 else None
     if ck is not None and ck[0] <= start:
         state.next_step, (state.params, state.opt_state) = ck[0], ck[1]
@@ -424,7 +476,8 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                 if h.fingerprint is None:
                     batch = state.batch if state.batch is not None else first_batch(h, seed)
                     check_step_outputs(h, state.params, state.opt_state, batch)
-                    fp = check_same_program(h, state.params, state.opt_state, batch)
+                    resumed = state.next_step > 0 and h.spec.protocol == "train"
+                    fp = check_same_program(h, state.params, state.opt_state, batch, resumed)
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
                                fingerprint={**fp, "donate_argnums": list(h.donate)}))
                 for block in run_seed(h, seed, state, store, out, env, should_stop):

@@ -1,0 +1,140 @@
+"""The "same program" proof can fail: each way a harness could change the program it measures is
+planted here and caught (weak types, dtypes, shardings and committedness of the arguments,
+donation), and a weakly typed leaf next to bf16 parameters keeps the plain loop's losses bit for bit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from xla_harness.errors import HarnessError
+from xla_harness.programs.interface import TrainProgram
+from xla_harness.stress import checker
+from xla_harness.stress.inject import step_keys
+from xla_harness.stress.runner import (
+    check_fed_back,
+    check_same_program,
+    initial_state,
+    prepare,
+    run_config,
+)
+from xla_harness.stress.spec import StressSpec
+
+
+def weak_scale_program() -> TrainProgram:
+    """bf16 weights and a weakly typed f32 scale the step returns as it got it: weak x bf16 stays bf16
+    in a plain loop; made strong, the product becomes f32 and the losses change."""
+
+    def init(key):
+        w = (jax.random.normal(key, (16, 8)) * 0.3).astype(jnp.bfloat16)
+        return {"w": w, "scale": jnp.asarray(0.75)}, {"count": jnp.zeros((), jnp.int32)}
+
+    def batch(key, step):
+        kx, ky = jax.random.split(key)
+        return jax.random.normal(kx, (4, 16)).astype(jnp.bfloat16), jax.random.normal(ky, (4, 8))
+
+    def loss_fn(w, scale, b):
+        x, y = b
+        pred = (x @ w) * scale  # bf16 with a weak scale; f32 with a strong one
+        return jnp.mean((pred.astype(jnp.float32) - y) ** 2)
+
+    def step(params, opt, b):
+        loss, g = jax.value_and_grad(loss_fn)(params["w"], params["scale"], b)
+        new = {"w": (params["w"] - 0.1 * g).astype(jnp.bfloat16), "scale": params["scale"]}
+        return new, {"count": opt["count"] + 1}, {"loss": loss}
+
+    return TrainProgram(name="weak-scale", init=init, batch=batch, step=step)
+
+
+def _harness(program: TrainProgram, steps: int = 8):
+    spec = StressSpec(program="weak-scale", seeds=(1,), steps=steps, block=4)
+    return prepare(spec, {}, program)
+
+
+def _harness_losses(program: TrainProgram, steps: int = 8) -> list[float]:
+    h = _harness(program, steps)
+    state = initial_state(h, 1)
+    batch = h.program.batch(step_keys(1, 0)[0], 0)
+    check_same_program(h, state.params, state.opt_state, batch)
+    return [r["loss"] for block in run_config(h, 1, state) for r in block.records]
+
+
+def _plain_losses(program: TrainProgram, steps: int = 8) -> list[float]:
+    step = jax.jit(program.step, donate_argnums=(0, 1))
+    params, opt = program.init(jax.random.key(1))
+    out = []
+    for s in range(steps):
+        params, opt, aux = step(params, opt, program.batch(step_keys(1, s)[0], s))
+        out.append(float(aux["loss"]))
+    return out
+
+
+@pytest.mark.slow
+def test_weak_type_leaf_keeps_the_plain_loops_losses_bit_for_bit():
+    program = weak_scale_program()
+    assert program.init(jax.random.key(0))[0]["scale"].weak_type
+    assert _harness_losses(program) == _plain_losses(program)
+
+
+@pytest.mark.slow
+def test_a_copy_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
+    """Plant the old backup copy (``x + zeros((), dtype)``: strong): the first feedback is refused."""
+    monkeypatch.setattr(checker, "_new_buffer", lambda x: x + jnp.zeros((), x.dtype) if jnp.issubdtype(
+        x.dtype, jnp.floating) else x * 1)
+    with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
+        _harness_losses(weak_scale_program())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant,says", [
+    ("donation", "input_output_alias"),
+    ("dtype", "hlo_sha256"),
+    ("committed", "hlo_sha256"),
+])
+def test_changed_arguments_or_donation_are_refused(plant, says):
+    program = weak_scale_program()
+    h = _harness(program)
+    state = initial_state(h, 1)
+    params, opt = state.params, state.opt_state
+    batch = h.program.batch(step_keys(1, 0)[0], 0)
+    if plant == "donation":  # the harness's step jitted without the user's donation
+        h.step = jax.jit(program.step)
+    elif plant == "dtype":  # a leaf's dtype changed on the way in
+        params = {**params, "scale": params["scale"].astype(jnp.float16)}
+    else:  # committed to a device (a plain loop's arrays are not)
+        params = jax.device_put(params, jax.devices()[0])
+    with pytest.raises(HarnessError, match=f"differs from a plain loop's jax.jit of it \\([^)]*{says}"):
+        check_same_program(h, params, opt, batch)
+
+
+@pytest.mark.slow
+def test_unchanged_arguments_pass_and_record_the_fingerprint():
+    h = _harness(weak_scale_program())
+    state = initial_state(h, 1)
+    fp = check_same_program(h, state.params, state.opt_state, h.program.batch(step_keys(1, 0)[0], 0))
+    assert fp == h.fingerprint and len(fp["id"]) == 16
+
+
+def test_fed_back_sharding_change_is_refused():
+    """A leaf fed back on another device than the step returned it on."""
+    h = _harness(weak_scale_program())
+    a = jax.device_put(jnp.ones(3), jax.devices()[0])
+    b = jax.device_put(jnp.ones(3), jax.devices()[1])
+    check_fed_back(h, {"w": a}, {"w": a})
+    with pytest.raises(HarnessError, match=r"\['w'\] back with sharding"):
+        check_fed_back(h, {"w": b}, {"w": a})
+
+
+def test_fed_back_dtype_change_is_refused():
+    h = _harness(weak_scale_program())
+    with pytest.raises(HarnessError, match=r"\['w'\] back with dtype float32 where the step returned bfloat16"):
+        check_fed_back(h, {"w": jnp.ones(3)}, {"w": jnp.ones(3, jnp.bfloat16)})
+
+
+def test_replace_keeps_program_fields():
+    # The fixture's program is a plain TrainProgram (nothing of the harness in it).
+    p = weak_scale_program()
+    assert replace(p, donate_argnums=()).donate_argnums == ()
