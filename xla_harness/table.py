@@ -11,14 +11,21 @@ from collections.abc import Sequence
 SEP = "  "
 
 
+def printable(text: str) -> str:
+    """``text`` with what no UTF-8 stream can carry (a lone surrogate such as ``\\udc80``, from a JSON
+    escape in an input file) written as a backslash escape, so a table of such a label prints."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def format_rows(rows: Sequence[Sequence[str]], header: Sequence[str] | None = None, indent: str = "",
                 rule: bool = True) -> list[str]:
     """The lines of a table: ``header`` (when given) and then ``rows``, each cell padded to its
-    column's widest cell, each line prefixed by ``indent`` and stripped of trailing blanks.
+    column's widest cell, each line prefixed by ``indent`` and stripped of trailing blanks; every cell
+    through :func:`printable`.
 
     With a header and ``rule``, a line of dashes as wide as each column follows the header.
     Every row has as many cells as the header (ValueError otherwise)."""
-    lines = ([list(header)] if header is not None else []) + [list(r) for r in rows]
+    lines = [[printable(c) for c in r] for r in ([header] if header is not None else []) + list(rows)]
     if not lines:
         return []
     ncols = len(lines[0])

@@ -15,13 +15,17 @@ results (--results DIR, else a run of --seeds x --steps here), bisect.jsonl (--b
 and a standalone repro.py (jax + numpy only for the built-in; a user's --program is bundled
 as source under program/ and repro.py loads it) with the output it gave when bundled.
 
---check FILE never runs code from the archive (a user's program only with --run-program).
+--check FILE never runs code from the archive (a user's program only with --run-program,
+and then only the source bundled in program/: a config.json naming any other module is refused).
 It proves: the files are those the manifest names (sha256 of each); repro.py is this
 harness's own copy (or says it is not); findings.json equals a fresh scan of the bundled HLO
 and stress/table.txt the table of the bundled rows; config.json is valid; and this harness's
 repro.py, run on that config here (killed with its process group after --timeout seconds),
 gives the bundled non-finite counts and losses. It does not prove env.json (where the bundle
 was made) beyond its sha256 in the manifest, which whoever made the bundle could rewrite.
+The re-run is bounded by the bundle's recorded work (steps x seeds; --max-steps, default 10000);
+on SIGTERM, or when the harness is killed, the re-run is killed too and the temporary folder goes.
+An expected.json with no seeds, other seeds or another number of losses than the re-run differs.
 Exit 0: all same; 1: something differs; 2: unreadable.
 """
 
@@ -33,6 +37,9 @@ def add_arguments(p) -> None:
     p.add_argument("--check", type=Path, metavar="FILE", help="verify a bundle and re-run the harness's repro.py on it")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="--check: seconds the re-run may take before it is killed (default 1800)")
+    p.add_argument("--max-steps", type=int, default=10_000, metavar="N",
+                   help="--check: refuse to re-run a bundle of more than N steps in all (steps x seeds; "
+                        "default 10000)")
     p.add_argument("--run-program", action="store_true",
                    help="--check of a user program's bundle: also run the program in its program/ folder "
                         "(code from the archive: read it first)")
@@ -69,7 +76,10 @@ def run(args) -> int:
     if args.check:
         if not args.timeout > 0:
             raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-        same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program)
+        if args.max_steps <= 0:
+            raise HarnessError(f"--max-steps must be a positive integer, got {args.max_steps}")
+        same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program,
+                                          max_steps=args.max_steps)
         if args.json:
             print(json.dumps({"bundle": str(args.check), "same": same, "lines": lines}, indent=2))
         else:

@@ -14,7 +14,9 @@ patch is checked on top). An upstream without a tree is listed as "not checked: 
 tree given" and never counts as passing.
 
 Exit 0 when every given tree accepts its series, 2 when a patch does not apply (one line
-naming the patch, the file and the hunk) or the input is bad.
+naming the patch, the file and the hunk), when a tree was given but no patch could be checked
+against it (every patch "not checked": e.g. each touches files the tree lacks), or the input
+is bad.
 """
 
 
@@ -33,19 +35,25 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from xla_harness.errors import HarnessError
-    from xla_harness.upstream.patchcheck import check_upstream
+    from xla_harness.upstream.patchcheck import check_upstream, nothing_checked
     from xla_harness.upstream.series import load_series
 
     series = load_series(args.series_file)
     trees = {"xla": args.xla_src, "jax": args.jax_src, "tensorflow": args.tf_src}
     records: list[dict] = []
+    unchecked: list[str] = []
     try:
         for name, up in series.upstreams.items():
-            for r in check_upstream(series, up, trees.get(name), args.series):
+            results = check_upstream(series, up, trees.get(name), args.series)
+            for r in results:
                 if args.json:
                     records.append({"upstream": r.upstream, "status": r.status, "detail": r.detail})
                 else:
                     print(r.line())
+            if (why := nothing_checked(name, trees.get(name), results)) is not None:
+                unchecked.append(why)
+        if unchecked:
+            raise HarnessError("; ".join(unchecked))
     except HarnessError as exc:
         if args.json:  # the records so far, as the text shows its lines so far; the error line follows
             print(_json(args.series, records, str(exc)))

@@ -16,11 +16,16 @@ compares the bundled repro.py with the harness's own copy by sha256, recomputes 
 from the bundled HLO and the table from the bundled stress rows, validates config.json, and
 runs the harness's own repro.py on that config (in its own process group, killed whole on
 timeout), comparing with expected.json. A user's program is code from the archive: it is
-re-run only with ``run_program=True`` (``--run-program``).
+re-run only with ``run_program=True`` (``--run-program``), and only the bundled source in
+``program/`` (config.json may name a built-in or FILE.py:NAME inside program/, nothing else). A
+re-run is bounded by the bundle's own recorded work (steps x seeds of its one config) against
+``max_steps``; its child is killed with its process group on timeout, on SIGTERM or an interrupt
+of the harness, and (Linux) by the kernel when the harness itself is killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -30,6 +35,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +49,8 @@ STANDALONE_PROGRAM = Path(__file__).with_name("standalone_program.py")  # a user
 MAX_MEMBERS = 10_000
 MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big models run to hundreds of MB)
 REPRO_TIMEOUT_S = 1800.0
+MAX_CHECK_STEPS = 10_000  # steps x seeds a --check re-run may take unless raised with --max-steps
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def bundle_env() -> dict:
@@ -119,7 +128,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")
-    with tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
+    with sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
         root = Path(tmp) / "bundle"
         (root / "hlo").mkdir(parents=True)
         builtin = program == "tied-embedding"
@@ -192,18 +201,71 @@ def manifest(root: Path) -> dict[str, str]:
             if p.is_file() and p.relative_to(root).as_posix() != "manifest.json"}
 
 
+# Starts a repro script in a child that the kernel SIGKILLs when the harness dies (Linux
+# PR_SET_PDEATHSIG through ctypes; elsewhere the request is skipped), and with nothing prepended to
+# sys.path: the script's own folder is xla_harness/repro, whose bisect.py would shadow the standard
+# library's, and the working folder is the extracted bundle. argv: PARENT_PID SCRIPT ARGS...
+LAUNCHER = """
+import ctypes, os, runpy, sys
+del sys.path[0]
+try:
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    raise SystemExit("repro.py: the harness that started it has already gone")
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+""".replace("PR_SET_PDEATHSIG", str(PR_SET_PDEATHSIG))
+
+
+def repro_command(python: str, script: Path, config: Path) -> list[str]:
+    """The child's command line: repro.py --json --config CONFIG under LAUNCHER."""
+    return [python, "-c", LAUNCHER, str(os.getpid()), str(script), "--json", "--config", str(config)]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a child started with start_new_session and everything in its process group; reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit(143) while the block runs, so every ``finally`` and context manager
+    in it (temporary folders, child process groups) cleans up; the previous handler comes back after.
+    Signal handlers belong to the main thread: elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        sys.stderr.write("terminated (SIGTERM)\n")
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_repro(script: Path, config: Path, python: str = sys.executable,
               timeout: float = REPRO_TIMEOUT_S) -> str:
-    """Run repro.py on a config in its own process group; the whole group is killed on timeout."""
+    """Run repro.py on a config in its own process group; the whole group is killed on timeout and on
+    any exception here (SIGTERM through sigterm_as_exit, an interrupt), and the child dies with us."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([python, str(script), "--json", "--config", str(config)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=config.parent, start_new_session=True)
+    proc = subprocess.Popen(repro_command(python, script, config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=config.parent, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        kill_group(proc)
         raise HarnessError(f"repro.py did not finish in {timeout:g} s (its process group was killed)") from None
+    except BaseException:
+        kill_group(proc)
+        raise
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
@@ -277,13 +339,39 @@ def _validate_run_shape(cfg: dict, path: Path) -> None:
         raise HarnessError(f"{path}: config.json steps must be an integer in 1..1000000")
 
 
+def check_work(cfg: dict, path: Path, max_steps: int) -> None:
+    """A re-run is bounded by the bundle's own recorded cost: steps x seeds of its one config."""
+    work = cfg["steps"] * len(cfg["seeds"])
+    if work > max_steps:
+        raise HarnessError(f"{path}: re-running this bundle takes {work} steps ({cfg['steps']} steps x "
+                           f"{len(cfg['seeds'])} seeds x 1 config), more than --max-steps {max_steps}; "
+                           "pass a larger --max-steps to run it")
+
+
+def bundled_program_file(prog: str, path: Path) -> str:
+    """The file under program/ that a program bundle's config.json names: a built-in's module (bundled
+    under program/xla_harness/programs) or FILE.py of FILE.py:NAME. Anything else (a module to import
+    from the machine, a path) is refused: a bundle runs only its own source."""
+    from xla_harness.programs.interface import BUILTINS
+
+    if prog in BUILTINS:
+        return BUILTINS[prog].partition(":")[0].replace(".", "/") + ".py"
+    file, sep, attr = prog.partition(":")
+    if sep and file.endswith(".py") and len(file) > 3 and file == Path(file).name and "\\" not in file \
+            and attr.isidentifier():
+        return file
+    raise HarnessError(f"{path}: config.json program {prog!r} is not the bundled program (a built-in, or "
+                       "FILE.py:NAME with FILE.py in program/); a bundle runs nothing else")
+
+
 def is_program_bundle(cfg) -> bool:
     """A bundle of a user's program (config.json names it and its options) rather than the built-in."""
     return isinstance(cfg, dict) and "options" in cfg and cfg.get("program") != "tied-embedding"
 
 
-def validate_config(cfg, path: Path):
-    """config.json as the harness writes it; the built-in model through ModelConfig's own checks."""
+def validate_config(cfg, path: Path, root: Path | None = None):
+    """config.json as the harness writes it; the built-in model through ModelConfig's own checks. A
+    program bundle's program must be the one bundled (under ``root``/program when root is given)."""
     from xla_harness.programs.tied_embedding import ModelConfig
 
     if is_program_bundle(cfg):
@@ -291,8 +379,9 @@ def validate_config(cfg, path: Path):
         if (not isinstance(prog, str) or not isinstance(cfg.get("options"), dict)
                 or not all(isinstance(k, str) for k in cfg["options"])):
             raise HarnessError(f"{path}: config.json needs a program name and an options table")
-        if prog.partition(":")[0].endswith(".py") and ("/" in prog or "\\" in prog):
-            raise HarnessError(f"{path}: config.json program {prog!r} must name a file inside program/")
+        rel = bundled_program_file(prog, path)
+        if root is not None and not (root / "program" / rel).is_file():
+            raise HarnessError(f"{path}: config.json program {prog!r} needs program/{rel}, which the bundle lacks")
         _validate_run_shape(cfg, path)
         return
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
@@ -334,11 +423,32 @@ def check_derived(root: Path, path: Path, report: CheckReport) -> None:
     report.add(ok, f"stress/table.txt: {'same as' if ok else 'DIFFERENT from'} the table of the bundled rows")
 
 
+def _is_run(entry) -> bool:
+    """One seed's record as repro.py prints it: an integer non-finite count and a list of losses."""
+    return (isinstance(entry, dict) and isinstance(entry.get("nonfinite"), int)
+            and not isinstance(entry["nonfinite"], bool) and isinstance(entry.get("losses"), list)
+            and all(x is None or (isinstance(x, int | float) and not isinstance(x, bool)) for x in entry["losses"]))
+
+
 def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
+    """Seed by seed, the re-run against expected.json. A record that does not match the re-run's
+    shape (another seed set, another number of losses, no seeds or no losses at all) is a difference:
+    nothing compared is never "same"."""
+    if not expected["seeds"]:
+        report.add(False, "expected.json: no seeds to compare with the re-run")
+    for seed in sorted(got["seeds"].keys() - expected["seeds"].keys()):
+        report.add(False, f"seed {seed}: in the re-run but missing from expected.json")
     for seed, want in expected["seeds"].items():
         have = got["seeds"].get(seed)
         if have is None:
             report.add(False, f"seed {seed}: missing from the re-run")
+            continue
+        if not _is_run(want):
+            report.add(False, f"seed {seed}: expected.json has no non-finite count and losses for it")
+            continue
+        if len(have["losses"]) != len(want["losses"]) or not want["losses"]:
+            report.add(False, f"seed {seed}: {len(have['losses'])} losses in the re-run, {len(want['losses'])} "
+                              "in the bundle -> DIFFERENT")
             continue
         pairs = zip(have["losses"], want["losses"], strict=True)
         diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in pairs
@@ -351,21 +461,23 @@ def compare_runs(expected: dict, got: dict, report: CheckReport) -> None:
 
 
 def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPRO_TIMEOUT_S,
-                 max_bytes: int = MAX_BYTES, run_program: bool = False) -> tuple[bool, list[str]]:
+                 max_bytes: int = MAX_BYTES, run_program: bool = False,
+                 max_steps: int = MAX_CHECK_STEPS) -> tuple[bool, list[str]]:
     """Verify a bundle without running its code; re-run the harness's repro.py. (same, lines).
 
-    A user's program in program/ is code from the archive: it runs only with ``run_program``."""
+    A user's program in program/ is code from the archive: it runs only with ``run_program``.
+    The temporary folder goes on every way out, SIGTERM included."""
     if not path.is_file():
         raise HarnessError(f"{path}: no such bundle")
     report = CheckReport()
-    with tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
+    with sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
         root = safe_extract(path, Path(tmp), max_bytes=max_bytes)
         for need in ("manifest.json", "repro.py", "config.json", "expected.json", "findings.json"):
             if not (root / need).is_file():
                 raise HarnessError(f"{path}: bundle lacks {need}")
         check_manifest(root, path, report)
         cfg = _read_json(root, "config.json", path)
-        validate_config(cfg, path)
+        validate_config(cfg, path, root)
         user_program = is_program_bundle(cfg)
         script = STANDALONE_PROGRAM if user_program else STANDALONE
         ours = sha256_file(script)
@@ -380,6 +492,7 @@ def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPR
             report.lines.append("not re-run: the program in program/ is code from the archive; read it, then "
                                 "pass --run-program to run it")
             return report.same, report.lines
+        check_work(cfg, path, max_steps)
         if user_program:
             clean_config = root / "config.json"  # beside the program/ it loads
         else:

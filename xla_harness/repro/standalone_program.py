@@ -44,15 +44,31 @@ def _keys(seed, step):
     return jax.random.split(jax.random.fold_in(jax.random.key(seed), step))
 
 
-def load(cfg: dict, folder: Path):
-    """The configured TrainProgram, imported from ``folder/program``."""
-    sys.path.insert(0, str(folder / "program"))
-    from xla_harness.programs.interface import load_program
+def bundled_spec(spec: str, source: Path, builtins: dict) -> str:
+    """The --program spec of the bundled source: a built-in whose module file lies under ``source``,
+    or FILE.py:NAME with FILE.py in ``source``, as a path. Anything else (a module of this machine,
+    a path out of the folder) ends the run: only the bundled program is run."""
+    if spec in builtins:
+        module = builtins[spec].partition(":")[0]
+        if module.startswith("xla_harness.programs.") and (source / (module.replace(".", "/") + ".py")).is_file():
+            return spec
+    else:
+        file, sep, attr = spec.partition(":")
+        if (sep and file.endswith(".py") and file == Path(file).name and attr.isidentifier()
+                and (source / file).is_file()):
+            return f"{source / file}:{attr}"
+    raise SystemExit(f"repro.py: config.json program {spec!r} is not a program bundled in {source}")
 
-    spec = cfg["program"]
-    if spec.partition(":")[0].endswith(".py"):
-        spec = str(folder / "program" / spec)
-    return load_program(spec, **cfg["options"])
+
+def load(cfg: dict, folder: Path):
+    """The configured TrainProgram, imported from ``folder/program`` and nowhere else."""
+    source = (folder / "program").resolve()
+    sys.path.insert(0, str(source))
+    from xla_harness.programs import interface
+
+    if not Path(interface.__file__).resolve().is_relative_to(source):
+        raise SystemExit(f"repro.py: the TrainProgram interface did not load from {source}")
+    return interface.load_program(bundled_spec(cfg["program"], source, interface.BUILTINS), **cfg["options"])
 
 
 def run(cfg: dict, folder: Path) -> dict:

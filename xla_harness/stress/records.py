@@ -10,7 +10,10 @@ A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
   step a :class:`Step`.
 
 ``parse_record`` turns one decoded JSON value into a record or raises :class:`RecordError`
-with a sentence saying what is wrong; readers prefix it with ``FILE:LINE:``.
+with a sentence saying what is wrong; readers prefix it with ``FILE:LINE:``. A JSON boolean is
+never read as an integer. ``check_block_in_spec`` refuses a block that contradicts its file's
+header (another program, a label that is not its config's or not one the spec asks for, a seed
+or step the spec does not run).
 """
 
 from __future__ import annotations
@@ -185,7 +188,7 @@ def parse_header(obj: Mapping) -> Header:
     fp = spec_fingerprint(spec)
     if "fingerprint" in obj and obj["fingerprint"] != fp:
         raise RecordError(f"header fingerprint {str(obj['fingerprint'])[:20]!r} does not match its spec ({fp})")
-    if "schema" in obj and obj["schema"] != SCHEMA:
+    if "schema" in obj and (isinstance(obj["schema"], bool) or obj["schema"] != SCHEMA):
         raise RecordError(f"results schema {obj['schema']!r} is not the one this harness reads ({SCHEMA})")
     env = _need(obj, "env", dict, "header") if "env" in obj else {}
     time = _need(obj, "time", str, "header") if "time" in obj else ""
@@ -233,6 +236,22 @@ def parse_block(obj: Mapping) -> Block:
                  env=optional("env", dict, {}), time=optional("time", str, ""),
                  program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
                  fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate))
+
+
+def check_block_in_spec(block: Block, spec: Mapping[str, Any]) -> None:
+    """A block agrees with the spec of its file's header, or RecordError says where it does not."""
+    program = spec.get("program", BUILTIN_PROGRAM)
+    if block.program != program:
+        raise RecordError(f"block program {block.program!r} is not its header's ({program!r})")
+    own = label(block.config, block.program)
+    if block.label != own:
+        raise RecordError(f"block label {block.label!r} is not the label of its config ({own!r})")
+    if block.label not in spec_labels(spec):
+        raise RecordError(f"block label {block.label!r} is not a configuration its header's spec runs")
+    if block.seed not in spec["seeds"]:
+        raise RecordError(f"block seed {block.seed} is not one of its header's spec seeds")
+    if block.end > spec["steps"]:
+        raise RecordError(f"block ends at step {block.end}, past its header's spec steps ({spec['steps']})")
 
 
 def parse_record(obj: Any) -> Record:

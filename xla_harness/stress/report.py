@@ -15,7 +15,7 @@ from pathlib import Path
 from xla_harness.errors import HarnessError
 from xla_harness.stress import records, stats
 from xla_harness.stress import store as results
-from xla_harness.table import format_rows
+from xla_harness.table import format_rows, printable
 
 
 @dataclass
@@ -145,6 +145,15 @@ def check_specs(files: list[results.Results]) -> None:
                                    "report them apart, or pass --allow-mixed-specs to pool them")
 
 
+def check_blocks_in_spec(res: results.Results) -> None:
+    """Every block of a file agrees with its header's spec (FILE:LINE and why, if not: block k is line k+1)."""
+    for lineno, b in enumerate(res.blocks, start=2):
+        try:
+            records.check_block_in_spec(b, res.header.spec)
+        except records.RecordError as exc:
+            raise HarnessError(f"{res.path}:{lineno}: {exc}") from None
+
+
 def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
     """Read and validate every results file in the given folders into one table (with gaps)."""
     files: list[results.Results] = []
@@ -156,6 +165,8 @@ def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
         if not paths:
             raise HarnessError(f"{folder} holds no stress*.jsonl results")
         files.extend(results.read_results(p) for p in paths)
+    for f in files:
+        check_blocks_in_spec(f)
     if not allow_mixed_specs:
         check_specs(files)
     order: list[str] = []
@@ -242,7 +253,7 @@ def format_table(t: Table) -> str:
                    "row; dloss: largest relative loss difference at the same seed and step (both finite)")
     for g in t.gaps:
         out.append(f"gap: {g}")
-    return "\n".join(out)
+    return printable("\n".join(out))
 
 
 def table_json(t: Table) -> dict:

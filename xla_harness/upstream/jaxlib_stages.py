@@ -28,11 +28,28 @@ from xla_harness.upstream.jaxlib_plan import (
 )
 from xla_harness.upstream.series import load_series
 
+MAX_DOWNLOAD_BYTES = 2 << 30  # an XLA source tarball is ~100 MB; file:///dev/zero never ends
 
-def _download(url: str, dest: Path) -> None:
+
+def copy_capped(src, fh, max_bytes: int, url: str, chunk: int = 1 << 20) -> int:
+    """Copy a stream into ``fh``, refusing (HarnessError) as soon as it passes ``max_bytes``."""
+    total = 0
+    while data := src.read(chunk):
+        total += len(data)
+        if total > max_bytes:
+            raise HarnessError(f"fetch: {url} is larger than {max_bytes} bytes; refusing the rest")
+        fh.write(data)
+    return total
+
+
+def _download(url: str, dest: Path, max_bytes: int = MAX_DOWNLOAD_BYTES) -> None:
+    """Download ``url`` into ``dest``, at most ``max_bytes`` (a partial file is removed)."""
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as fh:
-            shutil.copyfileobj(resp, fh)
+            copy_capped(resp, fh, max_bytes, url)
+    except HarnessError:
+        dest.unlink(missing_ok=True)
+        raise
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
         raise HarnessError(f"fetch: cannot download {url}: {reason} (no network to GitHub?)") from None

@@ -3,7 +3,8 @@
 Only the files a series touches are copied into a scratch git repository, so checking
 against a full XLA checkout is fast. A patch that does not apply is reported as one line
 naming the patch, the file and the hunk. An upstream for which no tree was given is
-reported as "not checked", never as passing.
+reported as "not checked", never as passing; a tree that was given but against which no patch
+could be checked is an error (:func:`nothing_checked`).
 """
 
 from __future__ import annotations
@@ -73,3 +74,13 @@ def check_upstream(series: Series, up: Upstream, tree: Path | None, which: str =
             results.append(CheckResult(up.name, "applies", f"{p.file} ({p.series})"))
     return results
 
+
+
+def nothing_checked(upstream: str, tree: Path | None, results: list[CheckResult]) -> str | None:
+    """The error for a source tree that was given but against which no patch applied: every patch
+    "not checked" (or none selected) checks nothing, and a check asked for must not pass that way.
+    None when no tree was given (nothing was asked) or when a patch was checked."""
+    if tree is None or any(r.status == "applies" for r in results):
+        return None
+    why = results[0].detail if results else "no patches"
+    return f"{upstream}: no patch was checked against {tree} ({why}); nothing was checked"

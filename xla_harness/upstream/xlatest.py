@@ -490,6 +490,15 @@ def cmd_test(args: argparse.Namespace) -> int:
     return worst
 
 
+def unit_for(units: Iterable[TestUnit], source: str, what: str) -> TestUnit:
+    """The unit test compiled with ``source``; a clear error (not StopIteration) when there is none."""
+    for unit in units:
+        if unit.source == source:
+            return unit
+    raise HarnessError(f"{what}: no unit test is built with {source} (each guarded file needs its *_test.cc "
+                       "in the tree); nothing to run the mutant against")
+
+
 def cmd_mutants(args: argparse.Namespace) -> int:
     if not args.xla_src:
         print("xla-mutants: not checked: no XLA_SRC")
@@ -509,9 +518,9 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     for g in guards:
         if g.patch not in patches:
             continue
+        unit = unit_for(units, g.file, f"guard {g.name} of {g.patch}")
         (tc.tree / g.file).write_text(mutate(pristine[g.file], g))
         try:
-            unit = next(u for u in units if u.source == g.file)
             print(f"== mutant: {g.patch} / {g.name}", flush=True)
             run = build_and_run(tc, unit, support_cc, work, lambda s: print(s, flush=True))
         finally:
