@@ -239,3 +239,22 @@ def test_bisect_passes_on_tpu_finds_libtpus_fusion_passes(tmp_path, capsys):
 def test_bisect_stress_oracle_needs_the_hardware(tmp_path, capsys):
     assert main(["bisect-passes", "--target", "tpu:v6e:2x4", "--out", str(tmp_path)]) == 2
     assert "use --oracle hlo" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_bundle_carries_the_step_compiled_for_the_target(tmp_path, capsys):
+    import tarfile
+
+    out = tmp_path / "repro.tar.gz"
+    assert main(["bundle", "--out", str(out), "--target", "tpu:v6e:2x4", "--steps", "2", *TINY_ARGS]) == 0
+    with tarfile.open(out) as tf:
+        names = tf.getnames()
+        hlo = tf.extractfile("bundle/hlo/tpu_v6e_2x4/jit_step.after_optimizations.txt").read().decode()
+        findings = json.loads(tf.extractfile("bundle/findings.json").read())
+    assert "bundle/hlo/tpu_v6e_2x4/jit_step.after_optimizations-buffer-assignment.txt" in names
+    assert '"aliasing_operands"' in hlo and ":T(8,128)" in hlo
+    [tpu] = [m for m in findings["modules"] if m.get("target") == "tpu:v6e:2x4"]
+    assert tpu["backend"] == "tpu" and tpu["device_kind"] == "TPU v6 lite"
+    capsys.readouterr()
+    assert main(["bundle", "--check", str(out)]) == 0  # the manifest covers the target's files

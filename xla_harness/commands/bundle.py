@@ -51,6 +51,7 @@ def add_arguments(p) -> None:
     p.add_argument("--dump", type=Path, help="XLA dump folder with the step's optimized HLO and buffer assignment")
     p.add_argument("--results", type=Path, help="stress results folder to include")
     p.add_argument("--bisect", type=Path, help="bisect-passes output folder to include")
+    flags.add_target_argument(p)  # with tpu:/cuda:, the bundle also carries the step compiled for it
     flags.add_model_arguments(p)
 
 
@@ -91,8 +92,11 @@ def run(args) -> int:
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
     from xla_harness.commands import flags
+    from xla_harness.targets.devices import prepare_environment
 
+    prepare_environment(args.target)
     out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
-                             dump=args.dump, results_dir=args.results, bisect_dir=args.bisect)
+                             dump=args.dump, results_dir=args.results, bisect_dir=args.bisect,
+                             target=args.target)
     print(json.dumps({"bundle": str(out)}, indent=2) if args.json else out)
     return 0

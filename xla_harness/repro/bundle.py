@@ -118,7 +118,7 @@ def copy_program_source(program: str, dest: Path) -> str:
 
 def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], steps: int,
                 dump: Path | None = None, results_dir: Path | None = None, bisect_dir: Path | None = None,
-                python: str = sys.executable) -> Path:
+                python: str = sys.executable, target=None) -> Path:
     from xla_harness.hlo.parser import parse_file
     from xla_harness.hlo.scan import module_json, scan_module
     from xla_harness.stress import report
@@ -148,7 +148,10 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
         shutil.copy(hlo, root / "hlo" / hlo.name)
         shutil.copy(ba, root / "hlo" / ba.name)
         mod = parse_file(hlo)
-        (root / "findings.json").write_text(json.dumps({"modules": [module_json(mod, scan_module(mod))]}, indent=2))
+        modules = [module_json(mod, scan_module(mod))]
+        if target is not None and not target.is_host:
+            modules.append(_target_hlo(program, options, target, root / "hlo"))
+        (root / "findings.json").write_text(json.dumps({"modules": modules}, indent=2))
         (root / "env.json").write_text(json.dumps(bundle_env(), indent=2, default=str))
         if builtin:
             model = {k: options[k] for k in ("mode", "remat", "dtype", "vocab", "d_model", "layers", "heads",
@@ -181,7 +184,8 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             "builds the training program of `config.json` (the built-in model, or the program in `program/`), "
             "jits its step as a user does, and counts non-finite steps; `expected.json` is what it printed when "
             "the bundle was made, "
-            "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step, "
+            "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step (and, in "
+            "`hlo/tpu_.../` or `hlo/cuda_.../`, of the step compiled for that target), "
             "`findings.json` the scanner's view of it, `stress/` the harness's stress results, and "
             "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
             "and compares.\n")
@@ -193,6 +197,28 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
         partial.replace(out)
     return out
 
+
+
+def _target_hlo(program: str, options: dict, target, hlo_dir: Path) -> dict:
+    """The step compiled ahead of time for ``target`` (libtpu / the CUDA plugin): its optimized HLO and
+    buffer assignment under ``hlo/<target>/``, and the scanner's view of it (returned)."""
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.scan import module_json, scan
+    from xla_harness.stress.compile_only import compile_program
+
+    opts = dict(options)
+    if program == "tied-embedding":
+        opts.setdefault("devices", 1)  # as many devices as the bundle's own run, not the whole topology
+    compiled = compile_program(program, opts, target)
+    where = hlo_dir / target.text.replace(":", "_")
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "jit_step.after_optimizations.txt").write_text(compiled.hlo_text)
+    if compiled.buffer_assignment is not None:
+        (where / "jit_step.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+    mod = parse_module(compiled.hlo_text, f"<{target.text}>")
+    findings, decisions, backend = scan(mod, target.backend)
+    return {**module_json(mod, findings, decisions, backend), "target": target.text,
+            "device_kind": compiled.device_kind}
 
 
 def manifest(root: Path) -> dict[str, str]:
@@ -411,8 +437,12 @@ def check_derived(root: Path, path: Path, report: CheckReport) -> None:
     if len(hlos) != 1:
         raise HarnessError(f"{path}: expected one optimized HLO under hlo/, found {len(hlos)}")
     mod = parse_file(hlos[0])
-    findings = {"modules": [module_json(mod, scan_module(mod))]}
-    ok = findings == _read_json(root, "findings.json", path)
+    modules = [module_json(mod, scan_module(mod))]
+    bundled = _read_json(root, "findings.json", path)
+    for entry in (bundled.get("modules", [])[1:] if isinstance(bundled, dict) else []):
+        modules.append(_rescan_target(root, entry))  # the step compiled for a target (hlo/<target>/)
+    findings = {"modules": modules}
+    ok = findings == bundled
     report.add(ok, f"findings.json: {'same as' if ok else 'DIFFERENT from'} a scan of the bundled HLO")
     try:
         table = stress_report.format_table(stress_report.load_table([root / "stress"])) + "\n"
@@ -421,6 +451,26 @@ def check_derived(root: Path, path: Path, report: CheckReport) -> None:
         return
     ok = (root / "stress" / "table.txt").is_file() and table == (root / "stress" / "table.txt").read_text()
     report.add(ok, f"stress/table.txt: {'same as' if ok else 'DIFFERENT from'} the table of the bundled rows")
+
+
+def _rescan_target(root: Path, entry) -> dict:
+    """The scan of a target's bundled HLO, shaped as make_bundle wrote it (None when it is missing:
+    then the findings differ)."""
+    from xla_harness.hlo.parser import parse_file
+    from xla_harness.hlo.scan import module_json, scan
+    from xla_harness.targets import parse_target
+
+    try:
+        target = parse_target(str(entry.get("target")))
+    except (HarnessError, AttributeError):
+        return {}
+    hlo = root / "hlo" / target.text.replace(":", "_") / "jit_step.after_optimizations.txt"
+    if target.is_host or not hlo.is_file():
+        return {}
+    mod = parse_file(hlo)
+    findings, decisions, backend = scan(mod, target.backend)
+    return {**module_json(mod, findings, decisions, backend), "target": target.text,
+            "device_kind": entry.get("device_kind")}
 
 
 def _is_run(entry) -> bool:
