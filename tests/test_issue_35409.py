@@ -17,6 +17,8 @@ from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.tied import tied_summary
 from xla_harness.programs import issue_35409
 from xla_harness.programs.interface import TrainProgram, load_program
+from xla_harness.targets import parse_target
+from xla_harness.targets.devices import missing
 
 # Small enough to compile in seconds on a CI core: D 32, V 1568, sequences 4 and 128.
 SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2))
@@ -46,6 +48,7 @@ def test_full_scale_matches_the_report_without_allocating():
     batches = jax.eval_shape(lambda k: program.batch(k, 0), jax.random.key(0))
     assert [b.shape for b in batches] == [(512, 32), (16, 1024)]
     assert program.options["lr"] == 1e-6 and program.name == "issue-35409"
+    assert program.options["specs"] == "report" and program.options["axis_types"] == "auto"
 
 
 def test_scale_shrinks_width_vocab_and_batch_only():
@@ -60,9 +63,19 @@ def test_scale_shrinks_width_vocab_and_batch_only():
 
 @pytest.mark.parametrize("bad", [dict(scale=0), dict(scale=2), dict(mode="tied"), dict(dtype="f16"),
                                  dict(layers=(5, 4)), dict(devices=3, mesh_shape=(2, 2)), dict(devices=0),
-                                 dict(lr=0), dict(seq_scale=0)])
+                                 dict(lr=0), dict(seq_scale=0), dict(specs="mine"), dict(specs=None),
+                                 dict(axis_types="manual"), dict(axis_types="Auto")])
 def test_bad_options_raise_one_sentence(bad):
-    with pytest.raises(HarnessError):
+    with pytest.raises(HarnessError) as e:
+        issue_35409.make(**bad)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("bad, says", [(dict(specs="mine"), "unknown specs 'mine'; expected one of report, ours"),
+                                       (dict(axis_types="manual"),
+                                        "unknown axis_types 'manual'; expected one of auto, explicit")])
+def test_bad_specs_and_axis_types_name_the_choices(bad, says):
+    with pytest.raises(HarnessError, match=f"^{says}$"):
         issue_35409.make(**bad)
 
 
@@ -120,7 +133,8 @@ def test_two_d_mesh_with_eight_host_devices():
         from xla_harness.hlo.tied import tied_summary
         out = {}
         for variant in ("baseline", "barrier"):
-            program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), devices=8, variant=variant)
+            program = issue_35409.make(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2), devices=8, variant=variant,
+                                       specs="ours", axis_types="explicit")
             key = jax.random.key(0)
             params, opt_state = program.init(key)
             exe = program.jit().lower(params, opt_state, program.batch(key, 0)).compile()
@@ -184,3 +198,116 @@ def test_batches_are_uniform_over_the_vocabulary():
     # uniform: the top half of the vocabulary is drawn about as often as the bottom half
     assert abs(np.mean(both >= vocab // 2) - 0.5) < 0.05
     assert not np.array_equal(np.asarray(program.batch(jax.random.key(1), 1)[0]), np.asarray(a))
+
+
+# ----------------------------------------------------------------------------- specs and axis types
+
+
+def abstract_state(program: TrainProgram):
+    return jax.eval_shape(program.init, jax.random.key(0))
+
+
+def test_report_specs_split_the_head_dim_over_data():
+    """specs="report": wq/wk/wv (HEADS, hd, D) are P("model", "data"), hd over "data"; "ours" keeps
+    the earlier ("model", None, "data"). The other weights are the same in both."""
+    P = jax.sharding.PartitionSpec
+    report = issue_35409.make(**SMALL, devices=8)
+    ours = issue_35409.make(**SMALL, devices=8, specs="ours")
+    (rp, ro), (op, oo) = abstract_state(report), abstract_state(ours)
+    for name in ("wq", "wk", "wv"):
+        assert rp["layers"][0][name].sharding.spec == P("model", "data")
+        assert ro[0].mu["layers"][0][name].sharding.spec == P("model", "data")  # Adam moments follow
+        assert op["layers"][0][name].sharding.spec == P("model", None, "data")
+        assert oo[0].mu["layers"][0][name].sharding.spec == P("model", None, "data")
+    assert rp["layers"][0]["wo"].sharding.spec == P("data", "model")
+    assert op["layers"][0]["wo"].sharding.spec == P("data", "model", None)
+    for name, spec in (("wg", P("model", "data")), ("wu", P("model", "data")), ("wd", P("data", "model"))):
+        assert rp["layers"][1][name].sharding.spec == op["layers"][1][name].sharding.spec == spec
+    assert rp["embed"].sharding.spec == op["embed"].sharding.spec == P("model", "data")
+    assert (report.options["specs"], ours.options["specs"]) == ("report", "ours")
+    # hd is split over the 4-way "data" axis, so D is a multiple of 16 heads x 4 (64, not 32).
+    assert (report.options["d_model"], ours.options["d_model"]) == (64, 32)
+    assert rp["layers"][0]["wq"].shape == (16, 4, 64)
+
+
+def test_axis_types_set_the_mesh():
+    auto = issue_35409.make(**SMALL, devices=8)
+    explicit = issue_35409.make(**SMALL, devices=8, axis_types="explicit")
+    AxisType = jax.sharding.AxisType
+    assert abstract_state(auto)[0]["embed"].sharding.mesh.axis_types == (AxisType.Auto,) * 2
+    assert abstract_state(explicit)[0]["embed"].sharding.mesh.axis_types == (AxisType.Explicit,) * 2
+    assert (auto.options["axis_types"], explicit.options["axis_types"]) == ("auto", "explicit")
+    for program in (auto, explicit):  # jit carries the param/opt/batch shardings either way
+        params_sh, opt_sh, batch_sh = program.jit_kwargs["in_shardings"]
+        assert params_sh["embed"].spec == jax.sharding.PartitionSpec("model", "data")
+        assert [b.spec for b in batch_sh] == [jax.sharding.PartitionSpec("data", None)] * 2
+
+
+def test_report_specs_need_annotations_under_explicit_axes():
+    """Why auto axes are the likelier reading: under Explicit axes, without an out_sharding, the q
+    projection with the report's wq spec does not trace (its result would have "data" on both the
+    batch and the head dim); with the earlier spec it does."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("model", "data"), axis_types=(AxisType.Explicit,) * 2)
+    h = jax.ShapeDtypeStruct((8, 4, 64), jnp.float32, sharding=NamedSharding(mesh, P("data", None, None)))
+
+    def q_proj(spec):
+        wq = jax.ShapeDtypeStruct((16, 4, 64), jnp.float32, sharding=NamedSharding(mesh, P(*spec)))
+        return jax.jit(lambda h, w: jnp.einsum("btd,hkd->bthk", h, w)).trace(h, wq)
+
+    with pytest.raises(Exception, match="illegally sharded result"):
+        q_proj(issue_35409.REPORT_SPECS["wq"])
+    assert q_proj(issue_35409.SPECS["wq"]).out_info.sharding.spec == P("data", None, "model", None)
+
+
+def test_one_device_ignores_specs_and_axis_types():
+    def lowered(program):
+        params, opt_state = abstract_state(program)
+        batch = jax.eval_shape(lambda k: program.batch(k, 0), jax.random.key(0))
+        return program.jit().lower(params, opt_state, batch).as_text()
+
+    default = issue_35409.make(**SMALL)
+    assert lowered(default) == lowered(issue_35409.make(**SMALL, specs="ours", axis_types="explicit"))
+
+
+@pytest.fixture(scope="module")
+def on_mesh():
+    """One AdamW step from the same initial state for three readings on a (4, 2) mesh of the 8 host
+    devices; on that mesh both specs give the same sizes (D 32), so the same parameters."""
+    out = {}
+    for specs, axes in (("report", "auto"), ("report", "explicit"), ("ours", "auto")):
+        program = issue_35409.make(**SMALL, devices=8, mesh_shape=(4, 2), specs=specs, axis_types=axes)
+        exe, (params, opt_state, batch) = compiled(program)
+        wq = params["layers"][0]["wq"].sharding.spec
+        _, _, aux = exe(params, opt_state, batch)
+        out[specs, axes] = {"program": program, "hlo": exe.as_text(), "loss": float(aux["loss"]), "wq": wq}
+    return out
+
+
+@pytest.mark.slow
+def test_auto_and_explicit_axes_compile_and_run(on_mesh):
+    auto, explicit = on_mesh["report", "auto"], on_mesh["report", "explicit"]
+    assert np.isfinite(auto["loss"]) and np.isfinite(explicit["loss"]) and auto["loss"] > 0
+    assert auto["hlo"] != explicit["hlo"]
+    np.testing.assert_allclose(auto["loss"], explicit["loss"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_both_specs_give_the_same_loss(on_mesh):
+    report, ours = on_mesh["report", "auto"], on_mesh["ours", "auto"]
+    assert report["program"].options["d_model"] == ours["program"].options["d_model"] == 32
+    assert report["wq"] == jax.sharding.PartitionSpec("model", "data") != ours["wq"]
+    assert report["hlo"] != ours["hlo"]  # different shardings, ...
+    np.testing.assert_allclose(report["loss"], ours["loss"], rtol=1e-5)  # ... same math
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(missing(parse_target("tpu:v6e:2x4")) is not None, reason="libtpu is not installed")
+def test_faithful_program_compiles_for_tpu():
+    from xla_harness.stress.compile_only import compile_program
+
+    step = compile_program("issue-35409", {**SMALL, "specs": "report"}, parse_target("tpu:v6e:2x4"))
+    assert ":T(8,128)" in step.hlo_text
+    assert step.device_kind == "TPU v6 lite"

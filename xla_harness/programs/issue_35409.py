@@ -6,18 +6,48 @@ What the report describes, kept here (``scale=1``):
   necessary"); the 10 unused layers are still parameters, so they get (zero) gradients and
   AdamW updates in every step;
 * D 2048, 16 heads (16 KV heads, head dim 128), gated MLP ``wd(silu(wg x) * wu x)`` with FFN 8192,
-  RMS norms, causal attention, each used layer under ``jax.checkpoint`` (remat);
+  RMS norms ``g * x / sqrt(mean(x.astype(f32) ** 2) + eps)`` cast back to x's dtype, causal
+  attention, each used layer under ``jax.checkpoint`` (remat);
 * a tied embedding W[100352, 2048]: the token lookup ``W[tokens]`` (a gather; its gradient is a
   scatter-add into W) and the output logits ``h @ W.T`` (a dot; its gradient is a dense update);
-* two batches of different shapes, (512, 32) and (16, 1024) token ids uniform over the vocabulary;
-* ``optax.adamw(1e-6)``;
-* with more than one device, a 2-D ("model", "data") mesh with explicit axes and every weight
-  sharded over both axes (the reporter's partition specs: ``wq``/``wg``/``wu`` ("model", "data"),
-  ``wo``/``wd`` ("data", "model")); W and its Adam moments are ("model", "data"); batches are split
-  over "data". Explicit axes need an output sharding on each contraction (:data:`OUT_SPECS`) and
-  the target logit is picked with a one-hot product there (V is split over "model"); the report's
-  own annotations are not published, so these are ours. ``jit_kwargs`` carries the same shardings
-  as ``in_shardings``/``out_shardings``.
+* two batches of different shapes, plain int32 token arrays (512, 32) and (16, 1024), uniform over
+  the vocabulary;
+* ``optax.adamw(1e-6)``; the step (loss, gradient and update) jitted as a whole;
+* with more than one device, a 2-D ("model", "data") mesh and every weight sharded over both axes
+  with the report's partition specs (``specs="report"``, the default, :data:`REPORT_SPECS`):
+  ``wq``/``wk``/``wv`` (HEADS, hd, D) ``P("model", "data")`` (heads over "model", the head dim
+  over "data", D whole), ``wo`` (D, HEADS, hd) ``P("data", "model")``, ``wg``/``wu`` (FFN, D)
+  ``P("model", "data")``, ``wd`` (D, FFN) ``P("data", "model")``. The head dim is split over
+  "data", so D is rounded to a multiple of heads x data (``scale=1/64`` on a (2, 4) mesh: D 64,
+  not 32).
+
+``specs="ours"`` (:data:`SPECS`) is the preset's earlier reading, ``wq``/``wk``/``wv``
+("model", None, "data") (D over "data" instead of the head dim), kept as a named variant so that
+results taken with it stay reproducible; its sizes are rounded as before.
+
+What the report leaves open, and what this preset guesses:
+
+* **axis types** (``axis_types="auto"``, the default): the report imports ``AxisType`` but shows
+  no ``out_sharding`` annotations, and under Explicit axes its specs do not trace without them
+  (the q/k/v projection of a batch split over "data" with a ``P("model", "data")`` weight would
+  put "data" on two axes of its result: jax raises ``ShardingTypeError``), so the mesh has
+  ``AxisType.Auto`` axes and the model no annotations; the shardings reach the step through jit's
+  ``in_shardings``/``out_shardings`` (``jit_kwargs``). ``axis_types="explicit"`` is the preset's
+  earlier path: Explicit axes, our own :data:`OUT_SPECS` on each contraction (with them the
+  report's specs trace too);
+* **the target logit**: under auto axes ``take_along_axis`` on the logits; under explicit axes a
+  one-hot product (V is split over "model");
+* **jit placement**: one ``jax.jit`` of the whole step with ``donate_argnums=(0, 1)``; the
+  donation is ours;
+* **the embedding's spec** ("model", "data") and the norms' (replicated): the report does not
+  show them; the batches split over "data" in ``in_shardings``;
+* **dtype**: f32 parameters by default (``dtype="bf16"`` for bf16); the report's parameter dtype
+  is not known. The RMS norm's eps (1e-5) is also ours.
+
+On one device the mesh, ``specs`` and ``axis_types`` play no part (the step lowers to the same
+StableHLO whatever they are); in f32 it is also the StableHLO of the preset before these options
+(compared once, when they were added), while with ``dtype="bf16"`` the norm now multiplies
+``g * x`` in x's dtype, as the report writes it. Both options are recorded in ``options``.
 
 Modes, as in the report: ``full`` (both paths differentiate W), ``sparse_only`` (W under
 ``stop_gradient`` in the output dot: only the scatter reaches W) and ``dense_only`` (W under
@@ -29,8 +59,8 @@ V 3136, batches (16, 32) + (1, 1024). Sizes are rounded to what the heads and th
 sizes to a multiple of the "data" axis: (16, 32) + (4, 1024) on a (2, 4) mesh). The reporter says
 small models do not trigger the failure; a scaled preset checks the harness, the full one measures
 the bug. Measured on a 2-core CPU: ``scale=1/32`` compiles in about 10 s and runs about 3.5 s a
-step on one device; on 8 host devices, 46 s and 29 s a step. ``seq_scale`` and ``layers`` shrink
-it further for tests.
+step on one device; on 8 host devices (``specs="ours", axis_types="explicit"``), 46 s and 29 s a
+step. ``seq_scale`` and ``layers`` shrink it further for tests.
 
 The model's ``lookup``/``unembed`` are the two uses of W; :mod:`xla_harness.programs.variants`
 swaps them for the workaround variants (``make(variant="onehot")`` etc.).
@@ -53,7 +83,27 @@ D_MODEL, FFN, HEADS, KV_HEADS, VOCAB = 2048, 8192, 16, 16, 100352
 B1, T1, B2, T2 = 512, 32, 16, 1024
 LR = 1e-6
 
-# Partition specs of the report (axis names of the 2-D mesh), W added as ("model", "data").
+SPEC_SETS = ("report", "ours")
+AXIS_TYPES = ("auto", "explicit")
+
+# specs="report": the report's partition specs (axis names of the 2-D mesh). The report does not
+# show the embedding's or the norms' specs: W ("model", "data") and replicated norms are guesses.
+REPORT_SPECS = {
+    "embed": ("model", "data"),
+    "wq": ("model", "data"),  # (HEADS, hd, D): heads over "model", hd over "data", D whole
+    "wk": ("model", "data"),
+    "wv": ("model", "data"),
+    "wo": ("data", "model"),  # (D, HEADS, hd)
+    "wg": ("model", "data"),  # (FFN, D)
+    "wu": ("model", "data"),
+    "wd": ("data", "model"),  # (D, FFN)
+    "norm1": (None,),
+    "norm2": (None,),
+    "final_norm": (None,),
+}
+
+# specs="ours": the preset's earlier specs (q/k/v with D over "data" instead of hd), kept so that
+# results taken with them stay reproducible.
 SPECS = {
     "embed": ("model", "data"),
     "wq": ("model", None, "data"),
@@ -67,6 +117,8 @@ SPECS = {
     "norm2": (None,),
     "final_norm": (None,),
 }
+
+SPEC_TABLES = {"report": REPORT_SPECS, "ours": SPECS}
 
 
 @dataclass(frozen=True)
@@ -85,6 +137,8 @@ class PresetConfig:
     lr: float = LR
     mesh_shape: tuple[int, int] = (1, 1)  # ("model", "data")
     variant: str = "baseline"
+    specs: str = "report"  # a key of SPEC_TABLES
+    axis_types: str = "auto"  # the mesh's axis types: "auto" or "explicit"
 
     @property
     def head_dim(self) -> int:
@@ -103,8 +157,10 @@ def _round_up(n: float, multiple: int) -> int:
 
 def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True, dtype: str = "f32",
                   mesh_shape: tuple[int, int] = (1, 1), variant: str = "baseline", seq_scale: float = 1.0,
-                  layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS)) -> PresetConfig:
-    """The report's sizes times ``scale`` (D, FFN, V, batch), rounded so heads and mesh divide them.
+                  layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
+                  axis_types: str = "auto") -> PresetConfig:
+    """The report's sizes times ``scale`` (D, FFN, V, batch), rounded so heads and mesh divide them
+    (with ``specs="report"`` the head dim is split over "data", so D is a multiple of heads x data).
     ``seq_scale`` shrinks the sequence lengths and ``layers`` = (used, total) replaces the layer
     counts; both exist for quick tests and default to the report's values."""
     for label, value in (("scale", scale), ("seq_scale", seq_scale)):
@@ -117,15 +173,21 @@ def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True,
         raise HarnessError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if dtype not in DTYPES:
         raise HarnessError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    if specs not in SPEC_SETS:
+        raise HarnessError(f"unknown specs {specs!r}; expected one of {', '.join(SPEC_SETS)}")
+    if axis_types not in AXIS_TYPES:
+        raise HarnessError(f"unknown axis_types {axis_types!r}; expected one of {', '.join(AXIS_TYPES)}")
     model, data = mesh_shape
     shard = math.lcm(model, data)
-    d_model = _round_up(D_MODEL * scale, math.lcm(HEADS, shard))
+    d_multiple = math.lcm(HEADS * data if specs == "report" else HEADS, shard)
+    d_model = _round_up(D_MODEL * scale, d_multiple)
     return PresetConfig(
         mode=mode, remat=remat, dtype=dtype, d_model=d_model,
         ffn=_round_up(FFN * scale, shard), vocab=_round_up(VOCAB * scale, shard),
         batches=((_round_up(B1 * scale, data), _round_up(T1 * seq_scale, 4)),
                  (_round_up(B2 * scale, data), _round_up(T2 * seq_scale, 4))),
-        used_layers=used, total_layers=total, mesh_shape=(model, data), variant=variant)
+        used_layers=used, total_layers=total, mesh_shape=(model, data), variant=variant, specs=specs,
+        axis_types=axis_types)
 
 
 # ----------------------------------------------------------------------------- model
@@ -162,10 +224,12 @@ def init_params(cfg: PresetConfig, key):
 
 
 def _rms(x, g, eps=1e-5):
+    """The report's RMS norm: ``g * x / sqrt(mean(x.astype(f32) ** 2) + eps)``, cast back to x's
+    dtype (eps 1e-5 is a guess)."""
     import jax.numpy as jnp
 
     x32 = x.astype(jnp.float32)
-    return (g * x32 / jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+    return (g * x / jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 # Output shardings of the step's contractions on the explicit ("model", "data") mesh: activations
@@ -217,7 +281,9 @@ def make_loss(cfg: PresetConfig, ops=None, mesh=None):
 
     ``ops`` (a :class:`xla_harness.programs.variants.TiedOps`, default the baseline) writes the two
     uses of W; the mode's ``stop_gradient`` goes on W after ``ops.split``, so a variant replaces
-    the operations, never the mode."""
+    the operations, never the mode. ``mesh``: a mesh with explicit axes, whose :data:`OUT_SPECS`
+    annotate the contractions and whose split V makes the target logit a one-hot product; None
+    (one device, or auto axes): no annotations, the target logit picked with ``take_along_axis``."""
     import jax
     import jax.numpy as jnp
 
@@ -255,23 +321,24 @@ def make_loss(cfg: PresetConfig, ops=None, mesh=None):
 # ----------------------------------------------------------------------------- program
 
 
-def _mesh(devices, mesh_shape):
+def _mesh(devices, mesh_shape, axis_types: str = "auto"):
     import jax
     from jax.sharding import AxisType
 
-    return jax.make_mesh(mesh_shape, ("model", "data"), axis_types=(AxisType.Explicit,) * 2, devices=devices)
+    kind = AxisType.Explicit if axis_types == "explicit" else AxisType.Auto
+    return jax.make_mesh(mesh_shape, ("model", "data"), axis_types=(kind,) * 2, devices=devices)
 
 
 def _step_shardings(mesh, cfg: PresetConfig, optimizer):
-    """(params, opt_state, batches) shardings: weights per :data:`SPECS`, Adam moments like their
-    weights, the step count replicated, token batches split over "data"."""
+    """(params, opt_state, batches) shardings: weights per ``SPEC_TABLES[cfg.specs]``, Adam moments
+    like their weights, the step count replicated, token batches split over "data"."""
     import jax
     import optax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     abstract = jax.eval_shape(lambda k: init_params(cfg, k), jax.random.key(0))
-    params = _param_shardings(mesh, abstract)
+    params = _param_shardings(mesh, abstract, SPEC_TABLES[cfg.specs])
     replicated = NamedSharding(mesh, P())
     opt_abstract = jax.eval_shape(optimizer.init, abstract)
     opt = optax.tree_map_params(optimizer, lambda _, s: s, opt_abstract, params,
@@ -280,14 +347,14 @@ def _step_shardings(mesh, cfg: PresetConfig, optimizer):
     return params, opt, batches
 
 
-def _param_shardings(mesh, params):
+def _param_shardings(mesh, params, table: dict):
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     def spec(path, _leaf):
         name = path[-1].key
-        return NamedSharding(mesh, P(*SPECS[name]))
+        return NamedSharding(mesh, P(*table[name]))
 
     return jax.tree_util.tree_map_with_path(spec, params)
 
@@ -309,10 +376,14 @@ def _resolve_devices(devices):
 
 def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32", remat: bool = True,
          variant: str = "baseline", mesh_shape: tuple[int, int] | None = None, lr: float = LR,
-         seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS)) -> TrainProgram:
+         seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
+         axis_types: str = "auto") -> TrainProgram:
     """The #35409 program. ``devices``: None (default device), a count or a device list; with more
     than one device the step runs on a ("model", "data") mesh (``mesh_shape``, default (2, n/2))
-    with explicit axes, weights and batches sharded, and ``jit_kwargs`` carrying the shardings."""
+    with weights and batches sharded and ``jit_kwargs`` carrying the shardings. ``specs``: the
+    report's partition specs (``"report"``) or the preset's earlier ones (``"ours"``);
+    ``axis_types``: ``"auto"`` (no sharding annotations in the model) or ``"explicit"`` (the
+    :data:`OUT_SPECS` annotations). Both only matter on a mesh; both are recorded in ``options``."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -328,13 +399,16 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
         raise HarnessError(f"mesh_shape {dims} does not use exactly {n} devices")
     mesh_shape = (dims[0], dims[1])
     cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
-                        seq_scale=seq_scale, layers=layers)
+                        seq_scale=seq_scale, layers=layers, specs=specs, axis_types=axis_types)
     if not (isinstance(lr, int | float) and lr > 0):
         raise HarnessError(f"lr must be a positive number, got {lr!r}")
     cfg = replace(cfg, lr=float(lr))
-    mesh = _mesh(devs, mesh_shape) if n > 1 else None
+    mesh = _mesh(devs, mesh_shape, cfg.axis_types) if n > 1 else None
     optimizer = optax.adamw(cfg.lr)
-    step = step_from_loss(make_loss(cfg, variants.tied_ops(variant), mesh), optimizer)
+    # Auto axes: the model carries no out_sharding annotations and picks the target logit with
+    # take_along_axis; the shardings reach the step only through jit's in/out_shardings.
+    annotate = mesh if cfg.axis_types == "explicit" else None
+    step = step_from_loss(make_loss(cfg, variants.tied_ops(variant), annotate), optimizer)
 
     def make_batches(key, step_index):
         k = jax.random.fold_in(key, step_index)
