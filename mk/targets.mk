@@ -2,14 +2,15 @@
 # topology in each jax version's own venv (its own libtpu), nothing run.
 #   make tpu-matrix                          modes x remat for every pin, variants for full+remat
 #   make tpu-matrix MATRIX_PINS=0.12.0.1     one jax/libtpu version
-#   make tpu-matrix MATRIX_OPTIONS="specs=ours axis_types=explicit" MATRIX_OUT=results/tpu-aot/ours
+#   make tpu-matrix MATRIX_OPTIONS="specs=ours axis_types=explicit" MATRIX_OUT=results/tpu-aot/preset-ours-explicit
+# The options are named in every label, so records of two readings of the program never mix.
 # Each compile takes minutes and ~4 GB on 2 cores; every finished cell is one line of
 # OUT/jaxPIN/compile.jsonl (--resume), so a killed matrix resumes where it stopped.
 TPU_TARGET      ?= tpu:v6e:2x4
 MATRIX_PINS     ?= $(DEFAULT_JAX_PIN) 0.9.0.1
 MATRIX_CELLS    ?= full:True full:False sparse_only:True sparse_only:False dense_only:True dense_only:False
 MATRIX_VARIANTS ?= baseline,barrier,onehot,sumgrad,tpu-no-fusion
-MATRIX_OPTIONS  ?=
+MATRIX_OPTIONS  ?= specs=report axis_types=auto
 MATRIX_OUT      ?= results/tpu-aot/report
 
 .PHONY: tpu-matrix
