@@ -258,3 +258,25 @@ def test_bundle_carries_the_step_compiled_for_the_target(tmp_path, capsys):
     assert tpu["backend"] == "tpu" and tpu["device_kind"] == "TPU v6 lite"
     capsys.readouterr()
     assert main(["bundle", "--check", str(out)]) == 0  # the manifest covers the target's files
+
+
+def _record(label: str, hazard: int = 0) -> dict:
+    return {"kind": "compile", "schema": 1, "label": label, "target": "tpu:v6e:2x4",
+            "versions": {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": "0.0.50.1"},
+            "fingerprint": {"id": "0123456789abcdef", "instructions": 10}, "compile_cpu_s": 3.0,
+            "scan": {"hazard": hazard, "decisions": 0, "compiler_alias": {
+                "instructions_with_field": 4, "aliased_fusions": 2, "aliased_scatter_fusions": 1,
+                "disagreements": 0}}}
+
+
+def test_report_prints_the_compile_table_of_a_matrix(tmp_path, capsys):
+    for pin, hazard in (("0.12.0.1", 0), ("0.9.0.1", 1)):
+        (tmp_path / f"jax{pin}").mkdir()
+        (tmp_path / f"jax{pin}" / "compile.jsonl").write_text(json.dumps(_record(f"cell-{pin}", hazard)) + "\n")
+    assert main(["report", str(tmp_path)]) == 1  # a hazard in one cell is a finding
+    out = capsys.readouterr().out
+    assert "cell-0.12.0.1" in out and "cell-0.9.0.1" in out and "libtpu 0.0.50.1" in out
+    assert "2 (1 scatter, 0 disagree)" in out
+    (tmp_path / "jax0.9.0.1" / "compile.jsonl").write_text('{"kind": "compile"}\n')
+    assert main(["report", str(tmp_path)]) == 2
+    assert "compile.jsonl:1: not a compile record" in capsys.readouterr().err

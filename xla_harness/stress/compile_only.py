@@ -108,24 +108,30 @@ def _scan_counts(text: str, backend: str, name: str) -> dict:
             "hazard_fusions": sorted({f.fusion for f in findings if f.cls == "hazard"})}
 
 
-def _done_labels(path: Path, target: Target) -> set[str]:
+def read_compile_records(path: Path) -> list[dict]:
+    """The records of one ``compile.jsonl``; HarnessError ``FILE:LINE`` for a line that is not one."""
     from xla_harness.files import read_regular
 
-    if not path.exists():
-        return set()
-    done = set()
+    records = []
     for n, line in enumerate(read_regular(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:
-            raise HarnessError(f"{path}:{n}: not a JSON line; refusing to resume into it") from None
-        if not isinstance(rec, dict) or rec.get("kind") != "compile":
-            raise HarnessError(f"{path}:{n}: not a compile record; refusing to resume into it")
-        if rec.get("target") == target.text:
-            done.add(str(rec.get("label")))
-    return done
+            raise HarnessError(f"{path}:{n}: not a JSON line") from None
+        if not isinstance(rec, dict) or rec.get("kind") != "compile" or not isinstance(rec.get("scan"), dict) \
+                or not isinstance(rec.get("fingerprint"), dict):
+            raise HarnessError(f"{path}:{n}: not a compile record")
+        records.append(rec)
+    return records
+
+
+def _done_labels(path: Path, target: Target) -> set[str]:
+    """Labels already compiled for ``target`` (what --resume skips)."""
+    if not path.exists():
+        return set()
+    return {str(rec.get("label")) for rec in read_compile_records(path) if rec.get("target") == target.text}
 
 
 def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, resume: bool = False,
@@ -235,21 +241,10 @@ def build_for_target(spec: StressSpec, options: dict, devices: list, target: Tar
 def load_compile_records(folders: list[Path]) -> list[dict]:
     """Every compile record of ``OUT/compile.jsonl`` in each folder (and its subfolders, one per jax
     version in a matrix), in file order; HarnessError naming a line that is not a compile record."""
-    from xla_harness.files import read_regular
-
     records = []
     for folder in folders:
         for path in sorted(Path(folder).rglob(COMPILE_RESULTS)):
-            for n, line in enumerate(read_regular(path).splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    raise HarnessError(f"{path}:{n}: not a JSON line") from None
-                if not isinstance(rec, dict) or rec.get("kind") != "compile" or not isinstance(rec.get("scan"), dict):
-                    raise HarnessError(f"{path}:{n}: not a compile record")
-                records.append(rec)
+            records.extend(read_compile_records(path))
     return records
 
 
