@@ -252,29 +252,66 @@ def _moves_data(ins: Instruction, comp: Computation) -> bool:
     return ins.opcode == "reverse"
 
 
+def _scatters(module: HloModule, comp: Computation, frames: tuple = (), depth: int = 0):
+    """Every scatter in ``comp`` and in the fusions nested in it (libtpu puts each scatter at the root
+    of a kCustom fusion inside a kLoop fusion), with the frames (outer computation, nested fusion
+    instruction) that lead from ``comp`` to the scatter's computation."""
+    if depth > 16:
+        return
+    for ins in comp.instructions:
+        if ins.opcode == "scatter":
+            yield ins, comp, frames
+        elif ins.opcode == "fusion" and ins.called and ins.called[0] in module.by_name:
+            yield from _scatters(module, module.computation(ins.called[0]), (*frames, (comp, ins)), depth + 1)
+
+
+def _trace_to_parameter(module: HloModule, comp: Computation, ref: str, frames: tuple
+                        ) -> tuple[int | None, list[str], Instruction | None]:
+    """Follow operand ``ref`` of ``comp`` back through bitcasts, data-moving unary ops and nested
+    fusions (into a nested fusion's root; out of a nested computation's parameter to the operand of
+    the fusion that calls it, ``frames`` saying which) to a parameter of the outermost computation:
+    (its number or None, the opcodes passed, the first data-moving op)."""
+    path: list[str] = []
+    producer = None
+    stack = list(frames)
+    ins, index = comp.operand(ref)
+    for _ in range(100_000):
+        if ins.opcode == "parameter" and not index:
+            if not stack:
+                return ins.parameter_number, path, producer
+            comp, nested = stack.pop()
+            if ins.parameter_number >= len(nested.operands):
+                return None, path, producer
+            ins, index = comp.operand(nested.operands[ins.parameter_number])
+        elif not index and ins.opcode in ("bitcast", *_DATA_MOVING_UNARY) and ins.operands:
+            if producer is None and _moves_data(ins, comp):
+                producer = ins
+            path.append(ins.opcode)
+            ins, index = comp.operand(ins.operands[0])
+        elif not index and ins.opcode == "fusion" and ins.called and ins.called[0] in module.by_name \
+                and not ins.shape.is_tuple and len(stack) < 32:
+            stack.append((comp, ins))
+            comp = module.computation(ins.called[0])
+            path.append("fusion")
+            ins, index = comp.root, ()
+        else:
+            return None, path, producer
+    return None, path, producer
+
+
 def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
                              backend: str = "unknown") -> list[FusionDecisionFinding]:
-    """Scatters in the fusion whose in-place operand is a data-moving op reading a parameter."""
+    """Scatters in the fusion (nested fusions included) whose in-place operand is a data-moving op
+    reading one of the fusion's parameters (inside a nested fusion too)."""
     if "scatter" not in alias.opcodes(module, fusion.called[0]):
         return []
-    comp = module.computation(fusion.called[0])
     out = []
-    for scatter in comp.instructions:
-        if scatter.opcode != "scatter":
-            continue
+    for scatter, comp, frames in _scatters(module, module.computation(fusion.called[0])):
         for operand in range((len(scatter.operands) - 1) // 2):
-            path: list[str] = []
-            ins, index = comp.operand(scatter.operands[operand])
-            producer = None
-            while not index and ins.opcode in ("bitcast", *_DATA_MOVING_UNARY) and ins.operands:
-                if producer is None and _moves_data(ins, comp):
-                    producer = ins
-                path.append(ins.opcode)
-                ins, index = comp.operand(ins.operands[0])
-            if producer is not None and ins.opcode == "parameter":
+            parameter, path, producer = _trace_to_parameter(module, comp, scatter.operands[operand], frames)
+            if producer is not None and parameter is not None:
                 out.append(FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
-                                                 f"{producer.name} ({producer.opcode})", ins.parameter_number,
-                                                 path))
+                                                 f"{producer.name} ({producer.opcode})", parameter, path))
     return out
 
 
@@ -294,11 +331,14 @@ def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[
     gc_was_enabled = gc.isenabled()
     gc.disable()  # many small acyclic objects; collecting while scanning only costs time
     try:
+        # A nested fusion's scatters are judged once, from the outermost fusion (its walk goes into them).
+        fused = {i.called[0] for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called}
         for comp in module.computations:
             for ins in comp.instructions:
                 if ins.opcode == "fusion" and ins.called:
                     findings.extend(scan_fusion(module, comp, ins, backend))
-                    decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+                    if comp.name not in fused:
+                        decisions.extend(fusion_decision_findings(module, comp, ins, backend))
     finally:
         if gc_was_enabled:
             gc.enable()
