@@ -82,7 +82,7 @@ def test_a_different_compiled_step_is_refused():
     h = prepare(spec, spec.configs()[0], program=_Instrumented(**{f: getattr(base, f) for f in (
         "name", "init", "batch", "step", "donate_argnums", "jit_kwargs", "options", "target_leaf")}))
     state = initial_state(h, 1)
-    with pytest.raises(HarnessError, match="differs from a plain jax.jit"):
+    with pytest.raises(HarnessError, match="differs from a plain loop.s jax.jit"):
         check_same_program(h, state.params, state.opt_state, h.program.batch(step_keys(1, 0)[0], 0))
     assert replace(base, donate_argnums=()).donate_argnums == ()
 
