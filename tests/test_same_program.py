@@ -4,15 +4,13 @@ donation), and a weakly typed leaf next to bf16 parameters keeps the plain loop'
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram
-from xla_harness.stress import checker
+from xla_harness.stress import checker, snapshot
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.runner import (
     check_fed_back,
@@ -49,13 +47,13 @@ def weak_scale_program() -> TrainProgram:
     return TrainProgram(name="weak-scale", init=init, batch=batch, step=step)
 
 
-def _harness(program: TrainProgram, steps: int = 8):
-    spec = StressSpec(program="weak-scale", seeds=(1,), steps=steps, block=4)
+def _harness(program: TrainProgram, steps: int = 8, **spec):
+    spec = StressSpec(program="weak-scale", seeds=(1,), steps=steps, block=4, **spec)
     return prepare(spec, {}, program)
 
 
-def _harness_losses(program: TrainProgram, steps: int = 8) -> list[float]:
-    h = _harness(program, steps)
+def _harness_losses(program: TrainProgram, steps: int = 8, **spec) -> list[float]:
+    h = _harness(program, steps, **spec)
     state = initial_state(h, 1)
     batch = h.program.batch(step_keys(1, 0)[0], 0)
     check_same_program(h, state.params, state.opt_state, batch)
@@ -73,19 +71,34 @@ def _plain_losses(program: TrainProgram, steps: int = 8) -> list[float]:
 
 
 @pytest.mark.slow
-def test_weak_type_leaf_keeps_the_plain_loops_losses_bit_for_bit():
+@pytest.mark.parametrize("commit", ["block", "step"])
+def test_weak_type_leaf_keeps_the_plain_loops_losses_bit_for_bit(commit):
     program = weak_scale_program()
     assert program.init(jax.random.key(0))[0]["scale"].weak_type
-    assert _harness_losses(program) == _plain_losses(program)
+    assert _harness_losses(program, commit=commit) == _plain_losses(program)
 
 
 @pytest.mark.slow
 def test_a_copy_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
-    """Plant the old backup copy (``x + zeros((), dtype)``: strong): the first feedback is refused."""
+    """Per-step commit: plant the old backup copy (``x + zeros((), dtype)``: strong): the first
+    feedback is refused."""
     monkeypatch.setattr(checker, "_new_buffer", lambda x: x + jnp.zeros((), x.dtype) if jnp.issubdtype(
         x.dtype, jnp.floating) else x * 1)
     with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
-        _harness_losses(weak_scale_program())
+        _harness_losses(weak_scale_program(), commit="step")
+
+
+@pytest.mark.slow
+def test_a_restore_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
+    """Block commit: a failing block (an injected NaN) is restored from the host snapshot; plant a
+    restore that forgets the weak type: the restored state is refused before it is fed back."""
+    monkeypatch.setattr(snapshot, "_weak", lambda x: x)
+    with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
+        _harness_losses(weak_scale_program(), commit="block", inject_rate=0.5)
+    monkeypatch.undo()  # the same run with the real restore goes through, the NaN counted
+    h = _harness(weak_scale_program(), commit="block", inject_rate=0.5)
+    records = [r for b in run_config(h, 1, initial_state(h, 1)) for r in b.records]
+    assert any(not r["finite"] for r in records)
 
 
 @pytest.mark.slow
@@ -133,8 +146,3 @@ def test_fed_back_dtype_change_is_refused():
     with pytest.raises(HarnessError, match=r"\['w'\] back with dtype float32 where the step returned bfloat16"):
         check_fed_back(h, {"w": jnp.ones(3)}, {"w": jnp.ones(3, jnp.bfloat16)})
 
-
-def test_replace_keeps_program_fields():
-    # The fixture's program is a plain TrainProgram (nothing of the harness in it).
-    p = weak_scale_program()
-    assert replace(p, donate_argnums=()).donate_argnums == ()

@@ -95,8 +95,11 @@ def test_frozen_protocol_counts_one_fault_as_one_failure(tmp_path):
 
 
 @pytest.mark.slow
-def test_flags_stay_on_device_until_block_end(monkeypatch):
-    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=20, block=10, **TINY)
+@pytest.mark.parametrize("commit,per_block", [("step", 1), ("block", 2)])
+def test_flags_stay_on_device_until_block_end(monkeypatch, commit, per_block):
+    """Per-step commit: the flags of K steps in one fetch. Block commit: the K losses in one fetch, then
+    the state check's one flag; nothing per step."""
+    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=20, block=10, commit=commit, **TINY)
     h = prepare(spec, spec.configs()[0])
     state = initial_state(h, 1)
     calls = []
@@ -104,7 +107,7 @@ def test_flags_stay_on_device_until_block_end(monkeypatch):
     monkeypatch.setattr(jax, "device_get", lambda x: calls.append(1) or real(x))
     blocks = list(run_config(h, 1, state))
     assert [(b.start, b.end) for b in blocks] == [(0, 10), (10, 20)]
-    assert len(calls) == 2  # one host sync per block of K steps
+    assert len(calls) == 2 * per_block
 
 
 @pytest.mark.slow

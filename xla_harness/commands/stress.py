@@ -18,6 +18,7 @@ from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
 PROTOCOLS = ("train", "frozen")
+COMMITS = ("block", "step")
 DEFAULT_OUT = Path("out/stress")
 INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
@@ -86,11 +87,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inject with probability P per step, keyed by (seed, step); injected steps are "
                         "recorded (proves the detector and the statistics)")
     p.add_argument("--reference", action="store_true",
-                   help="recompute every --reference-every'th step in float64 on the CPU and flag "
-                        "finite-but-wrong updates per leaf and per matrix row (silent corruption)")
-    p.add_argument("--reference-every", type=flags.positive, default=5, metavar="N", help="(default 5)")
-    p.add_argument("--block", type=flags.positive, default=10, metavar="K",
-                   help="steps per host sync and per results line (default 10)")
+                   help="recompute steps in float64 on the CPU and flag finite-but-wrong updates per leaf and "
+                        "per matrix row (silent corruption); without it finite errors are not looked for, "
+                        "and the table says so")
+    p.add_argument("--reference-every", type=flags.positive, default=1, metavar="N",
+                   help="with --reference: check every N'th step only; the table says how many were checked "
+                        "(default 1: every step)")
+    p.add_argument("--commit", choices=COMMITS, default="block",
+                   help="train protocol: block feeds the step's outputs straight back, checks the state and "
+                        "keeps a host snapshot once per block, and replays a block that held a non-finite "
+                        "step one step at a time (same counts and trajectory as step, a few percent of the "
+                        "step's cost); step checks and rolls back every step, with a second copy of the "
+                        "state on the device. A non-finite value the step itself removes again within a "
+                        "block is seen only by step (default block)")
+    p.add_argument("--block", type=flags.positive, default=None, metavar="K",
+                   help="steps per block: per check and snapshot (--commit block), per host sync and results "
+                        "line otherwise (default: block chooses K from the measured cost of a check and the "
+                        "failure rate seen so far; 10 otherwise)")
     p.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
                    help="train protocol: save the state for --resume at most every S seconds and at the end "
                         "of each (config, seed) (default 300)")
@@ -246,7 +259,8 @@ def spec_from_args(args):
         reference_every=args.reference_every, block=args.block, learning_rate=args.lr,
         vocab=args.vocab, d_model=args.d_model, layers=args.layers, heads=args.heads, seq=args.seq,
         batch=args.batch, program=args.program, program_options=tuple(sorted(dict(args.program_option).items())),
-        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds, variants=args.variants)
+        protocol=args.protocol, checkpoint_seconds=args.checkpoint_seconds, variants=args.variants,
+        commit=args.commit)
 
 
 def wait_for_coordinator(address: str, timeout: float) -> None:

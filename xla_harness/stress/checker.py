@@ -83,3 +83,46 @@ def _new_buffer(x):
 def _copy(tree):
     """A copy of a pytree in new buffers (the rollback backup), each leaf's type kept."""
     return jax.tree_util.tree_map(_new_buffer, tree)
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def make_state_check() -> Callable:
+    """jit(params, opt_state) -> one flag: every floating leaf finite (the block protocol's check at
+    the end of a block of steps; reads the state once, writes nothing)."""
+    return jax.jit(lambda params, opt_state: _all_finite((params, opt_state)))
+
+
+def _bits(x) -> jax.Array:
+    """``x`` as integers with the same bits (floats) or as it is: bitwise comparison, NaN payloads and
+    signed zeros included."""
+    x = jnp.asarray(x)
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(x)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}"))
+    return x
+
+
+def _bitwise_equal(a, b) -> jax.Array:
+    same = [jnp.all(_bits(x) == _bits(y)) for x, y in zip(jax.tree_util.tree_leaves(a),
+                                                          jax.tree_util.tree_leaves(b), strict=True)]
+    return jnp.all(jnp.stack(same)) if same else jnp.bool_(True)
+
+
+def make_repeat_check() -> Callable:
+    """jit(first, first_ok, outputs, ok) -> (differs, first', first_ok'): the frozen protocol's
+    nondeterminism check. ``first`` holds the outputs of the seed's first finite call (all of them:
+    parameters, optimizer state, aux), ``first_ok`` whether there was one yet; a finite call whose
+    outputs differ from them in any bit ``differs``. Everything stays on device; ``first`` is donated
+    (kept in place, or replaced by ``outputs`` until a finite call is seen)."""
+
+    def repeat(first, first_ok, outputs, ok):
+        differs = first_ok & ok & ~_bitwise_equal(first, outputs)
+        kept = jax.tree_util.tree_map(lambda f, o: jnp.where(first_ok, f, o), first, outputs)
+        return differs, kept, first_ok | ok
+
+    return jax.jit(repeat, donate_argnums=(0,))

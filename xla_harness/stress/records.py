@@ -30,9 +30,10 @@ from xla_harness.programs.interface import BUILTIN_PROGRAM, label
 SCHEMA = 1
 # Spec keys that say which trials a run asks for rather than what one trial computes.
 RUN_SHAPE_KEYS = frozenset({"modes", "remats", "seeds", "steps", "block", "reference", "reference_every",
-                            "checkpoint_seconds", "variants"})
-# Spec keys a --resume may change: how often state is checkpointed, not what is measured.
-RESUMABLE_KEYS = frozenset({"checkpoint_seconds"})
+                            "checkpoint_seconds", "variants", "commit"})
+# Spec keys a --resume may change: how often state is checkpointed and how often it is checked (both
+# commit modes count the same steps), not what is measured.
+RESUMABLE_KEYS = frozenset({"checkpoint_seconds", "commit", "block"})
 MAX_INDEX = 2**62
 
 
@@ -80,6 +81,7 @@ class Step:
     loss: float | None
     reference: dict | None = None
     injected: str | None = None  # the fault planted at this step, if any
+    nondet: bool = False  # outputs (frozen) or loss (train replay) differ from another call on the same inputs
 
     def to_json(self) -> dict:
         d: dict[str, object] = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
@@ -88,6 +90,8 @@ class Step:
             d["reference"] = self.reference
         if self.injected is not None:
             d["injected"] = self.injected
+        if self.nondet:
+            d["nondet"] = True
         return d
 
 
@@ -205,7 +209,8 @@ def parse_step(obj: Any, what: str) -> Step:
                 first_bad=_need(obj, "first_bad", (str, None), what),
                 max_abs_update=_number_or_null(obj, "max_abs_update", what),
                 loss=_number_or_null(obj, "loss", what), reference=ref,
-                injected=_need(obj, "injected", (str, None), what) if "injected" in obj else None)
+                injected=_need(obj, "injected", (str, None), what) if "injected" in obj else None,
+                nondet=_need(obj, "nondet", bool, what) if "nondet" in obj else False)
 
 
 def parse_block(obj: Mapping) -> Block:

@@ -36,12 +36,13 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, guard_user_error
 from xla_harness.stress import records
 from xla_harness.stress import store as results
-from xla_harness.stress.checker import _copy, make_checker, make_commit
+from xla_harness.stress.checker import _copy, make_checker, make_commit, make_repeat_check, make_state_check
 from xla_harness.stress.checkpoint import _checkpoint_path, load_checkpoint, save_checkpoint
 from xla_harness.stress.fingerprint import fingerprint, plain_jit
 from xla_harness.stress.inject import (
@@ -54,6 +55,7 @@ from xla_harness.stress.inject import (
     target_index,
 )
 from xla_harness.stress.reference import reference_check
+from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.spec import BUILTIN, StressSpec, build
 
 RESULTS_NAME = "stress.jsonl"
@@ -79,6 +81,8 @@ class Harnessed:
     o_index: int | None
     fingerprint: dict | None = None
     _injector: Callable | None = None
+    state_check: Callable = field(default_factory=make_state_check)
+    repeat_check: Callable = field(default_factory=make_repeat_check)
 
     @property
     def donate(self) -> tuple[int, ...]:
@@ -226,8 +230,10 @@ class RunState:
     next_step: int = 0
     params: object = None
     opt_state: object = None
-    backup: tuple | None = None
+    backup: tuple | None = None  # train, per-step commit: the last good state, in buffers of its own
     batch: object = None  # frozen protocol: the one batch every call gets
+    first: object = None  # frozen: the outputs of the seed's first finite call (on device)
+    first_ok: object = None  # frozen: whether ``first`` is a finite call's yet (a device flag)
 
 
 @dataclass
@@ -272,6 +278,8 @@ def _host_records(start: int, host_flags: list, h: Harnessed, planned: set[int])
                "max_abs_update": mx if math.isfinite(mx) else None, "loss": loss if math.isfinite(loss) else None}
         if start + i in planned:
             rec["injected"] = h.spec.inject
+        if bool(f.get("nondet", False)):
+            rec["nondet"] = True
         out.append(rec)
     return out
 
@@ -281,8 +289,6 @@ def initial_state(h: Harnessed, seed: int) -> RunState:
     state = RunState(0, params, opt_state)
     if h.spec.protocol == "frozen":
         state.batch = first_batch(h, seed)
-    else:
-        state.backup = _copy((params, opt_state))
     return state
 
 
@@ -294,20 +300,40 @@ def first_batch(h: Harnessed, seed: int):
 def _backup(state: RunState) -> tuple:
     """The train protocol's copy of the last good (params, opt_state), made by initial_state."""
     if state.backup is None:
-        raise HarnessError("internal: a train-protocol state without its backup copy (make it with initial_state)")
+        raise HarnessError("internal: a per-step train state without its backup copy (run_config makes it)")
     return state.backup
 
 
 def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = None,
                should_stop: Callable[[], bool] = lambda: False) -> Iterator[BlockResult]:
-    """Run steps [state.next_step, steps) and yield one BlockResult per block of K steps.
+    """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
-    The flags are fetched once per block (one host sync). A stop request ends the current
-    block early; the partial block is yielded so nothing that ran is lost.
+    Train protocol, ``commit="block"`` (the default): :func:`_run_blocks`, the step's outputs fed
+    straight back, one check and one host snapshot per block, a failing block replayed step by step.
+    ``commit="step"`` and the frozen protocol: :func:`_run_steps`, every step checked (and in train
+    rolled back) as it comes. A stop request ends the current block early; the partial block is
+    yielded so nothing that ran is lost.
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
+    if spec.protocol == "train" and spec.commit == "block":
+        yield from _run_blocks(h, seed, state, steps, planned, should_stop)
+        return
+    if spec.protocol == "train" and state.backup is None:
+        state.backup = _copy((state.params, state.opt_state))
+    yield from _run_steps(h, seed, state, steps, planned, should_stop, spec.block or DEFAULT_SYNC)
+
+
+DEFAULT_SYNC = 10  # steps per host sync of the per-step protocols when --block is not given
+
+
+def _run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
+               should_stop: Callable[[], bool], sync: int) -> Iterator[BlockResult]:
+    """Every step checked as it runs: train commits it (rollback of a non-finite step to the backup
+    copy), frozen checks it and compares its outputs bitwise with the seed's first finite call's
+    (``nondet``). The flags stay on device and are fetched once per ``sync`` steps."""
+    spec = h.spec
     frozen = spec.protocol == "frozen"
     pending: list = []
     block_start = first_checked = state.next_step
@@ -325,7 +351,13 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
         if sample:
             refs[s] = reference_check(h.program, before[0], before[1], before[2], jax.device_get(new_p))
         if frozen:
-            flags = h.checker(state.params, new_p, new_o, aux)
+            flags = dict(h.checker(state.params, new_p, new_o, aux))
+            if state.first is None:
+                state.first, state.first_ok = (new_p, new_o, aux), flags["ok"]
+                flags["nondet"] = jnp.bool_(False)
+            else:
+                flags["nondet"], state.first, state.first_ok = h.repeat_check(
+                    state.first, state.first_ok, (new_p, new_o, aux), flags["ok"])
         else:
             backup_p, backup_o = _backup(state)
             returned = None if s > first_checked + 1 else jax.tree_util.tree_map(_abstract, (new_p, new_o))
@@ -336,7 +368,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
         pending.append(flags)
         state.next_step = s + 1
         stop = should_stop()
-        if len(pending) == spec.block or s == steps - 1 or stop:
+        if len(pending) == sync or s == steps - 1 or stop:
             records = _host_records(block_start, jax.device_get(pending), h, planned)
             for r in records:
                 if r["step"] in refs:
@@ -347,6 +379,142 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
             pending, block_start = [], s + 1
             if stop:
                 return
+
+
+@dataclass
+class BlockSize:
+    """How many steps the block protocol runs between two checks: ``fixed`` (``--block K``) or chosen
+    from what the run observes. A block costs one host snapshot and one state check, ``c`` steps'
+    worth of time; a block holding a failure costs its replay, about K more steps. Per step that is
+    c/K + r*K at failure rate r: K = ceil(c / TARGET) keeps the checks under TARGET of the step's time,
+    and once failures are seen K is held at sqrt(c / r), the minimum of the sum. K never grows more
+    than 4x from one block to the next (one slow snapshot does not make the next block huge)."""
+
+    fixed: int | None = None
+    size: int = 10
+    steps: int = 0
+    failures: int = 0
+
+    TARGET = 0.01
+    LIMIT = 1000
+
+    def __post_init__(self) -> None:
+        if self.fixed:
+            self.size = self.fixed
+
+    def update(self, ran: int, failed: int, step_seconds: float, check_seconds: float) -> None:
+        self.steps += ran
+        self.failures += failed
+        if self.fixed or ran <= 0 or step_seconds <= 0:
+            return
+        cost = check_seconds / (step_seconds / ran)  # one block's checks, in steps
+        k = math.ceil(cost / self.TARGET)
+        if self.failures:
+            k = min(k, math.ceil(math.sqrt(cost * self.steps / self.failures)))
+        self.size = max(1, min(k, 4 * self.size, self.LIMIT))
+
+
+def _loss_record(step: int, loss: float, planned: set[int], h: Harnessed) -> dict:
+    rec = {"step": step, "finite": True, "first_bad": None, "max_abs_update": None, "loss": loss}
+    if step in planned:
+        rec["injected"] = h.spec.inject
+    return rec
+
+
+def _same_loss(first: float, replayed: dict) -> bool:
+    """A step's loss in the block run and in its replay are the same float32 (both non-finite counts
+    as the same: a replay records a non-finite loss as null)."""
+    if not math.isfinite(first):
+        return replayed["loss"] is None
+    return replayed["loss"] == first
+
+
+def _run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
+                should_stop: Callable[[], bool]) -> Iterator[BlockResult]:
+    """The block protocol (train): per step only the loss is kept (a device scalar), the step's
+    outputs go straight back into it as in a plain loop; per block one host snapshot of the state
+    before it and one check that every floating leaf is finite after it. A clean block (every loss
+    finite, the state finite) is recorded as it ran. A block with a non-finite loss or state is
+    restored from the snapshot and replayed with :func:`_run_steps` (check and rollback per step),
+    so its records, counts and the trajectory that continues are the per-step protocol's: the batches
+    are a function of (seed, step). The replayed losses are compared with the block run's up to the
+    replay's first failure; a difference marks the step ``nondet`` (the step is not a function of its
+    inputs), as does a failure the replay does not reproduce.
+
+    The block's check sees what is in the state at its end: a step that writes a non-finite value
+    which a later step of the same block removes again (a step that cleans its own state), or a
+    non-finite ``aux["grads"]`` the step does not apply, is counted only with ``commit="step"``.
+    Blocks holding a ``--reference`` sample or a finite injected fault (``lost-row``/``doubled-row``)
+    run step by step from the start."""
+    spec = h.spec
+    size = BlockSize(spec.block)
+    snapshot = HostSnapshot()
+    state.backup = None  # no second copy of the state in device memory
+    s = state.next_step
+    while s < steps:
+        end = min(s + size.size, steps)
+        finite_fault = spec.inject in ("lost-row", "doubled-row") and any(s <= t < end for t in planned)
+        sampled = spec.reference and any(t % spec.reference_every == 0 for t in range(s, end))
+        if finite_fault or sampled:
+            state.backup = _copy((state.params, state.opt_state))
+            yield from _run_steps(h, seed, state, end, planned, should_stop, end - s)
+            state.backup = None
+            if state.next_step < end:
+                return
+            s = end
+            continue
+        t0 = time.perf_counter()
+        snapshot.take((state.params, state.opt_state))
+        signature = jax.tree_util.tree_map(_abstract, (state.params, state.opt_state))
+        t1 = time.perf_counter()
+        losses, stop = [], False
+        for t in range(s, end):
+            k_data, k_fault = step_keys(seed, t)
+            batch = _user(spec, "batch", h.program.batch, k_data, t)
+            new_p, new_o, aux = _user(spec, "step", h.step, state.params, state.opt_state, batch)
+            if t in planned:
+                new_p, new_o = h.injector()(None, new_p, new_o, k_fault)
+            state.params, state.opt_state = new_p, new_o
+            losses.append(aux["loss"])
+            state.next_step = t + 1
+            if should_stop():
+                stop = True
+                break
+        ran_to = state.next_step
+        host_losses = [float(np.asarray(x).astype(np.float32)) for x in jax.device_get(losses)]
+        t2 = time.perf_counter()
+        state_ok = bool(jax.device_get(h.state_check(state.params, state.opt_state)))
+        t3 = time.perf_counter()
+        if state_ok and all(math.isfinite(x) for x in host_losses):
+            records = [_loss_record(s + i, x, planned, h) for i, x in enumerate(host_losses)]
+            size.update(ran_to - s, 0, t2 - t1, (t1 - t0) + (t3 - t2))
+            yield BlockResult(h.label, seed, s, ran_to, records)
+        else:
+            state.params, state.opt_state = snapshot.restore()
+            check_fed_back(h, (state.params, state.opt_state), signature)
+            state.next_step, state.backup = s, _copy((state.params, state.opt_state))
+            replay = next(_run_steps(h, seed, state, ran_to, planned, lambda: False, ran_to - s))
+            state.backup = None
+            _mark_nondeterminism(replay.records, host_losses)
+            size.update(ran_to - s, replay.nonfinite or 1, t2 - t1, (t1 - t0) + (t3 - t2))
+            yield replay
+        if stop:
+            return
+        s = ran_to
+
+
+def _mark_nondeterminism(replayed: list[dict], first_run: list[float]) -> None:
+    """Mark ``nondet`` the first replayed step whose loss differs from the block run's, looking up to
+    the replay's first failure (from there on the block run went on from a non-finite state and the
+    replay from the rollback); a block whose failure the replay does not reproduce marks its last
+    step when no loss differs."""
+    for rec, first in zip(replayed, first_run, strict=True):
+        if not _same_loss(first, rec):
+            rec["nondet"] = True
+            return
+        if not rec["finite"]:
+            return
+    replayed[-1]["nondet"] = True
 
 
 def block_line(b: BlockResult, h: Harnessed, env: dict) -> dict:
@@ -417,7 +585,6 @@ def _resume_state(h: Harnessed, out: Path, seed: int, start: int) -> RunState:
         if jax.process_count() == 1 else None
     if ck is not None and ck[0] <= start:
         state.next_step, (state.params, state.opt_state) = ck[0], ck[1]
-        state.backup = _copy((state.params, state.opt_state))
     # Replay steps the checkpoint does not cover (deterministic: same seed, same steps).
     quiet = replace(h, spec=replace(h.spec, reference=False, block=max(1, start)))
     for _ in run_config(quiet, seed, state, steps=start):

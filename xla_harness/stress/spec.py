@@ -14,6 +14,7 @@ from xla_harness.stress.inject import INJECT_KINDS
 
 BUILTIN = records.BUILTIN_PROGRAM
 PROTOCOLS = ("train", "frozen")
+COMMITS = ("block", "step")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,12 @@ class StressSpec:
     ``program_options``. ``variants`` (workaround variants and compiler-flag sets of
     :mod:`xla_harness.programs.variants`, ``baseline`` first) multiply every configuration: each
     is compiled separately and its rows are compared with the baseline's.
+
+    ``commit`` (train protocol): ``block`` feeds the step's outputs straight back and checks the
+    state once per block of ``block`` steps (None: chosen from the observed cost and failure
+    rate), replaying a failing block step by step; ``step`` checks and rolls back every step. Both
+    give the same counts and trajectories. In the per-step protocols ``block`` is the number of
+    steps per host sync (None: 10).
     """
 
     modes: tuple[str, ...] = MODES
@@ -36,8 +43,8 @@ class StressSpec:
     inject_rate: float = 0.0
     inject: str = "nan"
     reference: bool = False
-    reference_every: int = 5
-    block: int = 10
+    reference_every: int = 1
+    block: int | None = None
     learning_rate: float = 1e-3
     vocab: int = 256
     d_model: int = 64
@@ -50,17 +57,18 @@ class StressSpec:
     protocol: str = "train"
     checkpoint_seconds: float = 300.0
     variants: tuple[str, ...] = ()
+    commit: str = "block"
 
     def __post_init__(self) -> None:
         self._check_matrix()
         self._check_variants()
         for name in ("steps", "devices", "block", "reference_every"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise HarnessError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not 0.0 <= self.inject_rate <= 1.0:
             raise HarnessError(f"inject-rate must be in [0, 1], got {self.inject_rate}")
         for name, value, allowed in (("injection", self.inject, INJECT_KINDS),
-                                     ("protocol", self.protocol, PROTOCOLS)):
+                                     ("protocol", self.protocol, PROTOCOLS), ("commit", self.commit, COMMITS)):
             if value not in allowed:
                 raise HarnessError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
         if not self.learning_rate > 0:
