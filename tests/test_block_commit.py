@@ -192,3 +192,62 @@ def test_block_size_grows_with_cost_and_shrinks_with_failures():
     fixed = BlockSize(fixed=7)
     fixed.update(7, 3, 1.0, 100.0)
     assert fixed.size == 7
+
+
+NOISY_FILE = '''
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+CALLS = itertools.count()
+
+
+def perturbation():
+    return np.float32(1e-3 if next(CALLS) % 4 == 3 else 0.0)
+
+
+def make():
+    opt = optax.sgd(0.1)
+
+    def init(key):
+        params = {"w": jax.random.normal(key, (4, 3))}
+        return params, opt.init(params)
+
+    def batch(key, step):
+        return jax.random.normal(key, (8, 4))
+
+    def loss(params, x):
+        noise = jax.experimental.io_callback(perturbation, jax.ShapeDtypeStruct((), jnp.float32))
+        return jnp.mean(jnp.tanh(x @ params["w"]) ** 2) + noise
+
+    return TrainProgram(name="noisy", init=init, batch=batch, step=step_from_loss(loss, opt))
+'''
+
+
+@pytest.mark.slow
+def test_frozen_table_gives_per_seed_verdicts_nondeterminism_and_what_was_not_looked_for(tmp_path, capsys):
+    import json
+
+    from xla_harness.cli import main
+
+    (tmp_path / "noisy.py").write_text(NOISY_FILE)
+    args = ["stress", "--program", f"{tmp_path}/noisy.py:make", "--protocol", "frozen", "--seeds", "1,2",
+            "--steps", "20", "--quiet", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    head = next(line for line in text.splitlines() if line.startswith("config"))
+    assert "nondet" in head.split()
+    row = next(line for line in text.splitlines() if "noisy.py:make" in line and "0/20" in line)
+    # seeds unpooled: each its own bound (0/20 -> 0.139); no pooled rate; 5 of 20 calls perturbed per seed
+    assert row.split().count("<=0.139") == 2 and "per seed" in row and row.split()[-1] == "10"
+    assert "finite errors: not looked for" in text
+    assert main(["report", str(tmp_path / "r"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (cfg,) = data["configs"]
+    assert cfg["nondet"] == 10 and cfg["protocol"] == "frozen" and set(cfg["per_seed_upper"]) == {"1", "2"}
+    assert data["finite_errors"] == {"referenced_steps": 0, "steps": 40, "silent": 0}

@@ -20,7 +20,7 @@ def _harnessed(task: dict, inject_rate: float = 0.0):
 
     spec = StressSpec(program=task["program"], program_options=tuple(sorted(task.get("options", {}).items())),
                       seeds=(task.get("seed", 1),), steps=max(1, int(task.get("steps", 1))),
-                      inject_rate=inject_rate, block=1)
+                      inject_rate=inject_rate, block=1, commit="step")  # stops at the first bad step
     h = prepare(spec, dict(task.get("options", {})))
     state = initial_state(h, task.get("seed", 1))
     batch = h.program.batch(step_keys(task.get("seed", 1), 0)[0], 0)

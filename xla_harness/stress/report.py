@@ -9,6 +9,7 @@ chi-square test of whether the seeds share one rate.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,8 @@ class Row:
     silent: int = 0
     referenced: int = 0
     injected: int = 0
+    nondet: int = 0  # steps marked nondeterministic (frozen: outputs differ; train: a replay's loss differs)
+    protocol: str = "train"
     first_bad: dict[str, int] = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the first block's configuration
     losses: dict[tuple[int, int], float | None] = field(default_factory=dict)  # variants runs: (seed, step)
@@ -74,7 +77,7 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
     for f in files:
         fp = f.header.fingerprint
         for b in f.blocks:
-            row = rows.setdefault(b.label, Row(b.label, config=dict(b.config)))
+            row = rows.setdefault(b.label, Row(b.label, config=dict(b.config), protocol=b.protocol))
             seeds.add(b.seed)
             for s in b.steps:
                 key = (fp, b.label, b.seed, s.step)
@@ -99,6 +102,7 @@ def _count(row: Row, seed: int, s: records.Step) -> None:
     k, n = row.per_seed.get(seed, (0, 0))
     row.per_seed[seed] = (k + (not s.finite), n + 1)
     row.injected += s.injected is not None
+    row.nondet += s.nondet
     if "variant" in row.config:
         row.losses[(seed, s.step)] = s.loss
     if s.first_bad:
@@ -214,46 +218,81 @@ def _fmt_spread(r: Row) -> str:
     return text + (f" p={d['p_value']:.2g}" if d["p_value"] is not None else "")
 
 
+def _fmt_seed(r: Row, seed: int) -> str:
+    k, n = r.per_seed.get(seed, (0, 0))
+    if not n:
+        return "-"
+    # Frozen: a seed's calls share one input; each seed is its own verdict, with its own bound.
+    return f"{k}/{n} <={stats.upper_bound(k, n):.3f}" if r.protocol == "frozen" else f"{k}/{n}"
+
+
+def _columns(t: Table) -> list[tuple[str, Callable[[Row], str]]]:
+    """The optional columns the table needs, each (header, cell of a row)."""
+    vs_base = baseline_comparisons(t)
+    cols: list[tuple[str, Callable[[Row], str]]] = []
+    if any(r.protocol == "frozen" or r.nondet for r in t.rows):
+        cols.append(("nondet", lambda r: str(r.nondet)))
+    if any(r.injected for r in t.rows):
+        cols.append(("injected", lambda r: str(r.injected)))
+    if any(r.referenced for r in t.rows):
+        cols.append(("silent (ref)", lambda r: f"{r.silent}/{r.referenced}"))
+    if vs_base:
+        cols.append(("vs baseline", lambda r: _fmt_vs_baseline(vs_base.get(r.label))))
+    return cols
+
+
+def _row_cells(r: Row, seeds: list[int]) -> list[str]:
+    cells = [r.label] + [_fmt_seed(r, s) for s in seeds]
+    if r.protocol == "frozen":
+        return cells + [f"{r.k}/{r.n}", "-", "per seed", "-"]
+    rate = r.rate()
+    return cells + [f"{r.k}/{r.n}", f"{rate.rate:.3f}", f"{rate.upper:.4f}", _fmt_spread(r)]
+
+
+def _notes(t: Table, headers: list[str]) -> list[str]:
+    out = ["95% upper: one-sided exact (Clopper-Pearson) bound on the rate; seed spread: lowest-highest "
+           "per-seed rate, p = chi-square test that all seeds share one rate"]
+    if any(r.protocol == "frozen" for r in t.rows):
+        out.append("frozen: every call of a seed gets the same inputs, so seeds are not pooled: each seed cell is "
+                   "its own verdict, k/n <= its one-sided exact 95% upper bound")
+    if "nondet" in headers:
+        out.append("nondet: steps whose outputs were not a function of their inputs (frozen: a finite call whose "
+                   "outputs differ in any bit from the seed's first finite call; train: a replayed step whose loss "
+                   "differs from its first run, looked for only in blocks replayed after a failure)")
+    out.append(_finite_errors_note(t))
+    if "vs baseline" in headers:
+        out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
+                   "row; dloss: largest relative loss difference at the same seed and step (both finite)")
+    return out
+
+
 def format_table(t: Table) -> str:
     """Plain-text table, one row per configuration."""
-    show_ref = any(r.referenced for r in t.rows)
-    show_inj = any(r.injected for r in t.rows)
-    vs_base = baseline_comparisons(t)
-    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% upper", "seed spread"]
-    if show_inj:
-        head.append("injected")
-    if show_ref:
-        head.append("silent (ref)")
-    if vs_base:
-        head.append("vs baseline")
-    lines = []
-    for r in t.rows:
-        rate = r.rate()
-        cells = [r.label]
-        for s in t.seeds:
-            k, n = r.per_seed.get(s, (0, 0))
-            cells.append(f"{k}/{n}" if n else "-")
-        cells += [f"{r.k}/{r.n}", f"{rate.rate:.3f}", f"{rate.upper:.4f}", _fmt_spread(r)]
-        if show_inj:
-            cells.append(str(r.injected))
-        if show_ref:
-            cells.append(f"{r.silent}/{r.referenced}")
-        if vs_base:
-            cells.append(_fmt_vs_baseline(vs_base.get(r.label)))
-        lines.append(cells)
+    cols = _columns(t)
+    extra = [name for name, _ in cols]
+    head = ["config"] + [f"seed {s}" for s in t.seeds] + ["total", "rate", "95% upper", "seed spread"] + extra
+    lines = [_row_cells(r, t.seeds) + [cell(r) for _, cell in cols] for r in t.rows]
     out = format_rows(lines, header=head)
     if t.env:
         e = t.env
         out.append(f"(jax {e.get('jax')}, jaxlib {e.get('jaxlib')}, backend {e.get('backend')}, "
                    f"{e.get('device_count')} x {e.get('device_kind')})")
-    out.append("95% upper: one-sided exact (Clopper-Pearson) bound on the rate; seed spread: lowest-highest "
-               "per-seed rate, p = chi-square test that all seeds share one rate")
-    if vs_base:
-        out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
-                   "row; dloss: largest relative loss difference at the same seed and step (both finite)")
+    out += _notes(t, extra)
     for g in t.gaps:
         out.append(f"gap: {g}")
     return printable("\n".join(out))
+
+
+def _finite_errors_note(t: Table) -> str:
+    """What the table says of finite errors (a wrong update with no NaN or inf in it)."""
+    referenced = sum(r.referenced for r in t.rows)
+    if not referenced:
+        return ("finite errors: not looked for (counts are non-finite steps only; --reference recomputes steps "
+                "in float64 and counts wrong finite updates as silent)")
+    steps = sum(r.n for r in t.rows)
+    return (f"silent (ref): wrong finite updates among the steps recomputed in float64; {referenced} of {steps} "
+            "steps were recomputed" + ("" if referenced == steps else " (--reference-every, or steps skipped "
+                                       "because they were non-finite): the others were not looked at"))
 
 
 def table_json(t: Table) -> dict:
@@ -267,11 +306,17 @@ def table_json(t: Table) -> dict:
              "injected": r.injected,
              "first_bad": r.first_bad,
              "silent": r.silent, "referenced": r.referenced,
+             "nondet": r.nondet, "protocol": r.protocol,
+             **({"per_seed_upper": {str(s): stats.upper_bound(k, n) for s, (k, n) in sorted(r.per_seed.items())}}
+                if r.protocol == "frozen" else {}),
              **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}
             for r in t.rows
         ],
         "seeds": t.seeds,
         "total_nonfinite": t.total_nonfinite,
+        "total_nondet": sum(r.nondet for r in t.rows),
+        "finite_errors": {"referenced_steps": sum(r.referenced for r in t.rows), "steps": sum(r.n for r in t.rows),
+                          "silent": sum(r.silent for r in t.rows)},
         "env": t.env,
         "gaps": t.gaps,
     }

@@ -83,6 +83,8 @@ class Harnessed:
     _injector: Callable | None = None
     state_check: Callable = field(default_factory=make_state_check)
     repeat_check: Callable = field(default_factory=make_repeat_check)
+    snapshot: HostSnapshot = field(default_factory=HostSnapshot)  # block commit: host buffers, reused by every seed
+    block_size: BlockSize | None = None  # block commit: K, carried from seed to seed
 
     @property
     def donate(self) -> tuple[int, ...]:
@@ -360,10 +362,12 @@ def _run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: se
                     state.first, state.first_ok, (new_p, new_o, aux), flags["ok"])
         else:
             backup_p, backup_o = _backup(state)
-            returned = None if s > first_checked + 1 else jax.tree_util.tree_map(_abstract, (new_p, new_o))
+            # The first two feedbacks of each run (the backup starts from init), then the first of each sync.
+            watched = s <= first_checked + 1 or s == block_start
+            returned = jax.tree_util.tree_map(_abstract, (new_p, new_o)) if watched else None
             flags, state.params, state.opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
             state.backup = (bp, bo)
-            if returned is not None:  # the first two feedbacks of each run (the backup starts from init)
+            if returned is not None:
                 check_fed_back(h, (state.params, state.opt_state), returned)
         pending.append(flags)
         state.next_step = s + 1
@@ -415,7 +419,7 @@ class BlockSize:
 
 
 def _loss_record(step: int, loss: float, planned: set[int], h: Harnessed) -> dict:
-    rec = {"step": step, "finite": True, "first_bad": None, "max_abs_update": None, "loss": loss}
+    rec: dict[str, object] = {"step": step, "finite": True, "first_bad": None, "max_abs_update": None, "loss": loss}
     if step in planned:
         rec["injected"] = h.spec.inject
     return rec
@@ -447,8 +451,10 @@ def _run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: s
     Blocks holding a ``--reference`` sample or a finite injected fault (``lost-row``/``doubled-row``)
     run step by step from the start."""
     spec = h.spec
-    size = BlockSize(spec.block)
-    snapshot = HostSnapshot()
+    # Every process must check (a collective) after the same steps: K is measured only in one process.
+    size = h.block_size = h.block_size or BlockSize(spec.block if jax.process_count() == 1
+                                                    else spec.block or DEFAULT_SYNC)
+    snapshot = h.snapshot
     state.backup = None  # no second copy of the state in device memory
     s = state.next_step
     while s < steps:
