@@ -4,26 +4,31 @@ The measured program is the user's step compiled as the user compiles it
 (:meth:`TrainProgram.jit`: same donation, same shardings, nothing inserted). Everything the
 harness adds runs in *separate* jitted functions over the step's inputs and outputs:
 
-* a **checker** (is the loss finite, every new parameter leaf, every new optimizer-state
-  leaf, ``aux["grads"]``/``aux["updates"]`` when the step exposes them; max |new - old|);
-* **rollback** (protocol ``train``): the checker's commit keeps a copy of the last good
-  parameters *and* optimizer state and puts it back after a non-finite step, so one event
-  is one failure and every step is one Bernoulli trial;
+* **checks** (is the loss finite, every new parameter and optimizer-state leaf,
+  ``aux["grads"]``/``aux["updates"]`` when the step exposes them);
+* **commit** (protocol ``train``): ``block`` (default) feeds the step's outputs straight back,
+  keeps per step only the loss, and per block of K steps checks the state once and keeps one
+  host snapshot; a block holding a non-finite step is restored and replayed with ``step``,
+  which checks every step and rolls a non-finite one back (params *and* optimizer state) to a
+  copy kept on device, so one event is one failure and every step is one Bernoulli trial;
+  both give the same records, counts and trajectory;
 * **fault injection** (``inject_rate``, keyed by (seed, step) and planned on the host):
   corrupts the step's *output* between calls and is recorded per step as ``injected``;
   NaN/inf kinds prove the detector, the finite kinds (a lost or doubled row of the target
-  matrix's update) prove ``reference``.
+  matrix's update) prove ``reference``;
+* **nondeterminism**: frozen compares every call's outputs bitwise with the seed's first finite
+  call's, train a replayed block's losses with its first run's (``nondet``).
 
-Protocols: ``train`` runs a trajectory (new batch every step, donated state, rollback);
-``frozen`` is the reporter's: identical params, optimizer state and batch on every call,
-no donation, each call an independent trial. Flags stay on device and are fetched once per
-block of K steps. ``reference`` recomputes sampled steps in float64 on the CPU and flags
-finite-but-wrong updates per row of every matrix.
+Protocols: ``train`` runs a trajectory (new batch every step, donated state); ``frozen`` is the
+reporter's: identical params, optimizer state and batch on every call, no donation, each call a
+trial of that input. Flags stay on device and are fetched once per block. ``reference``
+recomputes steps in float64 on the CPU and flags finite-but-wrong updates per row of every matrix.
 
 The pieces live beside this module: :mod:`~xla_harness.stress.spec` (the matrix),
 :mod:`~xla_harness.stress.inject`, :mod:`~xla_harness.stress.checker`,
 :mod:`~xla_harness.stress.fingerprint`, :mod:`~xla_harness.stress.reference`,
-:mod:`~xla_harness.stress.checkpoint`; this module runs one configuration and the matrix.
+:mod:`~xla_harness.stress.checkpoint`, :mod:`~xla_harness.stress.snapshot`; this module runs one
+configuration and the matrix.
 """
 
 from __future__ import annotations
