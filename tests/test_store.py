@@ -271,3 +271,15 @@ def test_this_clone_records_its_commit(fresh_commit):
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     assert results.repo_commit().removesuffix("+dirty") == head
+
+
+@pytest.mark.parametrize("old,new,differs", [
+    ({"commit": "step", "block": 10}, {"commit": "block", "block": None}, None),  # both count the same steps
+    ({}, {"commit": "block"}, None),  # a file written before --commit existed
+    ({"reference": False, "reference_every": 5}, {"reference": False, "reference_every": 1}, None),
+    ({"reference": True, "reference_every": 5}, {"reference": True, "reference_every": 1},
+     "reference_every=5, now 1"),
+    ({"reference": False}, {"reference": True}, "reference=False, now True"),
+])
+def test_resume_may_change_how_often_steps_are_checked_not_what_is_measured(old, new, differs):
+    assert results.spec_difference({**SPEC, **old}, {**SPEC, **new}) == differs

@@ -167,8 +167,9 @@ def read_results(path: Path) -> Results:
 
 def spec_difference(old: dict, new: dict) -> str | None:
     """The first option in which two specs differ, as 'key=old, now new', or None."""
+    unused = set() if old.get("reference") or new.get("reference") else {"reference_every"}
     for k in sorted(set(old) | set(new)):
-        if k not in records.RESUMABLE_KEYS and old.get(k) != new.get(k):
+        if k not in records.RESUMABLE_KEYS and k not in unused and old.get(k) != new.get(k):
             return f"{k}={old.get(k)!r}, now {new.get(k)!r}"
     return None
 
