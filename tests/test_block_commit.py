@@ -251,3 +251,22 @@ def test_frozen_table_gives_per_seed_verdicts_nondeterminism_and_what_was_not_lo
     (cfg,) = data["configs"]
     assert cfg["nondet"] == 10 and cfg["protocol"] == "frozen" and set(cfg["per_seed_upper"]) == {"1", "2"}
     assert data["finite_errors"] == {"referenced_steps": 0, "steps": 40, "silent": 0}
+
+
+@pytest.mark.slow
+def test_block_commit_restores_a_state_sharded_over_eight_devices():
+    """A failing block of a state sharded over 8 host devices is restored shard by shard: same records,
+    trajectory and shardings as the per-step commit."""
+    assert jax.device_count() >= 8, "conftest sets --xla_force_host_platform_device_count=8"
+    spec = dict(modes=("full",), remats=(True,), seeds=(3,), steps=24, block=6, devices=8, inject_rate=0.1, **TINY)
+    out = {}
+    for commit in ("step", "block"):
+        s = StressSpec(commit=commit, **spec)
+        h = prepare(s, s.configs()[0])
+        state = initial_state(h, 3)
+        out[commit] = ([_key(r) for b in run_config(h, 3, state) for r in b.records], state)
+    assert out["block"][0] == out["step"][0]
+    assert [k[0] for k in out["step"][0] if not k[1]] == injected_steps(3, 24, 0.1).tolist() != []
+    assert _same_state(out["block"][1], out["step"][1])
+    embed = out["block"][1].params["embed"]
+    assert embed.sharding == out["step"][1].params["embed"].sharding and len(embed.sharding.device_set) == 8
