@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from xla_harness.hlo.ir import Computation, HloModule, Instruction
+from xla_harness.hlo.alias import opcodes
+from xla_harness.hlo.ir import HloModule, Instruction
 
 KEY = "aliasing_operands"
 
@@ -80,18 +81,6 @@ def module_pairs(module: HloModule) -> list[CompilerAlias]:
     return out
 
 
-def _contains(module: HloModule, comp: Computation, opcode: str, depth: int = 0) -> bool:
-    if depth > 16:
-        return False
-    for ins in comp.instructions:
-        if ins.opcode == opcode:
-            return True
-        for called in ins.called:
-            if called in module.by_name and _contains(module, module.by_name[called], opcode, depth + 1):
-                return True
-    return False
-
-
 def summary(module: HloModule) -> dict:
     """Counts for a compile record: instructions carrying the compiler's aliasing field, fusions it
     aliased, and of those the ones holding a scatter (nested fusions included)."""
@@ -104,6 +93,6 @@ def summary(module: HloModule) -> dict:
             carrying += 1
             if pairs and ins.opcode == "fusion":
                 aliased += 1
-                if any(c in module.by_name and _contains(module, module.by_name[c], "scatter") for c in ins.called):
+                if any("scatter" in opcodes(module, c) for c in ins.called):
                     scatter += 1
     return {"instructions_with_field": carrying, "aliased_fusions": aliased, "aliased_scatter_fusions": scatter}
