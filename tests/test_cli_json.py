@@ -20,17 +20,26 @@ def _json(capsys) -> dict:
 # ----------------------------------------------------------------------------- patches-check
 
 
-def test_patches_check_json_without_trees(capsys):
-    assert main(["patches-check", "--json"]) == 0
+def test_patches_check_without_any_tree_is_refused_not_passed(capsys):
+    """Nothing to check is not a pass: exit 2, one error line naming the flags, in text and --json."""
+    for extra in ([], ["--json"]):
+        assert main(["patches-check", *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: patches-check: no source tree given")
+        assert "--xla-src" in err[0]
+
+
+def test_patches_check_lists_upstreams_without_a_tree_as_not_checked(tmp_path, capsys):
+    """With one tree given, every other upstream is listed "not checked" and never counts as applying;
+    a tree against which nothing applies is itself refused (exit 2)."""
+    (tmp_path / "empty").mkdir()
+    assert main(["patches-check", "--json", "--tf-src", str(tmp_path / "empty")]) == 2
     doc = _json(capsys)
-    assert doc["series"] == "default" and doc["error"] is None
-    assert doc["applies"] == 0 and doc["not_checked"] == len(doc["results"]) >= 1
     xla = next(r for r in doc["results"] if r["upstream"] == "xla")
     assert xla == {"upstream": "xla", "status": "not checked", "detail": "no source tree given"}
-    # the text's lines, one per record
-    assert main(["patches-check"]) == 0
-    text = capsys.readouterr().out.splitlines()
-    assert text == [f"{r['upstream']}: {r['status']}: {r['detail']}" for r in doc["results"]]
+    assert doc["applies"] == 0 and doc["error"] is not None
 
 
 @pytest.mark.slow  # git apply

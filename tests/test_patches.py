@@ -139,10 +139,10 @@ def test_patches_check_applies_in_order(tmp_path, capsys):
 
 
 def test_patches_check_without_tree_is_not_a_pass(capsys):
-    assert main(["patches-check"]) == 0
-    out = capsys.readouterr().out
-    assert "xla: not checked: no source tree given" in out
-    assert "applies" not in out
+    assert main(["patches-check"]) == 2
+    captured = capsys.readouterr()
+    assert "applies" not in captured.out
+    assert captured.err.startswith("error: patches-check: no source tree given")
 
 
 @pytest.mark.slow

@@ -10,11 +10,13 @@ HELP = "git apply --check the patch series against source trees (xla, jax, tenso
 DESCRIPTION = """\
 Apply each upstream's patches from patches/series.toml, in order, to a scratch copy of the
 files they touch in the given source tree (`git apply --check`, then apply, so the next
-patch is checked on top). An upstream without a tree is listed as "not checked: no source
-tree given" and never counts as passing.
+patch is checked on top). Give at least one tree (--xla-src, --jax-src, --tf-src; `make
+patches-check` passes the jax sdist from PyPI). An upstream without a tree is listed as "not
+checked: no source tree given" and never counts as passing.
 
-Exit 0 when every given tree accepts its series, 2 when a patch does not apply (one line
-naming the patch, the file and the hunk), when a tree was given but no patch could be checked
+Exit 0 when every given tree accepts its series, 2 when no tree is given (nothing would be
+checked), when a patch does not apply (one line naming the patch, the file and the hunk), when
+a tree was given but no patch could be checked
 against it (every patch "not checked": e.g. each touches files the tree lacks), or the input
 is bad.
 """
@@ -40,6 +42,9 @@ def run(args) -> int:
 
     series = load_series(args.series_file)
     trees = {"xla": args.xla_src, "jax": args.jax_src, "tensorflow": args.tf_src}
+    if all(t is None for t in trees.values()):
+        raise HarnessError("patches-check: no source tree given, so nothing would be checked; pass --xla-src, "
+                           "--jax-src and/or --tf-src (make patches-check passes the jax sdist)")
     records: list[dict] = []
     unchecked: list[str] = []
     try:
