@@ -6,8 +6,6 @@ call's; train: a replayed block's losses compared with the block run's); the lim
 
 from __future__ import annotations
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,15 +98,21 @@ def test_block_commit_equals_step_commit_with_injected_faults(inject):
     assert [r["step"] for r in recs if not r["finite"]] == planted
 
 
-@pytest.mark.slow
-def test_block_commit_equals_step_commit_on_the_builtin_with_a_chosen_block_size():
-    spec = dict(modes=("full",), remats=(True,), seeds=(2,), steps=50, inject_rate=0.05, **TINY)
+def _builtin_both_commits(spec: dict, seed: int) -> dict:
+    """The built-in model under each commit: {commit: (record keys, final state)}."""
     out = {}
     for commit in ("step", "block"):
         s = StressSpec(commit=commit, **spec)
         h = prepare(s, s.configs()[0])
-        state = initial_state(h, 2)
-        out[commit] = ([_key(r) for b in run_config(h, 2, state) for r in b.records], state)
+        state = initial_state(h, seed)
+        out[commit] = ([_key(r) for b in run_config(h, seed, state) for r in b.records], state)
+    return out
+
+
+@pytest.mark.slow
+def test_block_commit_equals_step_commit_on_the_builtin_with_a_chosen_block_size():
+    spec = dict(modes=("full",), remats=(True,), seeds=(2,), steps=50, inject_rate=0.05, **TINY)
+    out = _builtin_both_commits(spec, seed=2)
     assert out["block"][0] == out["step"][0]
     assert any(not k[1] for k in out["step"][0])
     assert _same_state(out["block"][1], out["step"][1])
@@ -128,12 +132,20 @@ def test_the_stated_limit_a_nan_the_step_removes_within_a_block():
     assert [r["step"] for r in block_recs if not r["finite"]] == [7]
 
 
-def noisy(every=4, nan_calls=()) -> TrainProgram:
-    """A step that is not a function of its inputs: a host callback adds 1e-3 to the loss on every
-    ``every``'th call of the process (counted on the host) and makes it NaN on ``nan_calls``."""
+NOISY_FILE = '''
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+
+def make(every=4, nan_calls=()):
     opt = optax.sgd(0.1)
-    calls = itertools.count()
-    nan_calls = set(nan_calls)
+    calls = itertools.count()  # the program's calls, counted on the host
 
     def perturbation():
         i = next(calls)
@@ -150,7 +162,16 @@ def noisy(every=4, nan_calls=()) -> TrainProgram:
         noise = jax.experimental.io_callback(perturbation, jax.ShapeDtypeStruct((), jnp.float32))
         return jnp.mean(jnp.tanh(x @ params["w"]) ** 2) + noise
 
-    return TrainProgram(name="poisoned", init=init, batch=batch, step=step_from_loss(loss, opt))
+    return TrainProgram(name="noisy", init=init, batch=batch, step=step_from_loss(loss, opt))
+'''
+
+
+def noisy(every=4, nan_calls=()) -> TrainProgram:
+    """A step that is not a function of its inputs (:data:`NOISY_FILE`'s ``make``): a host callback adds
+    1e-3 to the loss on every ``every``'th call of the program and makes it NaN on ``nan_calls``."""
+    namespace: dict = {}
+    exec(compile(NOISY_FILE, "noisy.py", "exec"), namespace)
+    return namespace["make"](every=every, nan_calls=tuple(nan_calls))
 
 
 @pytest.mark.slow
@@ -194,39 +215,6 @@ def test_block_size_grows_with_cost_and_shrinks_with_failures():
     assert fixed.size == 7
 
 
-NOISY_FILE = '''
-import itertools
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-
-from xla_harness.programs.interface import TrainProgram, step_from_loss
-
-CALLS = itertools.count()
-
-
-def perturbation():
-    return np.float32(1e-3 if next(CALLS) % 4 == 3 else 0.0)
-
-
-def make():
-    opt = optax.sgd(0.1)
-
-    def init(key):
-        params = {"w": jax.random.normal(key, (4, 3))}
-        return params, opt.init(params)
-
-    def batch(key, step):
-        return jax.random.normal(key, (8, 4))
-
-    def loss(params, x):
-        noise = jax.experimental.io_callback(perturbation, jax.ShapeDtypeStruct((), jnp.float32))
-        return jnp.mean(jnp.tanh(x @ params["w"]) ** 2) + noise
-
-    return TrainProgram(name="noisy", init=init, batch=batch, step=step_from_loss(loss, opt))
-'''
 
 
 @pytest.mark.slow
@@ -259,12 +247,7 @@ def test_block_commit_restores_a_state_sharded_over_eight_devices():
     trajectory and shardings as the per-step commit."""
     assert jax.device_count() >= 8, "conftest sets --xla_force_host_platform_device_count=8"
     spec = dict(modes=("full",), remats=(True,), seeds=(3,), steps=24, block=6, devices=8, inject_rate=0.1, **TINY)
-    out = {}
-    for commit in ("step", "block"):
-        s = StressSpec(commit=commit, **spec)
-        h = prepare(s, s.configs()[0])
-        state = initial_state(h, 3)
-        out[commit] = ([_key(r) for b in run_config(h, 3, state) for r in b.records], state)
+    out = _builtin_both_commits(spec, seed=3)
     assert out["block"][0] == out["step"][0]
     assert [k[0] for k in out["step"][0] if not k[1]] == injected_steps(3, 24, 0.1).tolist() != []
     assert _same_state(out["block"][1], out["step"][1])
