@@ -21,6 +21,7 @@ import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -29,6 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from xla_harness import subproc  # noqa: E402  (children in their own process group, bounded waits)
+
+GIT_TIMEOUT_S = 600  # one git call on a local mirror
+DUMP_TIMEOUT_S = 3600  # the jax programs dumping every pass
 DEFAULT_OUT = Path.home() / ".cache" / "xla-harness" / "hlo-corpus"
 _RAW = re.compile(r'R"([A-Za-z_]{0,16})\((.*?)\)\1"', re.S)
 _LOOKS_HLO = re.compile(r"(^|\n)\s*(HloModule\s|ENTRY\s)")
@@ -36,7 +41,7 @@ _LOOKS_HLO = re.compile(r"(^|\n)\s*(HloModule\s|ENTRY\s)")
 
 def _git(git_dir: str, *args: str) -> bytes | None:
     """Output of a git command; None when it fails (a blob absent from a partial mirror)."""
-    proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True)
+    proc = subproc.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, timeout=GIT_TIMEOUT_S)
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -122,8 +127,8 @@ def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
     rows: list[dict] = []
     todo = list(paths)
     while todo:
-        proc = subprocess.Popen([sys.executable, __file__, "_worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subproc.start([sys.executable, __file__, "_worker"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
         feeder = threading.Thread(target=_feed, args=(proc, todo), daemon=True)
         feeder.start()
         lines: queue.Queue = queue.Queue()
@@ -135,7 +140,7 @@ def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
                 line = lines.get(timeout=timeout)
             except queue.Empty:
                 failure = "hang"
-                proc.kill()
+                subproc.signal_group(proc, signal.SIGKILL)
                 break
             if line is None:
                 failure = "xla-crash"
@@ -143,7 +148,11 @@ def _run_workers(paths: list[Path], timeout: float) -> list[dict]:
             if line.startswith("{"):
                 rows.append(json.loads(line))
                 done += 1
-        proc.wait()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # answered everything but does not exit
+            subproc.signal_group(proc, signal.SIGKILL)
+            proc.wait()
         todo = todo[done:]
         if failure and todo:
             detail = (f"no answer in {timeout:.0f} s" if failure == "hang"
@@ -223,7 +232,8 @@ def dump_jax(dest: Path) -> int:
     flags = (f"--xla_force_host_platform_device_count=8 --xla_dump_to={dest} --xla_dump_hlo_as_text "
              "--xla_dump_hlo_pass_re=.*")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
-    subprocess.run([sys.executable, "-c", JAX_PROGRAMS], env=env, check=True)
+    subproc.run([sys.executable, "-c", JAX_PROGRAMS], env=env, check=True, timeout=DUMP_TIMEOUT_S,
+                what="dumping the jax programs")
     n = sum(1 for p in dest.rglob("*.txt") if p.read_text(errors="replace").lstrip().startswith("HloModule"))
     print(f"{n} HLO modules dumped into {dest}")
     return 0

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.ir import Computation, HloModule
 from xla_harness.hlo.parser import HloParseError, parse_module
@@ -306,7 +307,7 @@ class IsolatedXlaParser:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                subproc.signal_group(proc, signal.SIGKILL)
                 proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
@@ -319,8 +320,9 @@ class IsolatedXlaParser:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self._proc = subprocess.Popen([sys.executable, "-m", "xla_harness.hlo.xla_oracle"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True)
+        # In its own process group, killed as a group (xla_harness.subproc) when it does not answer.
+        self._proc = subproc.start([sys.executable, "-m", "xla_harness.hlo.xla_oracle"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True)
         return self._proc
 
     def parse(self, text: str | None, structure: bool = True) -> XlaParse:
@@ -333,7 +335,7 @@ class IsolatedXlaParser:
 
         def kill() -> None:
             timed_out.set()
-            proc.kill()
+            subproc.signal_group(proc, signal.SIGKILL)
 
         timer = threading.Timer(self.timeout, kill)
         timer.start()
@@ -354,7 +356,7 @@ class IsolatedXlaParser:
         try:
             code = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            subproc.signal_group(proc, signal.SIGKILL)
             code = proc.wait()
         self._proc = None
         why = ""

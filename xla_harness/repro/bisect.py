@@ -105,16 +105,16 @@ class SubprocessOracle:
 
     def _call(self, extra: dict) -> dict:
         import os
-        import subprocess
 
+        from xla_harness import subproc
         from xla_harness.resources import import_root
 
         root = str(import_root())  # where xla_harness is imported from: the checkout or site-packages
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        try:
-            res = subprocess.run([self.python, "-m", "xla_harness.repro.probe", json.dumps({**self.task, **extra})],
-                                 capture_output=True, text=True, timeout=self.timeout, env=env)
-        except subprocess.TimeoutExpired:
+        try:  # in its own process group: a timeout kills whatever the probe started too
+            res = subproc.run([self.python, "-m", "xla_harness.repro.probe", json.dumps({**self.task, **extra})],
+                              capture_output=True, text=True, timeout=self.timeout, env=env)
+        except subproc.ChildTimeout:
             return {"crashed": f"probe timed out after {self.timeout:g} s"}
         lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
         if res.returncode != 0 or not lines:

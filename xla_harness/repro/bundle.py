@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.files import sha256_file
 
@@ -250,13 +251,6 @@ def repro_command(python: str, script: Path, config: Path) -> list[str]:
     return [python, "-c", LAUNCHER, str(os.getpid()), str(script), "--json", "--config", str(config)]
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL a child started with start_new_session and everything in its process group; reap it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
-
-
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """SIGTERM raises SystemExit(143) while the block runs, so every ``finally`` and context manager
@@ -282,16 +276,9 @@ def run_repro(script: Path, config: Path, python: str = sys.executable,
     """Run repro.py on a config in its own process group; the whole group is killed on timeout and on
     any exception here (SIGTERM through sigterm_as_exit, an interrupt), and the child dies with us."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen(repro_command(python, script, config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=config.parent, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
-        raise HarnessError(f"repro.py did not finish in {timeout:g} s (its process group was killed)") from None
-    except BaseException:
-        kill_group(proc)
-        raise
+    proc = subproc.start(repro_command(python, script, config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, cwd=config.parent)
+    stdout, stderr = subproc.wait(proc, timeout, what="repro.py")
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         last = (stderr.strip().splitlines() or ["no output"])[-1]

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.upstream.patchfile import parse_patch
 
@@ -15,13 +16,20 @@ _FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
 
 
 def git(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run git with argv ``args`` in ``cwd``; git missing or hanging is one clear error."""
+    """Run git with argv ``args`` in ``cwd``; git missing or hanging (its process group is killed after
+    ``timeout`` s, :mod:`xla_harness.subproc`) is one clear error."""
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return subproc.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                           what=f"git {args[0]} in {cwd}")
     except FileNotFoundError:
         raise HarnessError("git is not installed; it is needed to apply patches") from None
-    except subprocess.TimeoutExpired:
-        raise HarnessError(f"git {args[0]} in {cwd} did not finish in {timeout:g} s") from None
+
+
+def init_repo(dest: Path) -> None:
+    """``git init`` in ``dest`` (a copied tree that ``git apply`` then patches)."""
+    res = git(["init", "-q"], dest)
+    if res.returncode != 0:
+        raise HarnessError(f"git init in {dest} failed: {(res.stderr.strip().splitlines() or ['no output'])[-1]}")
 
 
 def describe_failure(name: str, patch_text: str, stderr: str) -> str:

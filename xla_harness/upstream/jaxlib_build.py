@@ -30,6 +30,8 @@ is redone, and so are the stages after it. --dry-run prints every stage's exact 
 and touches nothing. Errors (no network, sha256 mismatch, a patch that does not apply,
 bazelisk missing, Python too old, too little free disk) are one `error:` line and exit 2;
 a stage killed midway leaves no stamp, and the next run redoes it from a clean state.
+Every command runs in its own process group, killed with everything it started when it runs
+longer than --command-timeout seconds (one `error:` line naming the command).
 
 The TPU compiler lives in libtpu and is not rebuilt by any of this.
 """
@@ -45,7 +47,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from xla_harness.errors import HarnessError
-from xla_harness.upstream.jaxlib_context import DEFAULT_JAX, JAX_REPO, MIN_FREE_GB, REPO, XLA_TARBALL, Ctx, Runner
+from xla_harness.upstream.jaxlib_context import (
+    COMMAND_TIMEOUT_S,
+    DEFAULT_JAX,
+    JAX_REPO,
+    MIN_FREE_GB,
+    REPO,
+    XLA_TARBALL,
+    Ctx,
+    Runner,
+)
 from xla_harness.upstream.jaxlib_plan import fingerprint, jax_tag
 from xla_harness.upstream.jaxlib_stages import RUN, VENV_COMPLETE, TestsFailed, check_clean, preflight
 from xla_harness.upstream.series import load_series
@@ -111,6 +122,8 @@ def check_options(ctx: Ctx) -> None:
     """Option values that would otherwise fail only after hours of building."""
     if not math.isfinite(ctx.min_free_gb) or ctx.min_free_gb < 0:
         raise HarnessError(f"--min-free-gb must be a non-negative number, got {ctx.min_free_gb}")
+    if not math.isfinite(ctx.command_timeout_s) or ctx.command_timeout_s <= 0:
+        raise HarnessError(f"--command-timeout must be a positive number of seconds, got {ctx.command_timeout_s}")
     if ctx.stress_steps <= 0:
         raise HarnessError(f"--stress-steps must be a positive integer, got {ctx.stress_steps}")
     if not ctx.harness_tests:
@@ -191,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harness-tests", default="tests/test_hlo.py,tests/test_stress.py",
                     help="comma-separated test files the test stage runs against the venv")
     ap.add_argument("--stress-steps", type=int, default=10, help="steps of the test stage's stress matrix")
+    ap.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT_S, metavar="SECONDS",
+                    help="how long one command of a stage may run before its process group is killed "
+                         f"(default {COMMAND_TIMEOUT_S:g})")
 
     def _error(message: str) -> NoReturn:
         sys.stderr.write(f"error: {message} (see --help)\n")
@@ -205,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
               cuda=args.cuda, cuda_major=args.cuda_major, python=args.python, jax_repo=args.jax_repo,
               xla_url=args.xla_url, dry_run=args.dry_run, min_free_gb=args.min_free_gb, venv=args.venv,
               results=args.results, harness_tests=tuple(t for t in args.harness_tests.split(",") if t),
-              stress_steps=args.stress_steps)
+              stress_steps=args.stress_steps, command_timeout_s=args.command_timeout)
     try:
         check_options(ctx)
         jax_tag(ctx.jax_version)

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.resources import source_checkout
 from xla_harness.upstream.jaxlib_plan import jax_tag
@@ -20,6 +21,8 @@ DEFAULT_JAX = "0.12.0.1"
 JAX_REPO = "https://github.com/jax-ml/jax.git"
 XLA_TARBALL = "https://github.com/openxla/xla/archive/{commit}.tar.gz"
 MIN_FREE_GB = 40  # a jaxlib build with its bazel caches; CUDA needs more (see --min-free-gb)
+COMMAND_TIMEOUT_S = 12 * 3600  # one command of a stage (a cold jaxlib build takes hours); see --command-timeout
+TIMED_OUT = 124  # the exit status a timed-out command reports with check=False (as timeout(1) does)
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Ctx:
     results: Path = REPO / "results" / "patched"
     harness_tests: tuple[str, ...] = ("tests/test_hlo.py", "tests/test_stress.py")
     stress_steps: int = 10
+    command_timeout_s: float = COMMAND_TIMEOUT_S
     state: dict = field(default_factory=dict)  # outputs of earlier stages
 
     @property
@@ -62,7 +66,9 @@ class Runner:
 
     def __call__(self, argv: list[str], cwd: Path | None, stage: str, env: dict | None = None,
                  what: str = "", check: bool = True) -> int:
-        """Run ``argv``; returns its exit status (0 in a dry run). With ``check`` a failure raises."""
+        """Run ``argv``; returns its exit status (0 in a dry run). With ``check`` a failure raises.
+        The command runs in its own process group; after ``ctx.command_timeout_s`` the group is killed:
+        with ``check`` that is a HarnessError naming the command, without it exit status 124."""
         shown = " ".join(_quote(a) for a in argv)
         env = env or {}
         if env:
@@ -79,12 +85,18 @@ class Runner:
                 full = {**os.environ, **env}
                 for k in [k for k, v in env.items() if not v]:  # an empty value means: unset it
                     full.pop(k)
-                res = subprocess.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=full)
+                code = subproc.run(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=full,
+                                   timeout=self.ctx.command_timeout_s, what=f"{stage}: {what or argv[0]}").returncode
             except FileNotFoundError:
                 raise HarnessError(f"{stage}: {argv[0]} not found") from None
-        if res.returncode != 0 and check:
-            raise HarnessError(f"{stage}: {what or argv[0]} failed (exit {res.returncode}); see {log}")
-        return res.returncode
+            except subproc.ChildTimeout as exc:
+                fh.write(f"{exc}\n")
+                if check:
+                    raise HarnessError(f"{exc}; see {log} (--command-timeout to allow longer)") from None
+                code = TIMED_OUT
+        if code != 0 and check:
+            raise HarnessError(f"{stage}: {what or argv[0]} failed (exit {code}); see {log}")
+        return code
 
 
 def _quote(a: str) -> str:

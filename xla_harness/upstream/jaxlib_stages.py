@@ -12,9 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.files import sha256_file
-from xla_harness.upstream.apply import apply_patch
+from xla_harness.upstream.apply import apply_patch, git
 from xla_harness.upstream.jaxlib_context import DEFAULT_JAX, REPO, Ctx, Runner, _quote
 from xla_harness.upstream.jaxlib_plan import (
     PIN_FILES,
@@ -29,6 +30,7 @@ from xla_harness.upstream.jaxlib_plan import (
 from xla_harness.upstream.series import load_series
 
 MAX_DOWNLOAD_BYTES = 2 << 30  # an XLA source tarball is ~100 MB; file:///dev/zero never ends
+GIT_TIMEOUT_S = 1800  # `git add -A` / `commit` of a copied XLA tree (tens of thousands of files)
 
 
 def copy_capped(src, fh, max_bytes: int, url: str, chunk: int = 1 << 20) -> int:
@@ -110,7 +112,7 @@ def stage_fetch(ctx: Ctx, run: Runner) -> dict:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    return git(args, cwd, timeout=GIT_TIMEOUT_S)
 
 
 # What building in a prepared tree leaves behind, so that it does not count as a local change:
@@ -260,9 +262,9 @@ def _bazel_reports(bazel: list[str], version: str) -> str:
     """The version `bazel --version` reports with USE_BAZEL_VERSION=version ('' when unreadable); bazelisk
     downloads that Bazel first, hence the long timeout."""
     try:
-        res = subprocess.run([*bazel, "--version"], capture_output=True, text=True, timeout=1800,
-                             env={**os.environ, "USE_BAZEL_VERSION": version})
-    except (OSError, subprocess.SubprocessError):
+        res = subproc.run([*bazel, "--version"], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "USE_BAZEL_VERSION": version})
+    except (OSError, HarnessError):  # not runnable, or hung (its process group killed)
         return ""
     m = re.search(r"^bazel (\S+)", res.stdout, re.M)
     return m.group(1) if m and res.returncode == 0 else ""
@@ -278,8 +280,8 @@ _PYVER_PROBE = ("import sys, sysconfig; ft = '-ft' if sysconfig.get_config_var('
 
 def _python_version(python: str) -> str:
     try:
-        out = subprocess.run([python, "-c", _PYVER_PROBE], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        out = subproc.run([python, "-c", _PYVER_PROBE], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, HarnessError):  # not runnable, or hung (its process group killed)
         out = ""
     if not re.fullmatch(r"\d+\.\d+(-ft)?", out):
         raise HarnessError(f"cannot run {python} to read its version")
@@ -394,7 +396,8 @@ def stage_install(ctx: Ctx, run: Runner) -> dict:
     if ctx.dry_run:
         print(f"  [install] {py} -c <list jax's requirements without jaxlib> > {reqs}")
     else:
-        res = subprocess.run([py, "-c", _JAX_DEPS], capture_output=True, text=True)
+        res = subproc.run([py, "-c", _JAX_DEPS], capture_output=True, text=True, timeout=300,
+                          what="install: reading the patched jax's requirements")
         if res.returncode != 0:
             raise HarnessError(f"install: cannot read the patched jax's requirements: {res.stderr.strip()[-200:]}")
         reqs.parent.mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.upstream.apply import apply_patch
+from xla_harness.upstream.apply import apply_patch, init_repo
 from xla_harness.upstream.patchcheck import parse_patch
 from xla_harness.upstream.series import load_series
 
@@ -216,7 +217,7 @@ def prepare_tests(jax_src: Path, dest: Path) -> list[str]:
     for name in ("conftest.py", "pyproject.toml"):
         if (jax_src / name).is_file():
             shutil.copyfile(jax_src / name, dest / name)
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    init_repo(dest)
     series = load_series()
     applied = []
     for p in series.upstream("jax").select("default"):
@@ -251,10 +252,10 @@ def run_file(python: str, src: Path, entry: SuiteFile, flag: str, out: Path, cas
     run = FileRun(entry.file, entry.select, flag)
     t0 = time.monotonic()
     rc = None
-    try:
-        rc = subprocess.run(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            timeout=timeout).returncode
-    except subprocess.TimeoutExpired:
+    try:  # pytest in its own process group: a timeout kills what it started too
+        rc = subproc.run(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         timeout=timeout).returncode
+    except subproc.ChildTimeout:
         run.note = f"timeout after {timeout:.0f} s"
     run.seconds = time.monotonic() - t0
     if xml.is_file():

@@ -15,16 +15,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.upstream.apply import apply_patch
+from xla_harness.upstream.apply import apply_patch, init_repo
 from xla_harness.upstream.patchcheck import parse_patch
 from xla_harness.upstream.series import load_series
 
 STAMP = ".xla-harness-jax-patched"
+STEP_TIMEOUT_S = 3600  # one venv or pip step (jaxlib is a large download); then its process group is killed
 
 
 def _sdist_version(sdist: Path) -> str:
@@ -40,7 +41,7 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
     series = load_series()
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(sdist, dest, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    init_repo(dest)
     applied = []
     for p in series.upstream("jax").select("default"):
         path = p.path(series.root)
@@ -100,7 +101,12 @@ def build(sdist: Path, venv: Path, python: str, extra: list[str], archive: Path 
                       f"jaxlib=={version}", *extra],
                      [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                       "--no-deps", str(src)]):
-            res = subprocess.run(argv, capture_output=True, text=True)
+            try:
+                res = subproc.run(argv, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                                  what=f"building {venv}: {' '.join(argv[1:4])}")
+            except subproc.ChildTimeout:
+                shutil.rmtree(venv, ignore_errors=True)
+                raise
             if res.returncode != 0:
                 last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
                 shutil.rmtree(venv, ignore_errors=True)
