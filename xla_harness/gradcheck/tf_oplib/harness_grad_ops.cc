@@ -3,7 +3,8 @@
 // lowerings of patches/tensorflow/0001. The lowerings are not restated here: build.py
 // writes the new text of the patch's hunks of tensorflow/compiler/tf2xla/kernels/
 // binary_ops.cc into patched_lowerings.inc, renaming only the ops, so the compiled code is
-// the patch's code. Built against the installed TF wheel's headers and loaded with tf.load_op_library.
+// the patch's code. The control build (build.py --side stock) writes the hunks' old text,
+// TF's stock lowerings, and sets HARNESS_OP_PREFIX to "HarnessStock". Built against the installed TF wheel's headers and loaded with tf.load_op_library.
 // No CPU/GPU kernel is registered: the ops run only under jit_compile=True.
 
 #include "tensorflow/compiler/tf2xla/kernels/cwise_ops.h"
@@ -24,9 +25,13 @@ namespace tensorflow {
       .Attr("T: {half, bfloat16, float, double, complex64, complex128}")      \
       .SetShapeFn(shape_inference::MergeBothInputsShapeFn)
 
-HARNESS_GRAD_OP("HarnessSqrtGrad");
-HARNESS_GRAD_OP("HarnessRsqrtGrad");
-HARNESS_GRAD_OP("HarnessReciprocalGrad");
+#ifndef HARNESS_OP_PREFIX
+#define HARNESS_OP_PREFIX "Harness"
+#endif
+
+HARNESS_GRAD_OP(HARNESS_OP_PREFIX "SqrtGrad");
+HARNESS_GRAD_OP(HARNESS_OP_PREFIX "RsqrtGrad");
+HARNESS_GRAD_OP(HARNESS_OP_PREFIX "ReciprocalGrad");
 
 namespace {
 
