@@ -103,29 +103,49 @@ CONTEXT = {
             "tf.where sends a zero upstream gradient into the branch it did not select. The CPU and "
             "GPU kernels of SqrtGrad, RsqrtGrad and ReciprocalGrad "
             "(tensorflow/core/kernels/cwise_ops_gradients.h) return 0 where that gradient is 0; "
-            "their tf2xla lowerings (tensorflow/compiler/tf2xla/kernels/binary_ops.cc) multiply "
-            "unguarded, and 0 * inf (y == 0, or y == inf for the reciprocal) is NaN."),
+            "their lowerings multiply unguarded, and 0 * inf (y == 0, or y == inf for the "
+            "reciprocal) is NaN. TF lowers them in two places: the tf2xla kernels "
+            "(tensorflow/compiler/tf2xla/kernels/binary_ops.cc: the old bridge, which "
+            "jit_compile uses on CPU in TF 2.21, and the MLIR bridge with op fallback, where "
+            "SqrtGrad and RsqrtGrad are in IsOpTypeAllowedTf2XlaPreferred) and the TF-to-TF "
+            "patterns LowerSqrtGradOp and LowerRsqrtGradOp of "
+            "tensorflow/compiler/mlir/tensorflow/transforms/lower_tf.td (xla-legalize-tf without "
+            "preferring tf2xla, TF to StableHLO, TFLite's prepare-tf). ReciprocalGrad has only "
+            "the tf2xla kernel."),
         "why": (
-            "The lowerings take the eager kernels' semantics: select(dy == 0, 0, formula). Nothing "
-            "changes where dy != 0. Ops whose eager kernels have no such guard (TanhGrad, "
-            "SigmoidGrad, SoftplusGrad, the gradient of RealDiv) are left alone, so XLA and eager "
-            "keep agreeing on them; the commit message lists each op of cwise_ops_gradients.h."),
+            "Both lowering paths take the eager kernels' semantics: select(dy == 0, 0, formula) "
+            "(0001: the tf2xla kernels; 0002: the lower_tf.td patterns, through one DRR class in "
+            "the style of BinaryNoNanPat). Nothing changes where dy != 0. Ops whose eager kernels "
+            "have no such guard (TanhGrad, SigmoidGrad, SoftplusGrad, the gradient of RealDiv) "
+            "are left alone, so XLA and eager keep agreeing on them; the commit message lists "
+            "each op of cwise_ops_gradients.h."),
         "risk": (
             "Results change only where dy == 0, from NaN or +-0 to +0, as in eager. One select and "
             "one compare per element, which XLA fuses into the existing elementwise fusion."),
         "tests_note": (
-            "The test block is run by xla-harness against the installed tensorflow-cpu 2.21.0 with "
-            "the patch's lowerings compiled into an op library (HarnessSqrtGrad etc.): it passes on "
-            "eager kernels and on the patched lowerings and fails on the stock lowerings."),
+            "0001's test block is run by xla-harness against the installed tensorflow-cpu 2.21.0 "
+            "in float32, float64, bfloat16 and float16 with the patch's lowerings compiled into an "
+            "op library (HarnessSqrtGrad etc.): it passes on the eager kernels and on the patched "
+            "lines and fails on TF's own jit_compile lowering and on the control, the same library "
+            "built from the lines the patch replaces. 0002's FileCheck tests were not run (no "
+            "tf-opt here)."),
         "run_where": (
             "xla-harness compiled the new lines of binary_ops.cc with g++ against the headers of the "
             "tensorflow-cpu 2.21.0 wheel, linked them to its libtensorflow_cc.so.2 as ops "
             "HarnessSqrtGrad etc., and ran them inside that TF under jit_compile=True on x86-64 "
             "CPU: equal to eager on its whole gradient registry, bitwise at the dead-branch "
-            "points. The same lines compile (g++ -fsyntax-only) against the headers of the "
-            "tf-nightly 2.23.0.dev20261026 wheel. `git apply --check` passed on the newest "
-            "TensorFlow texts readable there; not run: `git apply` on the v2.21.0 tag and on a "
-            "nightly's source (not readable), a Bazel build of TensorFlow, GPU, TPU."),
+            "points. The control (the replaced lines, compiled and run the same way) equals TF's "
+            "own jit_compile lowering bitwise and gives NaN at every singular dead-branch point "
+            "where the patched lines give 0, in four dtypes (table below). TF 2.21's "
+            "jit_compile on CPU compiles with the tf2xla kernels whatever the MLIR bridge setting "
+            "(xla_compiler.cc logs `CompileFunction with XlaBuilder`); TF 2.21's own "
+            "xla-legalize-tf pass lowers SqrtGrad and RsqrtGrad with the unguarded lower_tf.td "
+            "patterns unless it prefers tf2xla: that is the code 0002 changes, read from the "
+            "installed TF, but 0002 itself was not compiled or run (no TF build). The new lines "
+            "of 0001 compile (g++ -fsyntax-only) against the headers of the tf-nightly "
+            "2.23.0.dev20261026 wheel. `git apply --check` passed on the newest TensorFlow texts "
+            "readable there; not run: `git apply` on the v2.21.0 tag and on a nightly's source "
+            "(not readable), a Bazel build of TensorFlow, GPU, TPU."),
     },
 }
 
@@ -221,6 +241,13 @@ def _evidence_lines(target: str, results_dir: Path, scans: list[str], stress: li
                   *(f"- {x}" for x in xla_logs), ""]
     grads = sorted(results_dir.rglob("gradcheck*.txt")) if results_dir.is_dir() else []
     if target == "tensorflow":
+        controls = sorted(results_dir.rglob("tensorflow/**/control.md")) if results_dir.is_dir() else []
+        for f in controls:
+            lines += [f"Control (`make tf-control`), `{f.relative_to(results_dir.parent)}`:", "",
+                      *f.read_text(encoding="utf-8").rstrip("\n").replace("\n# ", "\n### ")
+                      .replace("\n## ", "\n#### ").lstrip("# ").splitlines(), ""]
+        if not controls:
+            lines += ["No control table (stock vs patched lowerings) is recorded under results/.", ""]
         for f in grads:
             lines += [f"Gradient table (`xla-harness gradcheck`), `{f.relative_to(results_dir.parent)}`:", "",
                       "```", f.read_text(encoding="utf-8").rstrip("\n"), "```", ""]
