@@ -32,9 +32,12 @@ class ChildTimeout(HarnessError):
     """A child (and its process group) was killed because it did not finish in time."""
 
 
-def shown(argv: str | Sequence[Any]) -> str:
-    """A command line as one short line for a message."""
-    text = argv if isinstance(argv, str) else shlex.join(str(a) for a in argv)
+def shown(argv: Any) -> str:
+    """A command line (a string, a path or an argv sequence) as one short line for a message."""
+    if isinstance(argv, bytes):
+        argv = argv.decode(errors="backslashreplace")
+    text = argv if isinstance(argv, str) else shlex.join(str(a) for a in argv) if isinstance(argv, Sequence) \
+        else str(argv)
     text = " ".join(text.split())
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import select
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,7 @@ from xla_harness.errors import HarnessError
 PROTOCOLS = ("train", "frozen")
 COMMITS = ("block", "step")
 DEFAULT_OUT = Path("out/stress")
+STOP_GRACE_S = 60.0  # after SIGINT/SIGTERM, how long the current step may take before the run ends anyway
 INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
 NAME = "stress"
@@ -44,7 +48,9 @@ largest relative loss difference at the same seed and step).
 
 Results are appended to OUT/stress.jsonl (flushed and fsynced per block of --block
 steps); --resume continues an interrupted run without repeating or skipping steps.
-SIGINT/SIGTERM flush, print the partial table and exit 130/143.
+SIGINT/SIGTERM finish the current step, flush, print the partial table and exit 130/143;
+a step (or a program import) still running --stop-grace seconds after the signal, or a
+second signal, ends the run at once with what was written kept (exit 130/143).
 
 On CPU and GPU a zero count is the expected outcome for the stock compiler: the
 reported failure (jax-ml/jax#35409) was seen on TPU v6e, whose compiler is in libtpu.
@@ -79,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="results folder (default out/stress; with --compile-only, none unless given); refuses to "
                         "overwrite existing results")
     p.add_argument("--resume", action="store_true", help="continue the results already in --out")
+    p.add_argument("--stop-grace", type=float, default=STOP_GRACE_S, metavar="S",
+                   help="after SIGINT/SIGTERM, how long the current step may still run before the run ends "
+                        "without it (results written so far are kept; --resume redoes the rest) "
+                        f"(default {STOP_GRACE_S:g})")
     p.add_argument("--inject", choices=INJECT_KINDS, default="nan",
                    help="fault to inject into the step's output between calls: nan (one element of the target "
                         "parameter), nan-opt / inf-opt (Adam's second moment of it), lost-row / doubled-row "
@@ -221,27 +231,95 @@ def ensure_host_devices(n: int) -> None:
 
 
 class StopFlag:
-    """SIGINT/SIGTERM handler: ask the loop to stop after the current step."""
+    """SIGINT/SIGTERM: ask the loop to stop after the current step; a second signal stops at once.
 
-    def __init__(self) -> None:
+    A Python signal handler runs only between bytecodes of the main thread, so a step stuck in
+    compiled code (or an import that never returns) would never see it. The signal also reaches a
+    watchdog thread through ``signal.set_wakeup_fd`` (written by the C-level handler): if the run
+    has not wound down ``grace`` seconds after the first signal, or at a second signal, the watchdog
+    waits for a results line being written to be whole and on disk, names the results file, and
+    ends the process with 128 + the signal's number. Steps after the last written block are not
+    lost: ``--resume`` runs them again.
+    """
+
+    def __init__(self, grace: float = STOP_GRACE_S, results: Callable[[], str] | None = None) -> None:
         self.signum: int | None = None
+        self.grace = grace
+        self.results = results or (lambda: "the results file")
         self._old: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+        self._old_wakeup = -1
+        self._socks: tuple[Any, Any] | None = None
+        self._done = threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def __call__(self) -> bool:
         return self.signum is not None
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # second signal: stop now
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-        self.signum = signum
-        sys.stderr.write(f"\n{signal.Signals(signum).name}: finishing the current step, flushing results\n")
+            self._end(signum, "a second signal")
+        self.signum = signum  # the watchdog says so on stderr: this handler may run only much later
+
+    def _end(self, signum: int, why: str) -> None:
+        """Settle the results files and end the process (from either thread): nothing after this."""
+        from xla_harness.stress.store import settle_open_writers
+
+        cut = settle_open_writers()
+        message = (f"\n{signal.Signals(signum).name}: stopped at once ({why}); results so far are in "
+                   f"{self.results()}; steps after its last line run again with --resume\n")
+        if cut:
+            message += f"the last line of {', '.join(map(str, cut))} may be cut; --resume repairs it\n"
+        with contextlib.suppress(OSError):
+            os.write(2, message.encode("utf-8", "backslashreplace"))
+        os._exit(128 + signum)
+
+    def _watch(self, rsock) -> None:
+        first: float | None = None
+        signum = signal.SIGTERM
+        while not self._done.is_set():
+            wait = 0.5 if first is None else max(0.0, min(0.5, first + self.grace - time.monotonic()))
+            ready, _, _ = select.select([rsock], [], [], wait)
+            if self._done.is_set():
+                return
+            if ready:
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    for got in rsock.recv(64):
+                        if got not in (signal.SIGINT, signal.SIGTERM):
+                            continue
+                        if first is not None:
+                            self._end(got, "a second signal")
+                        first, signum = time.monotonic(), got
+                        with contextlib.suppress(OSError):
+                            os.write(2, (f"\n{signal.Signals(got).name}: finishing the current step (at most "
+                                         f"{self.grace:g} s more; a second signal stops at once), flushing "
+                                         "results\n").encode())
+            if first is not None and time.monotonic() >= first + self.grace:
+                self._end(signum, f"the current step did not finish within {self.grace:g} s")
 
     def install(self) -> None:
+        import socket
+
         for s in (signal.SIGINT, signal.SIGTERM):
             self._old[s] = signal.signal(s, self._handle)
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+        self._socks = (rsock, wsock)
+        self._old_wakeup = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+        self._done.clear()
+        self._watchdog = threading.Thread(target=self._watch, args=(rsock,), name="xla-harness-stop-watchdog",
+                                          daemon=True)
+        self._watchdog.start()
 
     def restore(self) -> None:
+        self._done.set()
+        if self._socks is not None:
+            signal.set_wakeup_fd(self._old_wakeup)
+            if self._watchdog is not None:
+                self._watchdog.join(timeout=5)
+            for sock in self._socks:
+                sock.close()
+            self._socks = None
         for s, h in self._old.items():
             signal.signal(s, h)
 
@@ -367,6 +445,8 @@ def run(args) -> int:
         return run_compile_only(args)
     args.devices = args.devices or 1
     args.out = args.out or DEFAULT_OUT
+    if not math.isfinite(args.stop_grace) or args.stop_grace < 0:
+        raise HarnessError(f"--stop-grace must be a non-negative number of seconds, got {args.stop_grace:g}")
     nproc = args.num_processes or 1
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
@@ -379,7 +459,7 @@ def run(args) -> int:
     import jax
 
     name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
-    stop = StopFlag()
+    stop = StopFlag(args.stop_grace, results=lambda: str(Path(args.out) / name))
     stop.install()
     bar = Progress("off" if args.quiet else "lines" if args.progress else "auto")
     try:

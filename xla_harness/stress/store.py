@@ -18,12 +18,15 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.files import read_regular
 from xla_harness.resources import source_checkout
@@ -53,12 +56,12 @@ def repo_commit() -> str | None:
     if root is None or not (root / ".git").exists():  # not a clone (e.g. an unpacked sdist): no commit
         return None
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subproc.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                           text=True, timeout=10, check=True).stdout.strip()
+        dirty = subproc.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, timeout=10).stdout.strip()
         return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, HarnessError):  # HarnessError: git hung, its group killed
         return "unknown"
 
 
@@ -174,8 +177,13 @@ def spec_difference(old: dict, new: dict) -> str | None:
     return None
 
 
+_OPEN_WRITERS: weakref.WeakSet[RunWriter] = weakref.WeakSet()
+
+
 class RunWriter:
-    """The one writer of a results file: holds its lock; every append is flushed and fsynced."""
+    """The one writer of a results file: holds its lock; every append is flushed and fsynced, whole
+    (a line is written under ``self.writing``, which :func:`settle_open_writers` takes before a
+    process ends itself from another thread)."""
 
     def __init__(self, path: Path, lock_fh, header: records.Header | None, blocks: list[records.Block]):
         self.path = path
@@ -183,6 +191,8 @@ class RunWriter:
         self.blocks = blocks
         self._lock = lock_fh
         self._fh = None
+        self.writing = threading.Lock()
+        _OPEN_WRITERS.add(self)
         try:
             self._fh = open(path, "ab")  # noqa: SIM115 - held for the run, closed by close()
         except OSError as exc:
@@ -200,15 +210,29 @@ class RunWriter:
             line = records.dumps(record)
         except records.RecordError as exc:
             raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
+        with self.writing:
+            fh = self._fh
+            if fh is None:
+                raise HarnessError(f"internal: a record appended to {self.path} after its writer was closed")
+            try:
+                fh.write(line.encode() + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as exc:
+                raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
+
+    def settle(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for a line being written to be complete and on disk, then keep
+        the file from taking another: for a process about to end without unwinding (``os._exit``).
+        Returns False when a write was still under way after ``timeout``."""
+        if not self.writing.acquire(timeout=timeout):
+            return False
         fh = self._fh
-        if fh is None:
-            raise HarnessError(f"internal: a record appended to {self.path} after its writer was closed")
-        try:
-            fh.write(line.encode() + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        except OSError as exc:
-            raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
+        if fh is not None:
+            with contextlib.suppress(OSError, ValueError):
+                fh.flush()
+                os.fsync(fh.fileno())
+        return True  # the lock stays taken: nothing is written after this
 
     def close(self) -> None:
         for fh in (self._fh, self._lock):
@@ -216,12 +240,20 @@ class RunWriter:
                 with contextlib.suppress(OSError):
                     fh.close()  # closing the lock file releases the lock
         self._fh = self._lock = None
+        _OPEN_WRITERS.discard(self)
 
     def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def settle_open_writers(timeout: float = 5.0) -> list[Path]:
+    """:meth:`RunWriter.settle` every open writer of this process (each within ``timeout`` s); returns
+    the files whose last write did not complete in time (their last line may be cut: ``--resume``
+    cuts it and runs its steps again)."""
+    return [w.path for w in list(_OPEN_WRITERS) if not w.settle(timeout)]
 
 
 def lock_path(path: Path) -> Path:
