@@ -166,7 +166,8 @@ def test_patches_check_bad_tree(tmp_path, capsys):
 
 def test_parse_patch_hunks():
     assert {h.file for h in parse_patch(P0.read_text())} == {
-        "xla/hlo/analysis/alias_info.h", "xla/service/instruction_fusion.cc", "xla/service/instruction_fusion_test.cc"}
+        "xla/hlo/analysis/alias_info.h", "xla/service/BUILD", "xla/service/instruction_fusion.cc",
+        "xla/service/instruction_fusion_test.cc"}
     hunks = parse_patch(P1.read_text())
     files = {h.file for h in hunks}
     assert files == {"xla/hlo/analysis/alias_info.h", "xla/hlo/analysis/alias_info.cc",

@@ -55,7 +55,7 @@ def test_parse_gtest_reports_each_test_once():
 
 def test_plan_for_the_default_series():
     touched = xlatest.touched_files(p.read_text() for p in DEFAULT_XLA)
-    assert touched == ["xla/hlo/analysis/alias_info.h", "xla/service/instruction_fusion.cc",
+    assert touched == ["xla/hlo/analysis/alias_info.h", "xla/service/BUILD", "xla/service/instruction_fusion.cc",
                        "xla/service/instruction_fusion_test.cc"]
     units = xlatest.plan_units(touched)
     assert units == [xlatest.TestUnit("xla/service/instruction_fusion.cc", "xla/service/instruction_fusion.h",
@@ -63,7 +63,7 @@ def test_plan_for_the_default_series():
     assert units[0].name == "instruction_fusion_test"
     # the header of the patched source comes from the same tree as the source
     assert xlatest.files_to_copy(units, touched) == [
-        "xla/hlo/analysis/alias_info.h", "xla/service/instruction_fusion.cc",
+        "xla/hlo/analysis/alias_info.h", "xla/service/BUILD", "xla/service/instruction_fusion.cc",
         "xla/service/instruction_fusion_test.cc", "xla/service/instruction_fusion.h"]
 
 

@@ -23,13 +23,14 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.resources import patches_dir, source_checkout
 from xla_harness.upstream.patchcheck import parse_patch
@@ -67,6 +68,10 @@ class WheelPin:
 WHEEL = WheelPin("tf-nightly", "2.23.0.dev20261026", "3.12", "manylinux_2_27_x86_64")
 WHEEL_MEMBERS = ("tensorflow/include/", "tensorflow/libtensorflow_framework.so.2")
 GTEST_HEADER = Path("/usr/include/gtest/gtest.h")
+# How long each child may run before its process group is killed (one error line naming it).
+DOWNLOAD_TIMEOUT_S = 3600  # pip download of the wheel, about 650 MB
+BUILD_TIMEOUT_S = 1800  # one g++ compile or link; one test binary or probe run
+GIT_TIMEOUT_S = 300
 GTEST_LIB_DIR = Path("/usr/lib/x86_64-linux-gnu")
 GTEST_LIBS = ("libgmock.a", "libgtest_main.a", "libgtest.a")
 CXX_FLAGS = ("-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DEIGEN_MAX_ALIGN_BYTES=64",
@@ -124,6 +129,15 @@ def files_to_copy(units: Iterable[TestUnit], touched: Iterable[str]) -> list[str
         if f not in out:
             out.append(f)
     return out
+
+
+def source_files_needed(patch_texts: Iterable[str]) -> list[str]:
+    """Every file of an XLA tree that a run of these patches may read: what they touch, the
+    header and upstream test of each patched .cc, and the test-only support files (a partial
+    ``XLA_SRC`` needs them all; the support files only where the wheel lacks them, and
+    ``status_macros.h`` exists only at older bases)."""
+    touched = touched_files(patch_texts)
+    return files_to_copy(plan_units(touched), touched) + [f for f in SUPPORT_FILES if f not in touched]
 
 
 def support_files_needed(wheel_has: Callable[[str], bool]) -> list[str]:
@@ -288,7 +302,8 @@ def ensure_wheel(cache: Path, python: str = sys.executable) -> Path:
     if not whl.is_file():
         wheels.mkdir(parents=True, exist_ok=True)
         print(f"xla-test: downloading {WHEEL.label} (about 650 MB, once) into {wheels}", flush=True)
-        res = subprocess.run(WHEEL.download_argv(python, wheels), capture_output=True, text=True)
+        res = subproc.run(WHEEL.download_argv(python, wheels), capture_output=True, text=True,
+                          timeout=DOWNLOAD_TIMEOUT_S, what=f"downloading {WHEEL.label}")
         if res.returncode != 0 or not whl.is_file():
             last = (res.stderr.strip().splitlines() or ["no wheel file"])[-1]
             raise HarnessError(f"could not download {WHEEL.label}: {last}")
@@ -317,14 +332,19 @@ def source_commit(xla_src: Path) -> str:
     if marker.is_file():
         return marker.read_text().strip()
     if (xla_src / ".git").exists():
-        res = subprocess.run(["git", "-C", str(xla_src), "rev-parse", "HEAD"], capture_output=True, text=True)
+        try:
+            res = subproc.run(["git", "-C", str(xla_src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S)
+        except (OSError, HarnessError):
+            return "unknown"
         if res.returncode == 0:
             return res.stdout.strip()
     return "unknown"
 
 
 def _git_apply(tree: Path, patch: Path) -> None:
-    res = subprocess.run(["git", "apply", str(patch)], cwd=tree, capture_output=True, text=True)
+    res = subproc.run(["git", "apply", str(patch)], cwd=tree, capture_output=True, text=True,
+                      timeout=GIT_TIMEOUT_S, what=f"git apply {patch.name}")
     if res.returncode != 0:
         first = (res.stderr.strip().splitlines() or ["git apply failed"])[0]
         raise HarnessError(f"{patch.name} does not apply to the given XLA tree: {first.removeprefix('error: ')}")
@@ -365,21 +385,27 @@ def _headers(dirs: Iterable[Path]) -> list[bytes]:
 
 
 def compile_cached(tc: Toolchain, source: Path, obj_dir: Path, log: Callable[[str], None]) -> Path:
+    """Compile ``source`` once per content: the key names the run's folder (the tree's parent)
+    by a placeholder, so runs in different folders share objects; each run writes its own
+    temporary file and renames it into place, so concurrent runs never see half an object."""
     obj_dir.mkdir(parents=True, exist_ok=True)
-    probe = tc.compile_argv(source, Path("x.o"))
+    run_root = str(tc.tree.parent)
+    probe = [a.replace(run_root, "<run>") for a in tc.compile_argv(source, Path("x.o"))]
     key = object_key(probe, source.read_bytes(), _headers([tc.tree, SHIM_DIR]))
     obj = obj_dir / f"{source.stem}-{key}.o"
     if obj.is_file():
         log(f"  cached  {source.name} ({obj.name})")
         return obj
     log(f"  g++ -c  {source.name}")
-    res = subprocess.run(tc.compile_argv(source, obj.with_suffix(".tmp.o")), capture_output=True, text=True)
+    tmp = obj.with_name(f"{obj.stem}.{os.getpid()}.tmp.o")
+    res = subproc.run(tc.compile_argv(source, tmp), capture_output=True, text=True,
+                      timeout=BUILD_TIMEOUT_S, what=f"g++ -c {source.name}")
     if res.returncode != 0:
         errors = [ln for ln in res.stderr.splitlines() if "error" in ln][:20]
         log("\n".join(errors))
         raise HarnessError(f"{source.name} does not compile against {WHEEL.label}'s headers "
                            f"(first error: {errors[0] if errors else res.stderr.strip()[:200]})")
-    obj.with_suffix(".tmp.o").rename(obj)
+    tmp.rename(obj)
     return obj
 
 
@@ -400,19 +426,20 @@ def build_and_run(tc: Toolchain, unit: TestUnit, support_cc: list[str], work: Pa
     objs = [compile_cached(tc, tc.tree / f, work / "obj", log) for f in (unit.test, unit.source, *support_cc)]
     exe = work / "bin" / unit.name
     exe.parent.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(tc.link_argv(objs, exe), capture_output=True, text=True)
+    res = subproc.run(tc.link_argv(objs, exe), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                      what=f"linking {unit.name}")
     if res.returncode != 0:
         raise HarnessError(f"linking {unit.name} failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
     argv = [str(exe)] + ([f"--gtest_filter={gtest_filter}"] if gtest_filter else [])
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    run = subproc.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, what=f"the test {unit.name}")
     out = run.stdout + run.stderr
     return UnitRun(unit, parse_gtest(out), run.returncode, out)
 
 
 def _first_line(argv: list[str]) -> str:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        res = subproc.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, HarnessError):
         return "unknown"
     return (res.stdout.strip().splitlines() or ["unknown"])[0]
 
@@ -443,6 +470,32 @@ def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Pat
     ]]
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def new_run_dir(work: Path) -> Path:
+    """A folder of this run's own under ``work/runs`` (patched tree, binaries, stock copies), so
+    two runs on one machine never share or delete each other's tree; ``work/obj`` (objects keyed
+    by content) is shared through a link. Folders left by runs whose process is gone are removed."""
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    for old in runs.iterdir():
+        pid = old.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    run = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=runs))
+    (work / "obj").mkdir(parents=True, exist_ok=True)
+    (run / "obj").symlink_to(work / "obj", target_is_directory=True)
+    return run
+
+
 def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, list[TestUnit], list[str], Path]:
     xla_src = Path(args.xla_src)
     if not xla_src.is_dir():
@@ -450,12 +503,21 @@ def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, l
     check_toolchain(args.cxx)
     patches = list(series.upstream("xla").select(args.series))
     wheel = ensure_wheel(Path(args.cache))
-    work = Path(args.cache) / "xla-test"
+    work = new_run_dir(Path(args.cache) / "xla-test")
+    args.run_dir = work  # removed by main() when the command ends
     tree = work / "tree"
     units, support_cc = prepare_tree(xla_src, [p.path(series.root) for p in patches], tree,
                                      wheel / "include", stock_sources=getattr(args, "stock_sources", False))
     tc = Toolchain(args.cxx, tree, wheel / "include", wheel)
     return tc, patches, units, support_cc, work
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    series = load_series()
+    texts = [p.path(series.root).read_text(encoding="utf-8") for p in series.upstream("xla").select(args.series)]
+    for f in source_files_needed(texts):
+        print(f)
+    return 0
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -566,10 +628,12 @@ def cmd_blast(args: argparse.Namespace) -> int:
         obj = compile_cached(tc, src, work / "obj", log)
         exe = work / "bin" / f"fusion_decisions_{label}"
         exe.parent.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(tc.link_argv([probe, obj], exe), capture_output=True, text=True)
+        res = subproc.run(tc.link_argv([probe, obj], exe), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                          what=f"linking the {label} probe")
         if res.returncode != 0:
             raise HarnessError(f"linking the {label} probe failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
-        run = subprocess.run([str(exe), *map(str, modules)], capture_output=True, text=True, timeout=1800)
+        run = subproc.run([str(exe), *map(str, modules)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                          what=f"the {label} probe")
         if run.returncode not in (0, 2):
             raise HarnessError(f"the {label} probe died (exit {run.returncode})")
         outputs[label] = run.stdout
@@ -599,17 +663,23 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--filter", default="", help="gtest filter")
         if name == "blast-radius":
             p.add_argument("--modules", default="", help="folder of *.before_fusion.txt modules (searched recursively)")
+    files = sub.add_parser("files", help="print the XLA files a partial XLA_SRC needs for a series (for git archive)")
+    files.add_argument("--series", default="default", help="default | experimental")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"test": cmd_test, "mutants": cmd_mutants, "blast-radius": cmd_blast}
+        commands = {"test": cmd_test, "mutants": cmd_mutants, "blast-radius": cmd_blast, "files": cmd_files}
         return commands[args.command](args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        run_dir = getattr(args, "run_dir", None)
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
