@@ -1,4 +1,7 @@
-"""libtpu's own aliasing decision (backend_config "aliasing_operands") read per instruction."""
+"""The compiler's own aliasing decision: libtpu's backend_config "aliasing_operands" read per instruction,
+and the GPU compiler's buffer assignment (one slice for an in-place operand and the fusion's output)."""
+
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +141,129 @@ def test_a_copy_feeding_a_scatter_moves_data_when_its_bytes_change(src, dst, mov
     assert bool(found) is moves
     if moves:
         assert found[0].producer.endswith("(copy)")
+
+
+# ----------------------------------------------------------------------------- the GPU compiler: buffer slices
+
+HLO = Path(__file__).parent / "hlo"
+
+
+def _gpu_ba(fusion_alloc: int, fusion_offset: int, fusion_size: int = 8192, values: str | None = None):
+    """A GPU-style buffer assignment for the hand-written fixtures: ``w`` in allocation 0 at offset 0,
+    the fusion's output where asked; with ``values`` the values file's uses too."""
+    from xla_harness.hlo import buffers
+
+    fusion = f" value: <5 fusion @0> (size={fusion_size},offset={fusion_offset}): f32[64,32]{{1,0}}\n"
+    text = ("BufferAssignment:\n"
+            "allocation 0: size 16384, parameter 0, shape |f32[32,64]| at ShapeIndex {}, maybe-live-out:\n"
+            " value: <0 w @0> (size=8192,offset=0): f32[32,64]{1,0}\n"
+            " value: <1 b @0> (size=8192,offset=8192): f32[64,32]{1,0}\n"
+            + (fusion if fusion_alloc == 0 else "allocation 1: size 16384, maybe-live-out:\n" + fusion))
+    ba = buffers.parse_buffer_assignment(text, "ba.txt")
+    if values is not None:
+        ba.uses = buffers.parse_value_uses(values, "values.txt")
+    return ba
+
+
+def _gpu_scan(name: str, ba):
+    from xla_harness.hlo.scan import scan
+
+    mod = parse_module((HLO / name).read_text(), name)
+    (f,) = scan(mod, "gpu", ba)[0]
+    return f
+
+
+def test_buffer_assignment_same_slice_is_the_compilers_in_place_pair():
+    f = _gpu_scan("operand_is_parameter.hlo", _gpu_ba(0, 0))
+    assert (f.cls, f.compiler, f.compiler_from, f.agreement) == ("aliased", "aliased", "buffer assignment", "agree")
+    assert f.to_json()["compiler_from"] == "buffer assignment"
+
+
+@pytest.mark.parametrize("alloc,offset,size", [(1, 0, 8192), (0, 8192, 8192), (0, 0, 4096)])
+def test_buffer_assignment_other_slice_disagrees_with_the_walk(alloc, offset, size):
+    """Another allocation, another offset, or the same start but another size: not one slice, so the
+    GPU compiler did not write in place where the walk pairs the output (the planted disagreement)."""
+    f = _gpu_scan("operand_is_parameter.hlo", _gpu_ba(alloc, offset, size))
+    assert (f.cls, f.compiler, f.agreement) == ("aliased", "not-aliased", "disagree")
+
+
+def test_buffer_assignment_that_aliases_a_hazard_is_the_reported_disagreement():
+    """transpose_moves_data: the walk says in-place here would overwrite what the transpose still reads;
+    a buffer assignment giving ``w`` and the fusion one slice is the compiler doing just that."""
+    f = _gpu_scan("transpose_moves_data.hlo", _gpu_ba(0, 0))
+    assert (f.cls, f.compiler, f.agreement) == ("hazard", "aliased", "disagree")
+    f = _gpu_scan("transpose_moves_data.hlo", _gpu_ba(1, 0))
+    assert (f.cls, f.compiler, f.agreement) == ("hazard", "not-aliased", "agree")
+
+
+def test_values_file_uses_name_the_value_each_operand_reads():
+    """With the values file the operand's value is the compiler's (here ``b``, another slice, although
+    the operand is printed as ``w``); without it the value named ``w`` is read."""
+    values = """Used values:
+<0 w @0>
+ positions:
+  w
+ uses:
+  logits, operand 1
+<1 b @0>
+ positions:
+  b
+ uses:
+  fusion, operand 0
+ from instruction: %b = f32[64,32]{1,0} parameter(0)
+"""
+    assert _gpu_scan("transpose_moves_data.hlo", _gpu_ba(0, 0)).compiler == "aliased"
+    f = _gpu_scan("transpose_moves_data.hlo", _gpu_ba(0, 0, values=values))
+    assert (f.compiler, f.agreement) == ("not-aliased", "agree")
+    f = _gpu_scan("transpose_moves_data.hlo", _gpu_ba(0, 8192, values=values))
+    assert (f.compiler, f.agreement) == ("aliased", "disagree")
+
+
+def test_operand_found_through_bitcast_and_get_tuple_element_without_values_file():
+    from xla_harness.hlo import buffers
+    from xla_harness.hlo.scan import scan
+
+    text = (HLO / "operand_is_parameter.hlo").read_text().replace(
+        "ROOT %fusion = f32[64,32]{1,0} fusion(f32[64,32]{1,0} %w,",
+        "%t = (f32[64,32]{1,0}, f32[64,32]{1,0}) tuple(%w, %w)\n"
+        "  %g = f32[64,32]{1,0} get-tuple-element(%t), index=1\n"
+        "  %c = f32[64,32]{1,0} bitcast(%g)\n"
+        "  ROOT %fusion = f32[64,32]{1,0} fusion(f32[64,32]{1,0} %c,")
+    mod = parse_module(text)
+    ba_text = """BufferAssignment:
+allocation 0: size 8192, maybe-live-out:
+ value: <0 t{1} @0> (size=8192,offset=0): f32[64,32]{1,0}
+ value: <5 fusion @0> (size=8192,offset=0): f32[64,32]{1,0}
+"""
+    (f,) = scan(mod, "gpu", buffers.parse_buffer_assignment(ba_text))[0]
+    assert (f.compiler, f.agreement) == ("aliased", "agree")
+    (f,) = scan(mod, "gpu", buffers.parse_buffer_assignment(ba_text.replace("t{1}", "t{0}")))[0]
+    assert f.compiler == ""  # the value the operand reads is not listed: no verdict, not "not-aliased"
+
+
+def test_a_fusion_the_assignment_does_not_list_gets_no_verdict():
+    from xla_harness.hlo import buffers
+
+    ba = buffers.parse_buffer_assignment("allocation 0: size 4:\n value: <0 w @0> (size=4,offset=0): f32[]\n")
+    f = _gpu_scan("operand_is_parameter.hlo", ba)
+    assert (f.compiler, f.agreement) == ("", "") and "compiler" not in f.to_json()
+
+
+def test_values_file_that_is_not_one_is_refused():
+    from xla_harness.errors import HarnessError
+    from xla_harness.hlo import buffers
+
+    with pytest.raises(HarnessError, match="values.txt:1: no '<id name @color>' lines"):
+        buffers.parse_value_uses("BufferAssignment:\nallocation 0: size 4:\n", "values.txt")
+    with pytest.raises(HarnessError, match="values.txt:1: 'uses:' before"):
+        buffers.parse_value_uses(" uses:\n  f, operand 0\n", "values.txt")
+
+
+def test_dump_directory_reads_the_values_file_beside_the_assignment(tmp_path):
+    from xla_harness.hlo import buffers
+
+    ba = tmp_path / "m.gpu_after_optimizations-buffer-assignment.txt"
+    ba.write_text("allocation 0: size 4:\n value: <0 w @0> (size=4,offset=0): f32[]\n")
+    assert buffers.load_buffer_assignment(ba).uses is None
+    buffers.values_path(ba).write_text("<0 w @0>\n uses:\n  f, operand 2 {1}\n")
+    assert buffers.load_buffer_assignment(ba).uses == {("f", 2, (1,)): 0}

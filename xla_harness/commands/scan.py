@@ -27,8 +27,10 @@ dynamic-update-slice, annotated aliasing) under three tracing policies:
                           what it still reads.
 
 Directories: *after_optimizations.txt files are scanned, each with its
-*-buffer-assignment.txt when present (reported: do the hazard's output and source share an
-allocation?). Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
+*-buffer-assignment.txt (and *-buffer-assignment-values.txt) when present: the compiler's own
+in-place decision where the HLO states none (GPU, CPU: the fusion's output and its in-place
+operand in one buffer slice), set against the walk; and do a hazard's output and source share an
+allocation? Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
 
 Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-moving-producer,
 2 a usage or parse error (bad files are reported one line each; the others are still scanned).
@@ -222,7 +224,7 @@ def _scan_one(path: Path, ba_path: Path | None, backend: str):
     ba = buffers.load_buffer_assignment(ba_path) if ba_path else None
     if backend == "auto":
         backend = detect_backend(mod, str(path))
-    findings, decisions, backend = scan(mod, backend)
+    findings, decisions, backend = scan(mod, backend, ba)
     return mod, findings, decisions, backend, ba
 
 
@@ -247,7 +249,7 @@ def run(args) -> int:
         text, label, model_backend, ba_text = _model_text(args)
         mod = parse_module(text, label)
         ba = buffers.parse_buffer_assignment(ba_text, label) if ba_text else None
-        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend), ba))
+        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend, ba), ba))
     hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
     n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
     if args.json:

@@ -1,11 +1,29 @@
-"""Read XLA's ``*buffer-assignment.txt`` and say whether a hazard fusion's output shares an
-allocation with the buffer feeding its in-place parameter.
+"""Read XLA's ``*buffer-assignment.txt`` (and, when dumped beside it,
+``*buffer-assignment-values.txt``): say whether a hazard fusion's output shares an allocation with
+the buffer feeding its in-place parameter, and which buffer slice the compiler gave each value.
+
+The slices are the compiler's own in-place decision where it writes no aliasing field (the GPU and
+CPU compilers): a fusion's in-place op writes into its operand's buffer only when the operand's
+value and the fusion's output were given the same slice (allocation, offset, size); otherwise the
+emitter copies the operand first. The values file's ``uses:`` lists name the value each operand of
+each instruction reads (async-done, get-tuple-element and bitcast resolved by the compiler's own
+dataflow); without it an operand's value is found by name, through bitcasts and
+get-tuple-elements, or not at all.
 
 Format read (as XLA prints it)::
 
     allocation 0: size 8192, parameter 0, shape |f32[64,32]| at ShapeIndex {}, maybe-live-out:
      value: <23 W.1 @0> (size=8192,offset=0): f32[64,32]{1,0}
      value: <30 wrapped_scatter @0> (size=8192,offset=0): f32[32,64]{1,0}
+
+and of the values file::
+
+    <1852 reduce-scatter.4.1 @0>
+     positions:
+      reduce-scatter.4.1
+      reduce-scatter-done.2
+     uses:
+      input_scatter_fusion, operand 0
 """
 
 from __future__ import annotations
@@ -22,6 +40,13 @@ _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 # HloValue::ToShortString: '<id name{index} (phi) @color>', index only for tuple-shaped values
 _VALUE = re.compile(r"^\s*value: <(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?(?: \(phi\))?(?: @(\d+))?> "
                     r"\(size=(\d+),offset=(\d+)\)")
+# the values file: a value's header line, and its "uses:" lines 'user, operand N {index}'
+_VALUE_HEAD = re.compile(r"^<(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?(?: \(phi\))?(?: @(\d+))?>\s*$")
+_USE = re.compile(r"^  (\S+), operand (\d+)(?: (\{[\d,\s]*\}))?\s*$")
+
+
+def _index(text: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in (text or "{}").strip("{}").split(",") if x.strip())
 
 
 @dataclass(frozen=True)
@@ -30,6 +55,7 @@ class BufferValue:
     index: tuple[int, ...]
     size: int
     offset: int
+    id: int = -1  # the HloValue id (``<id name @color>``)
 
 
 @dataclass
@@ -44,13 +70,31 @@ class Allocation:
 class BufferAssignment:
     allocations: list[Allocation]
     filename: str = "<string>"
+    # From the values file: (user, operand number, shape index) -> the id of the value it reads.
+    uses: dict[tuple[str, int, tuple[int, ...]], int] | None = None
+    _by_id: dict[int, tuple[int, int, int]] | None = field(default=None, repr=False)
+    _by_name: dict[tuple[str, tuple[int, ...]], tuple[Allocation, BufferValue]] | None = \
+        field(default=None, repr=False)
+
+    def slice_of_id(self, value_id: int) -> tuple[int, int, int] | None:
+        """(allocation, offset, size) of the value with this id, None when no allocation holds it."""
+        if self._by_id is None:
+            self._by_id = {v.id: (a.number, v.offset, v.size) for a in self.allocations for v in a.values}
+        return self._by_id.get(value_id)
+
+    def slice_of(self, name: str, index: tuple[int, ...] = ()) -> tuple[int, int, int] | None:
+        """(allocation, offset, size) of the value ``name`` defines at ``index``."""
+        found = self.find(name, index)
+        return (found[0].number, found[1].offset, found[1].size) if found else None
 
     def find(self, name: str, index: tuple[int, ...] = ()) -> tuple[Allocation, BufferValue] | None:
-        for a in self.allocations:
-            for v in a.values:
-                if v.name == name and v.index == index:
-                    return a, v
-        return None
+        """The allocation and value ``name`` defines at ``index`` (the first listed), or None."""
+        if self._by_name is None:
+            self._by_name = {}
+            for a in self.allocations:
+                for v in a.values:
+                    self._by_name.setdefault((v.name, v.index), (a, v))
+        return self._by_name.get((name, index))
 
 
 def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssignment:
@@ -62,8 +106,8 @@ def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssi
             continue
         m = _VALUE.match(line)
         if m and allocs:
-            idx = tuple(int(x) for x in (m.group(3) or "{}").strip("{}").split(",") if x.strip())
-            allocs[-1].values.append(BufferValue(m.group(2), idx, int(m.group(5)), int(m.group(6))))
+            allocs[-1].values.append(BufferValue(m.group(2), _index(m.group(3)), int(m.group(5)), int(m.group(6)),
+                                                 int(m.group(1))))
         elif m:
             raise HarnessError(f"{filename}:{lineno}: value line before any allocation")
     if not allocs:
@@ -71,12 +115,46 @@ def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssi
     return BufferAssignment(allocs, filename)
 
 
+def parse_value_uses(text: str, filename: str = "<string>") -> dict[tuple[str, int, tuple[int, ...]], int]:
+    """The values file's ``uses:`` lists: (user, operand number, shape index) -> value id."""
+    uses: dict[tuple[str, int, tuple[int, ...]], int] = {}
+    value = None
+    in_uses = False
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _VALUE_HEAD.match(line)
+        if m:
+            value, in_uses = int(m.group(1)), False
+        elif line.startswith(" uses:"):
+            if value is None:
+                raise HarnessError(f"{filename}:{lineno}: 'uses:' before any '<id name>' value line")
+            in_uses = True
+        elif line.startswith(" ") and not line.startswith("  "):
+            in_uses = False  # ' positions:', ' from instruction: ...'
+        elif in_uses and value is not None:
+            u = _USE.match(line)
+            if u:
+                uses[(u.group(1), int(u.group(2)), _index(u.group(3)))] = value
+    if value is None:
+        raise HarnessError(f"{filename}:1: no '<id name @color>' lines: not a buffer-assignment values file")
+    return uses
+
+
+def values_path(ba_path: Path) -> Path:
+    """``X-buffer-assignment.txt`` -> ``X-buffer-assignment-values.txt`` (XLA dumps both)."""
+    return ba_path.with_name(ba_path.name[:-len(".txt")] + "-values.txt")
+
+
 def load_buffer_assignment(path: Path | str) -> BufferAssignment:
-    """Parse a buffer-assignment file; a FIFO, device, folder or a file past the size cap of
-    ``read_regular`` is refused (HarnessError) rather than read (it could block or never end)."""
+    """Parse a buffer-assignment file, and the values file beside it when there is one; a FIFO,
+    device, folder or a file past the size cap of ``read_regular`` is refused (HarnessError) rather
+    than read (it could block or never end)."""
     path = Path(path)
     data = read_regular(path)  # its HarnessError names the path
-    return parse_buffer_assignment(data.decode("utf-8", errors="replace"), str(path))
+    ba = parse_buffer_assignment(data.decode("utf-8", errors="replace"), str(path))
+    values = values_path(path)
+    if values.is_file():
+        ba.uses = parse_value_uses(read_regular(values).decode("utf-8", errors="replace"), str(values))
+    return ba
 
 
 @dataclass(frozen=True)

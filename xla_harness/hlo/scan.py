@@ -31,6 +31,7 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.hlo import alias, compiler_alias
+from xla_harness.hlo.buffers import BufferAssignment
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 from xla_harness.hlo.parser import parse_module
 from xla_harness.table import format_rows
@@ -59,8 +60,10 @@ class Finding:
     classes: dict[str, str] = field(default_factory=dict)  # class under each backend rule considered
     output_path: list[str] = field(default_factory=list)  # opcodes from the fused root to root_opcode's op
     # What the compiler itself decided for this output, where it says (libtpu's backend_config
-    # "aliasing_operands"): "aliased", "not-aliased", or "" when the module does not say.
+    # "aliasing_operands", or the buffer assignment: one slice for the operand and the output):
+    # "aliased", "not-aliased", or "" when neither says; ``compiler_from`` names which said it.
     compiler: str = ""
+    compiler_from: str = ""
     # Context for hazards (not part of the JSON schema): the caller's value feeding the
     # parameter and that value's other users.
     source: str = ""
@@ -85,10 +88,10 @@ class Finding:
         for k in ("source", "other_users", "feeds_dense"):
             d.pop(k)
         d["class"] = d.pop("cls")
-        if self.compiler:  # only where the module says (libtpu's backend_config): other schemas unchanged
+        if self.compiler:  # only where the compiler says (backend_config, buffer assignment)
             d["agreement"] = self.agreement
         else:
-            del d["compiler"]
+            del d["compiler"], d["compiler_from"]
         return d
 
 
@@ -215,8 +218,22 @@ def _by_output(module: HloModule, fusion: Instruction, model: alias.Model) -> di
     return pairs
 
 
-def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown"
-                ) -> list[Finding]:
+def _compiler_verdict(caller: Computation, fusion: Instruction, buffers: BufferAssignment | None):
+    """A function (operand, output index) -> ("aliased" | "not-aliased" | "", where it was said): the
+    compiler's own decision, from libtpu's backend_config first, else the buffer assignment (one
+    buffer slice for both); "" where neither says."""
+    said = compiler_alias.instruction_pairs(fusion)
+    if said is not None:
+        pairs = set(said)
+        return lambda k, out: ("aliased" if (k, out) in pairs else "not-aliased", compiler_alias.FROM_BACKEND_CONFIG)
+    if buffers is not None:
+        return lambda k, out: (compiler_alias.buffer_verdict(buffers, caller, fusion, k, out),
+                               compiler_alias.FROM_BUFFER_ASSIGNMENT)
+    return lambda k, out: ("", "")
+
+
+def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown",
+                buffers: BufferAssignment | None = None) -> list[Finding]:
     if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
             and "output_to_operand_aliasing" not in fusion.attr_text:
         return []  # no in-place op anywhere in it and no annotation: no in-place output
@@ -228,8 +245,7 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
         same = table[alias.model("proposed", r)].backend
         per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
     findings = []
-    said = compiler_alias.instruction_pairs(fusion)
-    compiler_pairs = set(said or ())
+    verdict = _compiler_verdict(caller, fusion, buffers)
     for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
         worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
@@ -237,11 +253,11 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
         root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
             else ("", [], False)
-        compiler = "" if said is None else \
-            "aliased" if (pair.operand_index, tuple(index)) in compiler_pairs else "not-aliased"
+        compiler, said_in = verdict(pair.operand_index, tuple(index)) if not pair.operand_shape_index else ("", "")
         findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
-                                classes, output_path, compiler, source, users, dense))
+                                classes, output_path, compiler, said_in if compiler else "", source, users,
+                                dense))
     return findings
 
 
@@ -320,8 +336,11 @@ def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
     return scan(module, backend)[0]
 
 
-def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[FusionDecisionFinding], str]:
-    """In-place fusion outputs classified, fusion-decision findings, and the backend used."""
+def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | None = None
+         ) -> tuple[list[Finding], list[FusionDecisionFinding], str]:
+    """In-place fusion outputs classified, fusion-decision findings, and the backend used. With the
+    module's ``buffers`` (its buffer assignment) each output also carries the compiler's own decision
+    where the module's backend configs do not state one (the GPU and CPU compilers)."""
     if backend == "auto":
         backend = detect_backend(module)
     if backend not in BACKENDS:
@@ -336,7 +355,7 @@ def scan(module: HloModule, backend: str = "auto") -> tuple[list[Finding], list[
         for comp in module.computations:
             for ins in comp.instructions:
                 if ins.opcode == "fusion" and ins.called:
-                    findings.extend(scan_fusion(module, comp, ins, backend))
+                    findings.extend(scan_fusion(module, comp, ins, backend, buffers))
                     if comp.name not in fused:
                         decisions.extend(fusion_decision_findings(module, comp, ins, backend))
     finally:
@@ -371,7 +390,8 @@ def format_findings(module: HloModule, findings: list[Finding], show_aliased: bo
     said = [f for f in findings if f.compiler]
     if said:
         disagree = [f for f in said if f.agreement == "disagree"]
-        lines.append(f"  the compiler's own aliasing (backend_config) agrees with the walk on "
+        sources = " and ".join(sorted({f.compiler_from for f in said}))
+        lines.append(f"  the compiler's own aliasing ({sources}) agrees with the walk on "
                      f"{len(said) - len(disagree)} of {len(said)} in-place output(s)")
         for f in disagree:
             lines.append(f"  disagreement: {f.fusion} output {tuple(f.output_index)} <- parameter {f.parameter}: "
