@@ -1,7 +1,7 @@
 # XLA's own unit tests for the patch series, compiled against the XLA inside a pinned
 # tf-nightly wheel (no Bazel). Needs g++ and gtest/gmock (apt-get install -y libgtest-dev
 # libgmock-dev); downloads the wheel once into ~/.cache/xla-harness/.
-#   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1] [FILTER=gtest-filter]
+#   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1 | SOURCES_FROM=dir] [FILTER=gtest-filter]
 #   make xla-mutants XLA_SRC=dir
 # Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree);
 # `make test` runs both first, so CI's log says so.
@@ -11,7 +11,8 @@ test: xla-test xla-mutants
 
 xla-test: setup
 	$(PY) -m xla_harness.upstream.xlatest test --series $(or $(SERIES),default) \
-	  $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(STOCK),--stock-sources) $(if $(FILTER),--filter '$(FILTER)')
+	  $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(STOCK),--stock-sources) \
+	  $(if $(SOURCES_FROM),--sources-from $(SOURCES_FROM)) $(if $(FILTER),--filter '$(FILTER)')
 
 xla-mutants: setup
 	$(PY) -m xla_harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))

@@ -10,6 +10,7 @@ import pytest
 
 from xla_harness.errors import HarnessError
 from xla_harness.upstream import xlatest
+from xla_harness.upstream.patchfile import preimage_tree
 from xla_harness.upstream.series import load_series
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,3 +127,27 @@ def test_compile_failure_leaves_no_temporary_object(tmp_path, monkeypatch):
     with pytest.raises(HarnessError, match="does not compile"):
         xlatest.compile_cached(tc, tc.tree / "xla" / "a.cc", tmp_path / "obj", lambda s: None)
     assert not list((tmp_path / "obj").glob("*.o"))
+
+
+def test_stock_and_sources_from_together_is_one_error(tmp_path, capsys):
+    argv = ["test", "--xla-src", str(tmp_path), "--stock-sources", "--sources-from", str(tmp_path)]
+    assert xlatest.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: give --stock-sources (STOCK=1) or --sources-from (SOURCES_FROM=dir), not both"]
+
+
+@pytest.mark.slow
+def test_sources_from_puts_another_version_under_the_patched_tests(tmp_path):
+    patches = [p.path(SERIES.root) for p in SERIES.upstream("xla").select("default")]
+    src = tmp_path / "xla-src"
+    preimage_tree(patches[0].read_text(), src)
+    (src / "xla/service/instruction_fusion.h").write_text("// header\n")
+    other = tmp_path / "other"
+    (other / "xla/service").mkdir(parents=True)
+    (other / "xla/service/instruction_fusion.cc").write_text("// another version\n")
+    units, _ = xlatest.prepare_tree(src, patches, tmp_path / "t", tmp_path / "inc", sources_from=other)
+    assert (tmp_path / "t/xla/service/instruction_fusion.cc").read_text() == "// another version\n"
+    assert "ShouldFuseInPlaceOpForbidsLayoutChangingCopyIntoScatter" in (
+        tmp_path / "t/xla/service/instruction_fusion_test.cc").read_text()
+    with pytest.raises(HarnessError, match="is not in the --sources-from folder"):
+        xlatest.prepare_tree(src, patches, tmp_path / "u", tmp_path / "inc", sources_from=tmp_path / "none")

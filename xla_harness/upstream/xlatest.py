@@ -351,10 +351,12 @@ def _git_apply(tree: Path, patch: Path) -> None:
 
 
 def prepare_tree(xla_src: Path, patch_paths: list[Path], dest: Path, wheel_include: Path,
-                 stock_sources: bool = False) -> tuple[list[TestUnit], list[str]]:
+                 stock_sources: bool = False, sources_from: Path | None = None) -> tuple[list[TestUnit], list[str]]:
     """Copy what is needed from ``xla_src`` into ``dest`` and apply the patches there.
     With ``stock_sources`` the patched non-test sources are put back to their stock text
-    (patched tests over stock code: shows which new tests need the patch)."""
+    (patched tests over stock code: shows which new tests need the patch); with
+    ``sources_from`` they are taken from that folder instead (the tests over another version
+    of the change, e.g. an earlier one)."""
     texts = [p.read_text(encoding="utf-8") for p in patch_paths]
     touched = touched_files(texts)
     units = plan_units(touched)
@@ -377,6 +379,11 @@ def prepare_tree(xla_src: Path, patch_paths: list[Path], dest: Path, wheel_inclu
     if stock_sources:
         for u in units:
             shutil.copyfile(xla_src / u.source, dest / u.source)
+    if sources_from is not None:
+        for u in units:
+            if not (sources_from / u.source).is_file():
+                raise HarnessError(f"{u.source} is not in the --sources-from folder {sources_from}")
+            shutil.copyfile(sources_from / u.source, dest / u.source)
     return units, [f for f in support if f.endswith(".cc") and (dest / f).is_file()]
 
 
@@ -455,7 +462,8 @@ def tool_versions(cxx: str) -> str:
     return f"{_first_line([cxx, '--version'])}; libgtest-dev {gtest}; xla-harness {repo}"
 
 
-def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool) -> list[str]:
+def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool,
+             sources_from: str = "") -> list[str]:
     from xla_harness.files import shown
 
     return [shown(line) for line in [
@@ -464,7 +472,8 @@ def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Pat
         f"patched source: {xla_src} at XLA commit {source_commit(xla_src)}, series {series_name}: "
         + (", ".join(patches) or "(none)"),
         "compiled from that source: the files the series touches, their headers and upstream tests"
-        + (" (non-test sources kept STOCK: patched tests over stock code)" if stock else ""),
+        + (" (non-test sources kept STOCK: patched tests over stock code)" if stock else "")
+        + (f" (non-test sources taken from {sources_from}: the patched tests over them)" if sources_from else ""),
         "not run on GPU; tests are XLA's hardware-independent unit tests",
         "tools: " + tool_versions("g++"),
     ]]
@@ -506,8 +515,10 @@ def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, l
     work = new_run_dir(Path(args.cache) / "xla-test")
     args.run_dir = work  # removed by main() when the command ends
     tree = work / "tree"
+    sources_from = getattr(args, "sources_from", "")
     units, support_cc = prepare_tree(xla_src, [p.path(series.root) for p in patches], tree,
-                                     wheel / "include", stock_sources=getattr(args, "stock_sources", False))
+                                     wheel / "include", stock_sources=getattr(args, "stock_sources", False),
+                                     sources_from=Path(sources_from) if sources_from else None)
     tc = Toolchain(args.cxx, tree, wheel / "include", wheel)
     return tc, patches, units, support_cc, work
 
@@ -521,13 +532,15 @@ def cmd_files(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    if args.stock_sources and args.sources_from:
+        raise HarnessError("give --stock-sources (STOCK=1) or --sources-from (SOURCES_FROM=dir), not both")
     if not args.xla_src:
         print("xla-test: not checked: no XLA_SRC")
         return 0
     series = load_series()
     tc, patches, units, support_cc, work = _setup(args, series)
     for line in describe(Path(args.xla_src), args.series, [p.file for p in patches], tc.wheel_lib_dir,
-                         args.stock_sources):
+                         args.stock_sources, args.sources_from):
         print("xla-test: " + line)
     if not units:
         raise HarnessError(f"series {args.series!r} patches no XLA source with a unit test: nothing to run")
@@ -658,6 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--cxx", default="g++", help="C++ compiler")
         if name == "test":
             p.add_argument("--series", default="default", help="default | experimental")
+            p.add_argument("--sources-from", default="", metavar="DIR",
+                           help="take the patched non-test sources from DIR (same relative paths) instead")
             p.add_argument("--stock-sources", action="store_true",
                            help="keep the non-test sources stock (patched tests over stock code)")
             p.add_argument("--filter", default="", help="gtest filter")
