@@ -539,9 +539,145 @@ def build_cases() -> list[Case]:
     return out
 
 
+# The classes of the 2026-11 red team (#27), each one a user mistake that must end in one clear
+# `error:` line (never `error: internal:`), exit 2 and no file changed.
+_PROGRAM_HEAD = """
+import jax
+import jax.numpy as jnp
+import optax
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+
+OPT = optax.sgd(0.1)
+
+def _loss(p, b):
+    return jnp.mean((b @ p["w"]) ** 2)
+
+def _init(key):
+    params = {"w": jnp.ones((4, 4))}
+    return params, OPT.init(params)
+
+def _batch(key, step):
+    return jnp.ones((8, 4))
+
+def _good_step(p, o, b):
+    return step_from_loss(_loss, OPT)(p, o, b)
+
+def program(**overrides):
+    fns = {"init": _init, "batch": _batch, "step": _good_step, **overrides}
+    return TrainProgram(name="bad", donate_argnums=(0, 1), **fns)
+"""
+
+USER_PROGRAMS: dict[str, str] = {
+    # BaseExceptions from the user's code, at each stage.
+    "systemexit-at-import": "raise SystemExit(0)\n",
+    "systemexit-3-at-import": "import sys\nsys.exit(3)\n",
+    "baseexception-subclass-at-import": "class Stop(BaseException):\n    pass\nraise Stop('planted')\n",
+    "generatorexit-at-import": "raise GeneratorExit\n",
+    "syntax-error": "def make(:\n",
+    "import-missing-module": "import not_a_module_anywhere_xyz\n",
+    "make-raises-systemexit": _PROGRAM_HEAD + "def make():\n    raise SystemExit(0)\n",
+    "init-raises-systemexit": _PROGRAM_HEAD + "def make():\n    def init(key):\n        raise SystemExit(0)\n"
+                              "    return program(init=init)\n",
+    "batch-raises-baseexception": _PROGRAM_HEAD + "class Stop(BaseException):\n    pass\n"
+                                  "def make():\n    def batch(key, step):\n        raise Stop()\n"
+                                  "    return program(batch=batch)\n",
+    "step-raises-systemexit": _PROGRAM_HEAD + "def make():\n    def step(p, o, b):\n        raise SystemExit(0)\n"
+                              "    return program(step=step)\n",
+    "make-returns-none": _PROGRAM_HEAD + "def make():\n    return None\n",
+    "make-not-callable": _PROGRAM_HEAD + "make = 3\n",
+    # What init, batch and step return, against the interface.
+    "step-returns-two": _PROGRAM_HEAD + "def make():\n    return program(step=lambda p, o, b: (p, o))\n",
+    "step-returns-scalar": _PROGRAM_HEAD + "def make():\n    return program(step=lambda p, o, b: 1.0)\n",
+    "step-aux-without-loss": _PROGRAM_HEAD + "def make():\n    return program(step=lambda p, o, b: (p, o, {}))\n",
+    "step-aux-not-dict": _PROGRAM_HEAD + "def make():\n    return program(step=lambda p, o, b: (p, o, 3))\n",
+    "step-loss-not-scalar": _PROGRAM_HEAD + "def make():\n"
+                            "    return program(step=lambda p, o, b: (p, o, {'loss': jnp.ones(3)}))\n",
+    "step-changes-dtype": _PROGRAM_HEAD + "def make():\n"
+                          "    def step(p, o, b):\n        p2, o2, aux = _good_step(p, o, b)\n"
+                          "        return {'w': p2['w'].astype(jnp.float16)}, o2, aux\n"
+                          "    return program(step=step)\n",
+    "step-changes-shape": _PROGRAM_HEAD + "def make():\n"
+                          "    def step(p, o, b):\n        p2, o2, aux = _good_step(p, o, b)\n"
+                          "        return {'w': p2['w'][:2]}, o2, aux\n"
+                          "    return program(step=step)\n",
+    "step-drops-a-leaf": _PROGRAM_HEAD + "def make():\n"
+                         "    def step(p, o, b):\n        p2, o2, aux = _good_step(p, o, b)\n"
+                         "        return {}, o2, aux\n"
+                         "    return program(step=step)\n",
+    "init-returns-one": _PROGRAM_HEAD + "def make():\n    return program(init=lambda key: {'w': jnp.ones((4, 4))})\n",
+    "init-returns-strings": _PROGRAM_HEAD + "def make():\n    return program(init=lambda key: ('a', 'b'))\n",
+    "batch-returns-string": _PROGRAM_HEAD + "def make():\n    return program(batch=lambda key, step: 'tokens')\n",
+    "batch-returns-object": _PROGRAM_HEAD + "def make():\n    return program(batch=lambda key, step: object())\n",
+}
+
+
+SMALL_HLO = b"HloModule m\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n"
+
+
+def _dump_with_buffers_linked_to(target: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / "dump").mkdir()
+        (tmp / "dump" / "module_0001.jit_step.after_optimizations.txt").write_bytes(SMALL_HLO)
+        os.symlink(target, tmp / "dump" / "module_0001.jit_step.after_optimizations-buffer-assignment.txt")
+    return setup
+
+
+def red_team_cases() -> list[Case]:
+    out = []
+    for name, source in USER_PROGRAMS.items():
+        setup = _files(**{"prog.py": source})
+        out.append(Case(f"program-{name}-stress", ["stress", "--quiet", "--out", "{tmp}/out", "--program",
+                                                   "{tmp}/prog.py:make", "--seeds", "1", "--steps", "2"], setup,
+                        tags={"program"}))
+        if name.endswith("-at-import") or name.startswith(("make-", "init-", "step-returns-two")):
+            out.append(Case(f"program-{name}-scan", ["scan", "--model", "--program", "{tmp}/prog.py:make"], setup,
+                            tags={"program"}))
+    out += [
+        Case("program-builtins-exit-stress", ["stress", "--quiet", "--out", "{tmp}/out", "--program", "builtins:exit",
+                                              "--steps", "1"], tags={"program"}),
+        Case("program-os-system-stress", ["stress", "--quiet", "--out", "{tmp}/out", "--program", "os:system",
+                                          "--steps", "1"], tags={"program"}),
+        Case("program-os-system-scan", ["scan", "--model", "--program", "os:system"], tags={"program"}),
+        # Outputs that would overwrite an input or a result.
+        Case("report-plot-onto-its-input", ["report", "{tmp}/a", "--plot", "{tmp}/a/stress.jsonl"],
+             _files(a__stress__jsonl=GOOD)),
+        Case("report-plot-onto-its-input-force", ["report", "{tmp}/a", "--plot", "{tmp}/a/stress.jsonl", "--force"],
+             _files(a__stress__jsonl=GOOD)),
+        Case("report-plot-onto-a-file", ["report", "{tmp}/a", "--plot", "{tmp}/keep.png"],
+             _files(a__stress__jsonl=GOOD, **{"keep.png": b"mine"})),
+        Case("merge-plot-onto-its-input", ["merge", "{tmp}/a", "{tmp}/b", "--plot", "{tmp}/b/stress.jsonl"],
+             _files(a__stress__jsonl=GOOD, b__stress__jsonl=GOOD)),
+        Case("scan-save-hlo-onto-results", ["scan", "--model", "--save-hlo", "{tmp}/a/stress.jsonl", *TINY_ARGS],
+             _files(a__stress__jsonl=GOOD)),
+        Case("scan-save-hlo-onto-a-file", ["scan", "--model", "--save-hlo", "{tmp}/m.hlo", *TINY_ARGS],
+             _files(**{"m.hlo": SMALL_HLO})),
+        Case("scan-save-hlo-without-model", ["scan", "{tmp}/m.hlo", "--save-hlo", "{tmp}/new.hlo"],
+             _files(**{"m.hlo": SMALL_HLO})),
+        Case("stress-plot-onto-results", ["stress", "--quiet", "--out", "{tmp}/res", "--resume", *RUN_ARGS,
+                                          "--plot", "{tmp}/res/stress.jsonl"], _files(res__stress__jsonl=GOOD)),
+        Case("pr-out-is-a-file", ["pr", "--target", "xla", "--out", "{tmp}/notes.txt"],
+             _files(**{"notes.txt": b"mine"})),
+        # Strict readers.
+        Case("results-schema-true-report", ["report", "{tmp}/res"],
+             _files(res__stress__jsonl=_mutate_header(lambda h: h.__setitem__("schema", True)))),
+        Case("results-block-seed-not-in-spec-report", ["report", "{tmp}/res"],
+             _files(res__stress__jsonl=_mutate_block(lambda b: b.__setitem__("seed", 9)))),
+        Case("results-block-past-steps-report", ["report", "{tmp}/res"],
+             _files(res__stress__jsonl=lines([header(), block(0, 2), block(2, 4), block(4, 6)]))),
+        Case("results-block-config-not-in-spec-report", ["report", "{tmp}/res"],
+             _files(res__stress__jsonl=_mutate_block(lambda b: b["config"].__setitem__("mode", "sparse_only")))),
+        Case("results-step-true-as-int-report", ["report", "{tmp}/res"],
+             _files(res__stress__jsonl=_mutate_block(lambda b: b.__setitem__("start", True)))),
+        # Reads that never end.
+        Case("scan-buffers-link-to-dev-zero", ["scan", "{tmp}/dump"], _dump_with_buffers_linked_to("/dev/zero")),
+        Case("scan-buffers-link-to-dev-urandom", ["scan", "{tmp}/dump"],
+             _dump_with_buffers_linked_to("/dev/urandom")),
+    ]
+    return out
+
 def all_cases() -> list[Case]:
     cases = (results_cases() + stress_cases() + scan_cases() + gradcheck_cases() + compare_cases() + report_cases()
-             + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases())
+             + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases() + red_team_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     return cases

@@ -66,6 +66,7 @@ def _check(code: int, err: str, before: dict, after: dict) -> None:
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2, f"exit {code}: {err}"
     assert len(errors) == 1, err
+    assert not errors[0].startswith("error: internal:"), f"a user's mistake reported as the harness's own bug: {err}"
     changed = sorted(k for k, v in before.items() if after.get(k) != v)
     assert not changed, f"changed: {changed}"
 

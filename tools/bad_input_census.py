@@ -3,7 +3,8 @@
 Each case runs in a forked child (memory capped, killed after --timeout seconds) so a hang
 or a memory blow-up is counted instead of stopping the census. Cases that need jax import
 it in their child, so the timeout must allow for that on a loaded machine. Prints one line per outcome
-class and, with --list, the case ids per class.
+class (clear; traceback; wrong-exit; error-lines; internal: one `error: internal:` line for a
+user's mistake; hang; killed; changed-files) and, with --list, the case ids per class.
 
     .venv/bin/python tools/bad_input_census.py [--timeout 60] [--list] [-k SUBSTRING]
 """
@@ -20,7 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+# The census measures the checkout it is in (another commit's worktree too): its own package first,
+# ahead of an editable install of another checkout; main() refuses to count any other.
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bad_input_cases import Case, all_cases, tree_hashes  # noqa: E402
 
@@ -31,6 +34,10 @@ def _child(case: Case, tmp: Path, err_path: Path, mem_bytes: int) -> None:
     os.dup2(fd, 2)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
+    # The streams Python writes through, onto those descriptors (the parent may have replaced them,
+    # as pytest's capture does).
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives until os._exit
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
     os.chdir(tmp)
     try:
         if case.entry == "build":
@@ -91,6 +98,8 @@ def classify(case: Case, timeout: float, mem_bytes: int) -> tuple[str, str]:
         return "wrong-exit", f"exit {code}"
     if len(errors) != 1:
         return "error-lines", f"{len(errors)} error: lines"
+    if errors[0].startswith("error: internal:"):  # a user's mistake reported as the harness's own bug
+        return "internal", errors[0]
     return "clear", errors[0]
 
 
@@ -98,10 +107,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--mem-gb", type=float, default=6.0)
-    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--list", action="store_true", help="the case ids of every class but clear")
+    ap.add_argument("--show-clear", action="store_true", help="with --list, also each clear case's error line")
     ap.add_argument("-k", default="", help="only cases whose id contains this")
     ap.add_argument("--ids", default="", help="only these case ids (comma-separated)")
     args = ap.parse_args()
+    import xla_harness
+
+    here = Path(xla_harness.__file__).resolve().parent
+    if here != ROOT / "xla_harness":
+        sys.stderr.write(f"error: xla_harness is imported from {here}, not from this checkout ({ROOT})\n")
+        return 2
     # jax is not imported here: a child forked after jax started its threads can deadlock.
     ids = set(args.ids.split(",")) if args.ids else None
     cases = [c for c in all_cases() if args.k in c.id and (ids is None or c.id in ids)]
@@ -109,12 +125,12 @@ def main() -> int:
     for c in cases:
         kind, detail = classify(c, args.timeout, int(args.mem_gb * 2**30))
         outcomes.setdefault(kind, []).append((c.id, detail))
-    print(f"tried {len(cases)}")
-    for kind in ("clear", "traceback", "wrong-exit", "error-lines", "hang", "killed", "changed-files"):
+    print(f"tried {len(cases)} cases on {ROOT}")
+    for kind in ("clear", "traceback", "wrong-exit", "error-lines", "internal", "hang", "killed", "changed-files"):
         print(f"{kind:<14} {len(outcomes.get(kind, []))}")
     if args.list:
         for kind, items in outcomes.items():
-            if kind == "clear":
+            if kind == "clear" and not args.show_clear:
                 continue
             for cid, detail in items:
                 print(f"  {kind}: {cid}: {detail[:200]}")

@@ -74,7 +74,11 @@ PROPERTIES = ("multi-op-fusion", "scatter-root-fusion")
 def count_property(text: str, prop: str) -> int:
     """How often the compiled HLO has the property (the deterministic 'failure')."""
     if prop.startswith("regex:"):
-        return len(re.findall(prop[6:], text))
+        try:
+            pattern = re.compile(prop[6:])
+        except re.error as exc:
+            raise HarnessError(f"--property {prop!r}: not a regular expression ({exc})") from None
+        return len(pattern.findall(text))
     if prop not in PROPERTIES:
         raise HarnessError(f"unknown property {prop!r}; expected one of {', '.join(PROPERTIES)} or regex:<pattern>")
     from xla_harness.hlo.parser import parse_module

@@ -3,6 +3,7 @@ configurations (:func:`build`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from xla_harness.errors import HarnessError
@@ -71,8 +72,8 @@ class StressSpec:
                                      ("protocol", self.protocol, PROTOCOLS), ("commit", self.commit, COMMITS)):
             if value not in allowed:
                 raise HarnessError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
-        if not self.learning_rate > 0:
-            raise HarnessError("learning rate must be positive")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise HarnessError(f"learning rate must be a positive finite number, got {self.learning_rate!r}")
         if self.program == BUILTIN:
             for opts in self.configs():
                 ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate", "variant")})
