@@ -180,14 +180,17 @@ def _series_base_tree(root: Path) -> None:
 
 
 def _write_build_files(xla_dir: Path) -> None:
-    """BUILD files that define every Bazel target series.toml names for XLA (as the real tree does)."""
+    """BUILD files that define every Bazel target series.toml names for XLA (as the real tree does),
+    after whatever a patch's BUILD hunk needs as its context (`_series_base_tree`)."""
     by_pkg: dict[str, list[str]] = {}
     for t in sorted({t for p in load_series().upstream("xla").patches for t in p.bazel_targets}):
         pkg, name = t.removeprefix("//").split(":")
         by_pkg.setdefault(pkg, []).append(name)
     for pkg, names in by_pkg.items():
         (xla_dir / pkg).mkdir(parents=True, exist_ok=True)
-        (xla_dir / pkg / "BUILD").write_text(XLA_BUILD + "".join(
+        build = xla_dir / pkg / "BUILD"
+        context = build.read_text() if build.is_file() else ""
+        build.write_text(context + XLA_BUILD + "".join(
             f'\nxla_cc_test(\n    name = "{n}",\n    srcs = ["{n}.cc"],\n)\n' for n in names if n != "alias_info_test"))
 
 
@@ -250,7 +253,7 @@ def test_stages_end_to_end_with_fake_tools(world, capsys):
     work = world["work"]
     tree = next((work / "trees").glob("xla-0123456789ab-*"))
     # The default series really was applied to the fetched XLA sources.
-    assert "// Only a dynamic-update-slice gets the index checks below." in \
+    assert "// Only a dynamic-update-slice gets the index checks further down." in \
         (tree / "xla/service/instruction_fusion.cc").read_text()
     recs = _records(world)
     build = next(r for r in recs if r["tool"] == "build.py")
