@@ -110,6 +110,123 @@ def test_series_bases_schema(tmp_path, mutate, needle):
         load_series(f)
 
 
+# ----------------------------------------------------------------------------- variants per base
+
+JAX_VARIANTS = ("jax-v0.9.0.1", "jax-v0.10.2", "jax-v0.11.0")
+
+
+def test_jax_series_has_a_variant_for_each_release_users_run():
+    s = load_series()
+    jax = s.upstream("jax")
+    assert jax.base_refs() == ("jax-v0.12.0.1", *JAX_VARIANTS)
+    own = [p.file for p in jax.select("default")]
+    assert [p.file for p in jax.select("default", "jax-v0.12.0.1")] == own
+    fps = {s.fingerprint("jax", "default", r) for r in jax.base_refs()}
+    assert len(fps) == 4  # each base applies its own files
+    for ref in JAX_VARIANTS:
+        files = [p.file for p in jax.select("default", ref)]
+        version = ref.removeprefix("jax-")
+        assert files[0] == f"jax/{version}/0001-zero-cotangent-masking.patch"
+        assert files[1:] == own[1:]  # 0002 and 0003 apply unchanged there
+        assert f"X-Base-Ref: {ref}\n" in (PATCHES / files[0]).read_text()
+        v = jax.variant(ref)
+        assert v is not None and re.fullmatch(r"[0-9a-f]{64}", v.base_sha256) and len(v.commit) == 40
+    with pytest.raises(HarnessError, match=r"no jax series for jax-v0\.9\.2: it exists for jax-v0\.12\.0\.1, "):
+        jax.select("default", "jax-v0.9.2")
+
+
+VARIANT_SERIES = """schema = 1
+[upstream.jax]
+clone_url = "https://example.invalid/jax.git"
+base = "b"
+base_ref = "jax-v2"
+[[upstream.jax.patches]]
+file = "jax/0001-a.patch"
+purpose = "p"
+series = "default"
+status = "s"
+[[upstream.jax.patches]]
+file = "jax/0002-b.patch"
+purpose = "p"
+series = "experimental"
+status = "s"
+[[upstream.jax.variants]]
+base_ref = "jax-v1"
+adapted = "0001 context"
+files = ["jax/v1/0001-a.patch"]
+"""
+VARIANT_PATCH = "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] a\nX-Base-Ref: jax-v1\n\nbody\n---\n"
+
+
+def _variant_tree(tmp_path, text=VARIANT_SERIES, patch=VARIANT_PATCH):
+    (tmp_path / "jax/v1").mkdir(parents=True)
+    for f in ("jax/0001-a.patch", "jax/0002-b.patch"):
+        (tmp_path / f).write_text("Subject: [PATCH] own\n\n---\n")
+    (tmp_path / "jax/v1/0001-a.patch").write_text(patch)
+    (tmp_path / "series.toml").write_text(text)
+    return tmp_path / "series.toml"
+
+
+def test_variant_selection(tmp_path):
+    s = load_series(_variant_tree(tmp_path))
+    jax = s.upstream("jax")
+    assert [p.file for p in jax.select("default", "jax-v1")] == ["jax/v1/0001-a.patch"]
+    assert [p.file for p in jax.select("experimental", "jax-v2")] == ["jax/0001-a.patch", "jax/0002-b.patch"]
+    assert jax.select("default", "jax-v1")[0].purpose == "p"  # the series' entry, with the variant's file
+    # an experimental patch with no version for the base: that series is not available there
+    with pytest.raises(HarnessError, match="experimental series of jax is not available for jax-v1: "
+                                           "its variant has no version of jax/0002-b.patch"):
+        jax.select("experimental", "jax-v1")
+    with pytest.raises(HarnessError, match=re.escape("series.toml has no jax series for jax-v3: it exists for "
+                                                     "jax-v2, jax-v1")):
+        jax.select("default", "jax-v3")
+    assert s.fingerprint("jax", "default", "jax-v1") != s.fingerprint("jax", "default", "jax-v2")
+
+
+@pytest.mark.parametrize("mutate,patch,needle", [
+    # a variant file made for another base is refused, and so is one that names no base
+    (None, VARIANT_PATCH.replace("jax-v1", "jax-v0"), "jax/v1/0001-a.patch says X-Base-Ref: jax-v0, but is "
+                                                      "declared for jax-v1"),
+    (None, VARIANT_PATCH.replace("X-Base-Ref: jax-v1\n", ""), "jax/v1/0001-a.patch (variant for jax-v1) has no "
+                                                              "'X-Base-Ref: jax-v1' in its header"),
+    # the header counts only in the mail header, not in the message or the diff
+    (None, VARIANT_PATCH.replace("X-Base-Ref: jax-v1\n\nbody", "\nX-Base-Ref: jax-v1\nbody"), "has no"),
+    (lambda t: t.replace('files = ["jax/v1/0001-a.patch"]', 'files = ["jax/v1/0002-a.patch"]'),
+     None, "no file for jax/0001-a.patch"),
+    (lambda t: t.replace('files = ["jax/v1/0001-a.patch"]', 'files = ["jax/v1/0001-a.patch", "jax/v1/0003-c.patch"]'),
+     None, "jax/v1/0003-c.patch is not a patch of the series"),
+    (lambda t: t.replace('files = ["jax/v1/0001-a.patch"]', 'files = ["jax/v1/0002-b.patch", "jax/v1/0001-a.patch"]'),
+     None, "no file for jax/0001-a.patch"),  # out of order
+    (lambda t: t.replace('base_ref = "jax-v1"', 'base_ref = "jax-v2"'), None, "is already the series' own base"),
+    (lambda t: t + t[t.index("[[upstream.jax.variants]]"):], None, "is already another variant's"),
+    (lambda t: t.replace('adapted = "0001 context"\n', ""), None, "'adapted' must be a non-empty string"),
+    (lambda t: t.replace('adapted =', 'base_sha256 = "abc"\nadapted ='), None, "64 lowercase hex digits"),
+    (lambda t: t.replace('adapted =', 'commit = "abc"\nadapted ='), None, "40 lowercase hex digits"),
+    (lambda t: t.replace("jax/v1/0001-a.patch", "jax/v9/0001-a.patch"), None,
+     "variant jax-v1: patch file jax/v9/0001-a.patch is missing"),
+    (lambda t: t + BASE.replace("xla", "jax") + 'variant = "jax-v9"\n', None,
+     "variant 'jax-v9' is not a variant of the series"),
+])
+def test_variant_schema_errors(tmp_path, mutate, patch, needle):
+    good = _variant_tree(tmp_path / "good")
+    load_series(good)
+    bad = _variant_tree(tmp_path / "bad", mutate(VARIANT_SERIES) if mutate else VARIANT_SERIES,
+                        patch if patch is not None else VARIANT_PATCH)
+    with pytest.raises(HarnessError, match=re.escape(needle)):
+        load_series(bad)
+
+
+def test_a_file_of_the_series_naming_another_base_is_refused(tmp_path):
+    f = _variant_tree(tmp_path)
+    (tmp_path / "jax/0001-a.patch").write_text("Subject: [PATCH] own\nX-Base-Ref: jax-v1\n\n---\n")
+    with pytest.raises(HarnessError, match="jax/0001-a.patch says X-Base-Ref: jax-v1, but is declared for jax-v2"):
+        load_series(f)
+    # a variant may reuse the series' own file where it applies unchanged: no header needed
+    (tmp_path / "jax/0001-a.patch").write_text("Subject: [PATCH] own\n\n---\n")
+    f.write_text(VARIANT_SERIES.replace('"jax/v1/0001-a.patch"', '"jax/0001-a.patch"'))
+    assert [p.file for p in load_series(f).upstream("jax").select("default", "jax-v1")] == ["jax/0001-a.patch"]
+
+
 # ----------------------------------------------------------------------------- applying
 
 
