@@ -30,11 +30,11 @@ import argparse
 import math
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_harness import subproc
 from xla_harness.errors import HarnessError
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -246,11 +246,8 @@ def bridges(python: str = sys.executable, timeout: int = 600) -> list[BridgeProb
         env = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}
         env.update(TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="xla_compiler=1", **extra)
         arg = "enable_mlir_bridge" if setting == "enable_mlir_bridge" else "default"
-        try:
-            res = subprocess.run([python, "-c", _PROBE, arg], capture_output=True, text=True, env=env,
-                                 timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise HarnessError(f"the bridge probe ({setting}) ran past {timeout} s") from None
+        res = subproc.run([python, "-c", _PROBE, arg], capture_output=True, text=True, env=env, timeout=timeout,
+                          what=f"the bridge probe ({setting})")
         result = next((line[7:] for line in res.stdout.splitlines() if line.startswith("RESULT ")),
                       f"no result (exit {res.returncode})")
         bridge, lines = classify(res.stderr)
