@@ -1,7 +1,9 @@
 # JAX zero-cotangent masking patch, built from the PyPI sdist and tested in CI.
-#   make patches-jax-check   build .venv-jax-patched and run tests/jaxpatch in both venvs
-JAX_PATCHED_VENV := .venv-jax-patched
-JAXPATCH_OUT := $(OUT)/jaxpatch
+#   make patches-jax-check [JAX_PIN=0.9.0.1]   build the patched venv and run tests/jaxpatch in both venvs
+# Each pin has its own venvs: stock $(VENV), patched .venv-jax-patched (default pin) or
+# .venv-jax<pin>-patched, with the series' variant for that jax (patches/series.toml).
+JAX_PATCHED_VENV := $(if $(filter $(DEFAULT_JAX_PIN),$(JAX_PIN)),.venv-jax-patched,.venv-jax$(JAX_PIN)-patched)
+JAXPATCH_OUT := $(OUT)/jaxpatch$(if $(filter $(DEFAULT_JAX_PIN),$(JAX_PIN)),,-$(JAX_PIN))
 
 .PHONY: patches-jax-check jax-patched-venv
 jax-patched-venv: setup jax-sdist
@@ -10,10 +12,10 @@ jax-patched-venv: setup jax-sdist
 
 patches-jax-check: jax-patched-venv
 	@mkdir -p $(JAXPATCH_OUT)
-	XLA_HARNESS_JAX_VARIANT=stock XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz \
+	XLA_HARNESS_JAX_VARIANT=stock XLA_HARNESS_JAX_PIN=$(JAX_PIN) XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/jaxpatch
-	XLA_HARNESS_JAX_VARIANT=patched XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz PYTHONPATH=$(CURDIR) \
-	  $(JAX_PATCHED_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/jaxpatch
+	XLA_HARNESS_JAX_VARIANT=patched XLA_HARNESS_JAX_PIN=$(JAX_PIN) XLA_HARNESS_STOCK_GRADS=$(JAXPATCH_OUT)/stock_grads.npz \
+	  PYTHONPATH=$(CURDIR) $(JAX_PATCHED_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/jaxpatch
 
 test: patches-jax-check
 bench: jax-patched-venv

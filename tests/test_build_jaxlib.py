@@ -725,3 +725,107 @@ def test_disk_check_measures_bazels_output_root(tmp_path, monkeypatch, capsys):
     assert bj.main(["--dry-run", "--work-dir", str(work), "--min-free-gb", "0"]) == 0
     assert probed == [work / "bazel-root"]
     assert f"free disk for {work / 'bazel-root'}" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- series variants per jax version
+
+V0901 = "jax/v0.9.0.1/0001-zero-cotangent-masking.patch"
+
+
+def _series_with_xla_variant(tmp_path, monkeypatch) -> Path:
+    """A copy of patches/ whose series.toml also has an xla entry for jax-v0.9.0.1 (the series' own
+    file, when the checkout has none yet), read by the pipeline as if it were this checkout's."""
+    from xla_harness.upstream import series as series_mod
+
+    root = tmp_path / "checkout"
+    (root / "patches").mkdir(parents=True)
+    for d in ("xla", "jax", "tensorflow"):
+        (root / "patches" / d).symlink_to(ROOT / "patches" / d)
+    text = (ROOT / "patches/series.toml").read_text()
+    if not any(v.base_ref == "jax-v0.9.0.1" for v in load_series().upstream("xla").variants):
+        own = [p.file for p in load_series().upstream("xla").select("default")]
+        block = ('\n[[upstream.xla.variants]]\nbase_ref = "jax-v0.9.0.1"\nadapted = "planted by the test"\n'
+                 f"files = {json.dumps(own)}\n")
+        text = text.replace("\n[upstream.jax]\n", block + "\n[upstream.jax]\n")
+    (root / "patches/series.toml").write_text(text)
+    monkeypatch.setattr(series_mod, "PATCHES_DIR", root / "patches")
+    monkeypatch.setattr(stages, "REPO", root)
+    return root
+
+
+@pytest.mark.slow
+def test_dry_run_for_jax_0_9_0_1_applies_its_variant(tmp_path, monkeypatch, capsys):
+    _series_with_xla_variant(tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    assert bj.main(["--dry-run", "--jax-version", "0.9.0.1", "--work-dir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "git clone --depth 1 --branch jax-v0.9.0.1 " in out
+    assert f"jax series default, variant for jax-v0.9.0.1: {V0901}, jax/0002-" in out
+    prepare = next(ln for ln in out.splitlines() if "[prepare] copy <jax source>" in ln)
+    assert f"git apply patches/{V0901}; git apply patches/jax/0002-tests" in prepare
+    assert "git apply patches/jax/0001-" not in out  # the 0.12.0.1 file is not applied to 0.9.0.1
+    fp = load_series().fingerprint("jax", "default", "jax-v0.9.0.1")[:12]
+    assert f"trees/jax-0.9.0.1-{fp}" in prepare
+    assert not work.exists()
+
+
+def test_a_jax_version_without_a_variant_is_one_error_before_anything(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert bj.main(["--dry-run", "--jax-version", "0.9.2", "--work-dir", str(work)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: series.toml has no ") and "series for jax-v0.9.2: " in err[0]
+    assert "jax-v0.12.0.1" in err[0] and not work.exists()
+
+
+def test_prepare_refuses_a_variant_on_another_commit_of_its_base(tmp_path):
+    from xla_harness.upstream.jaxlib_context import Ctx
+
+    ctx = Ctx(work=tmp_path, jax_version="0.9.0.1")
+    tag_commit = load_series().upstream("jax").variant("jax-v0.9.0.1").commit
+    stages.check_base_commit(ctx, "jax", tag_commit)
+    with pytest.raises(HarnessError, match=f"the jax variant for jax-v0.9.0.1 was made for jax {tag_commit[:12]}, "
+                                           "but this build's jax is 000000000000"):
+        stages.check_base_commit(ctx, "jax", "0" * 40)
+    stages.check_base_commit(Ctx(work=tmp_path, jax_version="0.12.0.1"), "jax", "0" * 40)  # own base: no commit
+
+
+def test_jax_patched_venv_refuses_a_version_without_a_variant(tmp_path, capsys):
+    from xla_harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.9.2"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.9.2\n")
+    venv = tmp_path / "venv"
+    assert jaxvenv.main(["--sdist", str(sdist), "--venv", str(venv)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: series.toml has no jax series for jax-v0.9.2: it exists for jax-v0.12.0.1, ")
+    assert "\n" not in err and not venv.exists() and not (tmp_path / "venv.src").exists()
+
+
+def test_jax_sdist_of_a_variant_is_verified_against_its_sha256(tmp_path, capsys):
+    from xla_harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.9.0.1"
+    sdist.mkdir()
+    (sdist / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: jax\nVersion: 0.9.0.1\n")
+    archive = tmp_path / "jax-0.9.0.1.tar.gz"
+    archive.write_bytes(b"not the sdist")
+    assert jaxvenv.main(["--sdist", str(sdist), "--archive", str(archive), "--venv", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip()
+    want = load_series().upstream("jax").variant("jax-v0.9.0.1").base_sha256
+    assert err.startswith("error: ") and f"base_sha256 {want} for jax-v0.9.0.1" in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_patched_source_applies_the_variant_for_the_sdist_version(tmp_path):
+    from xla_harness.upstream import jaxvenv
+
+    sdist = tmp_path / "jax-0.9.0.1"
+    preimage_tree((ROOT / "patches" / V0901).read_text(), sdist)
+    assert jaxvenv.patched_source(sdist, tmp_path / "src", "0.9.0.1") == [V0901]
+    assert "zero_cotangent_masking as zero_cotangent_masking" in (tmp_path / "src/jax/__init__.py").read_text()
+    # the 0.12.0.1 files do not apply to that tree: the version picks the files
+    with pytest.raises(HarnessError, match=r"jax/0001-zero-cotangent-masking.patch: hunk #1 .*jax/__init__.py"):
+        jaxvenv.patched_source(sdist, tmp_path / "src2", "0.12.0.1")

@@ -1,9 +1,12 @@
 """The JAX masking patch, tested in two venvs by `make patches-jax-check`:
 
-XLA_HARNESS_JAX_VARIANT=stock    .venv (PyPI jax 0.12.0.1): the where-guard NaN is real,
-                                 and the stock gradients of the registry are recorded;
-XLA_HARNESS_JAX_VARIANT=patched  .venv-jax-patched (same jaxlib, jax sdist + patch 0001):
-                                 flag off is bit-identical to stock; flag on gives exact zeros.
+XLA_HARNESS_JAX_VARIANT=stock    .venv (PyPI jax 0.12.0.1; JAX_PIN=v: .venv-jaxv): the
+                                 where-guard NaN is real, and the stock gradients of the
+                                 registry are recorded;
+XLA_HARNESS_JAX_VARIANT=patched  .venv-jax-patched (.venv-jaxv-patched; same jaxlib, jax sdist +
+                                 patch 0001, the series' variant for that jax): flag off is
+                                 bit-identical to stock; flag on gives exact zeros.
+XLA_HARNESS_JAX_PIN              the jax version both venvs must run (default 0.12.0.1).
 
 Without the variable (a plain `pytest`) these tests are skipped: they are only meaningful
 against a known jax build, and the make target runs them in both.
@@ -21,6 +24,7 @@ from xla_harness.gradcheck.cases import REGISTRY
 
 VARIANT = os.environ.get("XLA_HARNESS_JAX_VARIANT")
 STOCK = os.environ.get("XLA_HARNESS_STOCK_GRADS", "")
+PIN = os.environ.get("XLA_HARNESS_JAX_PIN", "0.12.0.1")  # the jax both venvs must run (make's JAX_PIN)
 pytestmark = pytest.mark.skipif(VARIANT is None, reason="run by `make patches-jax-check` in both venvs")
 
 GUARDS = [c for c in REGISTRY if c.kind == "where-guard"]
@@ -45,7 +49,7 @@ def _grads(case, mode="eager"):
 def test_variant_is_the_jax_under_test():
     assert VARIANT in ("stock", "patched")
     assert hasattr(jax.lax, "masked_scale") == (VARIANT == "patched")
-    assert jax.__version__ == "0.12.0.1"
+    assert jax.__version__ == PIN
 
 
 @stock_only

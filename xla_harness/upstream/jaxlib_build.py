@@ -10,7 +10,10 @@ records its inputs under WORK/ (default ~/.cache/xla-harness, or $XLA_HARNESS_WO
   fetch    XLA at that commit: the GitHub tarball, verified against the sha256 jax pins,
            unpacked into WORK/src/xla-<commit> (cached by commit)
   prepare  clean work trees per (commit, series fingerprint): WORK/trees/xla-<c>-<fp> and
-           WORK/trees/jax-<version>-<fp> with the series applied by `git apply`
+           WORK/trees/jax-<version>-<fp> with the series applied by `git apply`: for each of
+           xla and jax, the series' own files at its base_ref, else its variant for jax-v<version>
+           (patches/series.toml); a version either series has no variant for is refused before
+           any stage, and a variant that records its base commit is applied to that commit only
   bazel    find bazelisk (PATH, else `npx @bazel/bazelisk`); each later Bazel call gets
            USE_BAZEL_VERSION from the .bazelversion of the tree it runs in
   build    jax's own build/build.py build --wheels=jaxlib[,jax-cuda-plugin,jax-cuda-pjrt]
@@ -58,7 +61,15 @@ from xla_harness.upstream.jaxlib_context import (
     Runner,
 )
 from xla_harness.upstream.jaxlib_plan import fingerprint, jax_tag
-from xla_harness.upstream.jaxlib_stages import RUN, VENV_COMPLETE, TestsFailed, check_clean, preflight
+from xla_harness.upstream.jaxlib_stages import (
+    BUILT_UPSTREAMS,
+    RUN,
+    VENV_COMPLETE,
+    TestsFailed,
+    check_clean,
+    describe_series,
+    preflight,
+)
 from xla_harness.upstream.series import load_series
 
 # The pieces: jaxlib_plan (pure helpers), jaxlib_context (Ctx, Runner, REPO and the defaults),
@@ -75,8 +86,8 @@ def stage_inputs(ctx: Ctx, stage: str) -> dict[str, Any]:
         base.update(xla_url=ctx.xla_url)
     elif stage == "prepare":
         series = load_series()
-        base.update(series=ctx.series, fingerprints={n: series.fingerprint(n, ctx.series)
-                                                     for n in series.upstreams})
+        base.update(series=ctx.series, fingerprints={n: series.fingerprint(n, ctx.series, ctx.tag)
+                                                     for n in BUILT_UPSTREAMS if n in series.upstreams})
     elif stage == "build":
         base.update(cuda=ctx.cuda, cuda_major=ctx.cuda_major, python=ctx.python)
     elif stage == "install":
@@ -130,6 +141,16 @@ def check_options(ctx: Ctx) -> None:
         raise HarnessError("--harness-tests lists no test file")
     if ctx.work.exists() and not ctx.work.is_dir():
         raise HarnessError(f"--work-dir {ctx.work} is not a folder")
+
+
+def describe_plan(ctx: Ctx) -> list[str]:
+    """The dry run's first lines: what is built, and the patch files each series applies for
+    this jax version. Raises HarnessError for a version that is not a release, or that a series
+    has no variant for."""
+    jax_tag(ctx.jax_version)
+    return [f"plan: jax {ctx.jax_version} ({ctx.tag}), series {ctx.series}, "
+            f"{'CPU + CUDA ' + ctx.cuda_major if ctx.cuda else 'CPU'} wheels, work dir {ctx.work}",
+            *(f"  {line}" for line in describe_series(ctx))]
 
 
 def run_pipeline(ctx: Ctx, first: str = "resolve", last: str = "test") -> list[tuple[str, str]]:
@@ -224,10 +245,9 @@ def main(argv: list[str] | None = None) -> int:
               stress_steps=args.stress_steps, command_timeout_s=args.command_timeout)
     try:
         check_options(ctx)
-        jax_tag(ctx.jax_version)
+        plan = describe_plan(ctx)  # a jax version the series has no variant for stops here
         if ctx.dry_run:
-            print(f"plan: jax {ctx.jax_version} ({ctx.tag}), series {ctx.series}, "
-                  f"{'CPU + CUDA ' + ctx.cuda_major if ctx.cuda else 'CPU'} wheels, work dir {ctx.work}")
+            print("\n".join(plan))
             print("preflight:")
         stages = STAGES[STAGES.index(args.first):STAGES.index(args.last) + 1]
         for line in preflight(ctx, stages):

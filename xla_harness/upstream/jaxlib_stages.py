@@ -27,7 +27,7 @@ from xla_harness.upstream.jaxlib_plan import (
     undefined_targets,
     xla_label,
 )
-from xla_harness.upstream.series import load_series
+from xla_harness.upstream.series import Patch, load_series
 
 MAX_DOWNLOAD_BYTES = 2 << 30  # an XLA source tarball is ~100 MB; file:///dev/zero never ends
 GIT_TIMEOUT_S = 1800  # `git add -A` / `commit` of a copied XLA tree (tens of thousands of files)
@@ -167,19 +167,52 @@ def prepare_tree(base: Path, tree: Path, patches: list[Path], label: str) -> Non
     partial.rename(tree)
 
 
+BUILT_UPSTREAMS = ("xla", "jax")  # the series a jaxlib build applies (XLA's pinned by the jax tag, and jax's)
+
+
+def series_for(ctx: Ctx) -> dict[str, tuple[Patch, ...]]:
+    """The patches applied to each built upstream for this jax version: the series' own files for
+    its base, a variant's files for a variant's base; any other version is one HarnessError."""
+    series = load_series()
+    return {name: series.upstreams[name].select(ctx.series, ctx.tag)
+            for name in BUILT_UPSTREAMS if name in series.upstreams}
+
+
+def describe_series(ctx: Ctx) -> list[str]:
+    """One line per built upstream: which files of which variant the build applies."""
+    series = load_series()
+    lines = []
+    for name, patches in series_for(ctx).items():
+        up = series.upstreams[name]
+        which = f"variant for {ctx.tag}" if up.variant(ctx.tag) else f"the series' own files ({up.base_ref})"
+        lines.append(f"{name} series {ctx.series}, {which}: {', '.join(p.file for p in patches) or 'no patches'}")
+    return lines
+
+
+def check_base_commit(ctx: Ctx, name: str, actual: str) -> None:
+    """A variant that records its base's commit is applied to that commit only."""
+    variant = load_series().upstreams[name].variant(ctx.tag)
+    if variant is not None and variant.commit and actual and actual != variant.commit:
+        raise HarnessError(f"prepare: the {name} variant for {ctx.tag} was made for {name} {variant.commit[:12]}, "
+                           f"but this build's {name} is {actual[:12]}; the variant does not apply to it")
+
+
 def stage_prepare(ctx: Ctx, run: Runner) -> dict:
     series = load_series()
+    selected = series_for(ctx)
     out = {}
     for name, key, src_key in (("xla", "xla_tree", "xla_src"), ("jax", "jax_tree", "jax_src")):
-        up = series.upstreams.get(name)
-        patches = [p.path(series.root) for p in up.select(ctx.series)] if up else []
-        fp = series.fingerprint(name, ctx.series)[:12] if up else "none"
+        patches = [p.path(series.root) for p in selected.get(name, ())]
+        fp = series.fingerprint(name, ctx.series, ctx.tag)[:12] if name in selected else "none"
         ident = ctx.out("xla_commit", "<XLA_COMMIT>")[:12] if name == "xla" else ctx.jax_version
         tree = ctx.work / "trees" / f"{name}-{ident}-{fp}"
         if ctx.dry_run:
             print(f"  [prepare] copy {ctx.out(src_key, f'<{name} source>')} -> {tree}; git init; "
                   + ("; ".join(f"git apply {p.relative_to(REPO)}" for p in patches) or "no patches"))
         else:
+            if name in selected:
+                check_base_commit(ctx, name, ctx.out("xla_commit", "") if name == "xla"
+                                  else _git(["rev-parse", "HEAD"], Path(ctx.state[src_key])).stdout.strip())
             prepare_tree(Path(ctx.state[src_key]), tree, patches, f"{name} {ident}")
         out[key] = str(tree)
         out[f"{name}_fingerprint"] = fp

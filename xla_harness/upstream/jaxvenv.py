@@ -1,5 +1,7 @@
 """Build ``.venv-jax-patched``: the stock jaxlib of the pinned version plus the jax sources of
-the PyPI sdist with the jax patch series applied.
+the PyPI sdist with the jax patch series applied: its variant for the sdist's version
+(series.toml ``[[upstream.jax.variants]]``); a version the series has no variant for is one
+``error:`` line (exit 2), before anything is built.
 
     python -m xla_harness.upstream.jaxvenv --sdist DIR [--archive DIR.tar.gz] --venv .venv-jax-patched [--python PY]
 
@@ -35,15 +37,22 @@ def _sdist_version(sdist: Path) -> str:
     raise HarnessError(f"{sdist}/PKG-INFO has no Version line: not a jax sdist")
 
 
-def patched_source(sdist: Path, dest: Path) -> list[str]:
-    """Copy the sdist to ``dest`` and apply the default jax series; returns applied patch names.
+def base_ref_of(version: str) -> str:
+    """The jax tag of a release version: the base its series variant is declared for."""
+    return f"jax-v{version}"
+
+
+def patched_source(sdist: Path, dest: Path, version: str | None = None) -> list[str]:
+    """Copy the sdist to ``dest`` and apply the default jax series (its variant for jax
+    ``version``; without one, the series' own files); returns applied patch names.
     Patches touching files the sdist does not ship (tests/) are left out and named."""
     series = load_series()
+    selected = series.upstream("jax").select("default", base_ref_of(version) if version else None)
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(sdist, dest, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     init_repo(dest)
     applied = []
-    for p in series.upstream("jax").select("default"):
+    for p in selected:
         path = p.path(series.root)
         files = {h.file for h in parse_patch(path.read_text(encoding="utf-8")) if not h.creates_file}
         if any(not (dest / f).is_file() for f in files):
@@ -63,21 +72,22 @@ def patched_source(sdist: Path, dest: Path) -> list[str]:
 
 
 def verify_sdist(archive: Path, version: str) -> None:
-    """The sdist archive is the one series.toml names as the jax series' base (version and sha256)."""
+    """The sdist archive is the one series.toml names as the base of the jax series (or of its
+    variant) for ``version``: a series for that version exists, and the sha256 is that base's."""
     jax = load_series().upstream("jax")
-    if not jax.base_sha256:
-        raise HarnessError("series.toml records no base_sha256 for jax; cannot verify the sdist")
-    if jax.base_ref != f"jax-v{version}":
-        raise HarnessError(f"the sdist is jax {version}, but series.toml's jax base is {jax.base_ref}")
+    ref = base_ref_of(version)
+    expected = jax.base_sha256_for(ref)  # refuses a version the series has no variant for
+    if not expected:
+        raise HarnessError(f"series.toml records no base_sha256 for {ref}; cannot verify the sdist")
     from xla_harness.files import sha256_file
 
     try:
         digest = sha256_file(archive)
     except OSError as exc:
         raise HarnessError(f"cannot read {archive}: {exc.strerror or exc}") from None
-    if digest != jax.base_sha256:
+    if digest != expected:
         raise HarnessError(f"{archive}: sha256 {digest} differs from series.toml's base_sha256 "
-                           f"{jax.base_sha256} for {jax.base_ref}")
+                           f"{expected} for {ref}")
 
 
 def build(sdist: Path, venv: Path, python: str, extra: list[str], archive: Path | None = None) -> str:
@@ -87,13 +97,14 @@ def build(sdist: Path, venv: Path, python: str, extra: list[str], archive: Path 
     if archive is not None:
         verify_sdist(archive, version)
     series = load_series()
-    key = hashlib.sha256((version + series.fingerprint("jax", "default") + " ".join(extra)).encode()).hexdigest()
+    fp = series.fingerprint("jax", "default", base_ref_of(version))  # refuses a version with no variant
+    key = hashlib.sha256((version + fp + " ".join(extra)).encode()).hexdigest()
     if (venv / STAMP).is_file() and (venv / STAMP).read_text().strip() == key:
         return f"{venv} is up to date (jax {version}, series {key[:12]})"
     # Built at its final path: a venv's scripts name its interpreter by absolute path, so a venv
     # renamed after the fact is broken. The stamp is written last; a venv without it is rebuilt.
     src = venv.with_name(venv.name + ".src")
-    applied = patched_source(sdist, src)
+    applied = patched_source(sdist, src, version)
     shutil.rmtree(venv, ignore_errors=True)
     try:
         for argv in ([python, "-m", "venv", str(venv)],
