@@ -8,9 +8,13 @@ the process: that is reported as an error, not the end of the bench), timed ther
 child's own process CPU time around the parse alone. Before each of our rounds the reader's
 and the alias model's caches are cleared, so every round starts as a fresh
 ``xla-harness scan`` would.
-Target: parse+scan <= 1.5x the C++ parse.
+A module jaxlib's parser aborts on as scheduled (libtpu's dumps: an async wrapper's operand
+after it) is read by both parsers without ``is_scheduled=true``. Each round's ratio (our
+parse+scan, then XLA's parse right after, process CPU time) is printed as a median and range:
+on a shared machine the pair of one round sees the same load.
+Target: parse+scan <= 1.2x the C++ parse, on the generated module and on a full-size TPU dump.
 
-    python bench/scan_speed.py [--instructions 100000] [--repeat 3]
+    python bench/scan_speed.py [--instructions 100000] [--repeat 5]
     python bench/scan_speed.py --hlo FILE     # the same measurement on any HLO text file
     python bench/scan_speed.py --jax-layers 1500
         # on the CPU-compiled HLO of a real jax training step: an unrolled residual MLP of
@@ -20,6 +24,7 @@ Target: parse+scan <= 1.5x the C++ parse.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +36,7 @@ from xla_harness.hlo.parser import HloParseError, parse_module  # noqa: E402
 from xla_harness.hlo.scan import scan_module  # noqa: E402
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser  # noqa: E402
 
+TARGET = 1.2  # parse+scan over jaxlib's parse, process CPU time
 META = ('metadata={{op_name="jit(train_step)/jvp(model)/layer_{i}/dot_general" source_file="/src/model.py" '
         'source_line={i}}}')
 
@@ -92,11 +98,14 @@ def jax_training_step_hlo(layers: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instructions", type=int, default=100_000, help="size of the generated module")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds of each parser (best of each is reported)")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds of each parser (best of each, and the median "
+                    "and range of the rounds' ratios, are reported)")
     source = ap.add_mutually_exclusive_group()
     source.add_argument("--hlo", type=Path, help="measure this HLO text file instead of the generated module")
     source.add_argument("--jax-layers", type=int, metavar="N",
                         help="measure the CPU-compiled training step of an N-layer jax model instead")
+    ap.add_argument("--as-written", action="store_true",
+                    help="time the text exactly as written: no unscheduled copy when XLA's parser crashes on it")
     args = ap.parse_args()
     if args.instructions < 8 or args.repeat < 1 or (args.jax_layers is not None and args.jax_layers < 1):
         ap.error("--instructions must be >= 8, --repeat and --jax-layers >= 1")
@@ -119,8 +128,22 @@ def main() -> int:
         return _measure(args, text, xla)
 
 
+def unscheduled(text: str) -> str:
+    """The module with ``is_scheduled=true`` dropped from its header line: jaxlib's parser rebuilds a
+    scheduled module's schedule from the instruction order and aborts the process when an async
+    wrapper's operand comes later (libtpu's dumps); unscheduled it reads the same instructions."""
+    end = text.find("\n")
+    head = text[:end] if end >= 0 else text
+    return head.replace(", is_scheduled=true", "", 1).replace("is_scheduled=true, ", "", 1) + text[len(head):]
+
+
 def _measure(args: argparse.Namespace, text: str, xla: IsolatedXlaParser) -> int:
     first = xla.parse(text, structure=False)
+    if not first.accepts and first.crashed and not args.as_written and unscheduled(text) != text:
+        print(f"XLA's parser crashed on the scheduled module ({first.crashed[:120]}); both parsers read the "
+              "unscheduled copy (header without is_scheduled=true)")
+        text = unscheduled(text)
+        first = xla.parse(text, structure=False)
     if not first.accepts:
         why = (f"XLA's parser crashed ({first.crashed})" if first.crashed
                else f"XLA's parser refuses the module: {first.error}")
@@ -146,10 +169,13 @@ def _measure(args: argparse.Namespace, text: str, xla: IsolatedXlaParser) -> int
     py, cc = min(t_py), min(t_cc)
     print(f"module: {mod.instruction_count()} instructions, {len(text) / 1e6:.1f} MB of text, "
           f"{len(findings)} in-place fusion outputs ({sum(f.cls == 'hazard' for f in findings)} hazards)")
-    print(f"xla-harness parse+scan: {py:.3f} s (best of {args.repeat})")
-    print(f"jaxlib C++ parse:       {cc:.3f} s")
+    print(f"xla-harness parse+scan: {py:.3f} s wall, {min(cpu_py):.3f} s CPU (best of {args.repeat})")
+    print(f"jaxlib C++ parse:       {cc:.3f} s wall, {min(cpu_cc):.3f} s CPU")
     print(f"ratio python/c++: {py / cc:.2f} wall clock, {min(cpu_py) / min(cpu_cc):.2f} process CPU time "
-          "(target <= 1.5; CPU time is the steadier figure on a shared machine)")
+          f"(best over best; target <= {TARGET}; CPU time is the steadier figure on a shared machine)")
+    paired = sorted(a / b for a, b in zip(cpu_py, cpu_cc, strict=True))
+    print(f"process CPU time ratio of each round (ours, then XLA's right after): median "
+          f"{statistics.median(paired):.2f}, range {paired[0]:.2f}-{paired[-1]:.2f} over {len(paired)} rounds")
     cc_cpu = min(cpu_cc)
     print(f"of which reading {min(cpu_parse) / cc_cpu:.2f}, scanning {(min(cpu_py) - min(cpu_parse)) / cc_cpu:.2f}"
           " (process CPU time over the C++ parse)")

@@ -219,9 +219,24 @@ BENCH = Path(__file__).resolve().parent.parent / "bench/scan_speed.py"
 def test_bench_reports_an_xla_crash_as_one_error_line(tmp_path):
     crash = tmp_path / "scheduled.hlo"
     crash.write_text(XLA_CRASHES)
-    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "1"],
+    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "1", "--as-written"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr
     err = run.stderr.strip().splitlines()
     assert len(err) == 1, run.stderr
     assert err[0].startswith("error: XLA's parser crashed (SIGABRT: Check failed: ") and "not scheduled" in err[0], err
+
+
+@pytest.mark.slow
+@needs_xla
+def test_bench_times_the_unscheduled_copy_of_a_module_xla_aborts_on_as_scheduled(tmp_path):
+    """libtpu's dumps: jaxlib's parser aborts on the scheduled module; the bench says so and times
+    both parsers on the module without is_scheduled=true (the same instructions)."""
+    crash = tmp_path / "scheduled.hlo"
+    crash.write_text(XLA_CRASHES)
+    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "XLA's parser crashed on the scheduled module (SIGABRT" in out and "unscheduled copy" in out
+    assert "module: 8 instructions" in out and "over 2 rounds" in out

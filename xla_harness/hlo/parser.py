@@ -55,6 +55,7 @@ from xla_harness.hlo.ir import (
 from xla_harness.hlo.shapes import (
     _OPENERS,
     _SHAPE_CACHE,
+    _TUPLE_SHAPES,
     _WS,
     Shape,
     _array_shape,
@@ -238,7 +239,8 @@ def _attr_end(text: str, i: int) -> int:
 
 
 _HEADER = re.compile(r"HloModule\b\s*")
-_FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*([a-z][a-z0-9]*\[[^\]\n]*\](?:\{{[^{{}}\n]*\}})?)"
+_FAST_LINE = re.compile(rf"\s*(ROOT[ \t]+)?%?({_NAME})[ \t]*=[ \t]*"
+                        r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?|\((?:[^(){}\n]|\{[^{}\n]*\})*\))"
                         r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\"\n]*)\)([^\n]*)(?![^\n])(?!\s*,)")
 # (the last two: the attributes run to the end of the line, and the next line does not go on
 # with more of them)
@@ -259,12 +261,20 @@ _NO_CALL_OPCODES = frozenset((
     "subtract", "tan", "tanh", "transpose", "tuple", "xor"))
 
 
-def _called(rest: str) -> list[str] | None:
+# The one attribute naming a computation that XLA's parser takes on these opcodes (it refuses a
+# module giving them any other): only that one is looked for in their (often long) attribute text.
+_CALL_KEYS_OF = {"fusion": ("calls=",), "scatter": ("to_apply=",), "reduce": ("to_apply=",),
+                 "reduce-window": ("to_apply=",), "sort": ("to_apply=",), "map": ("to_apply=",),
+                 "all-reduce": ("to_apply=",), "all-reduce-start": ("to_apply=",), "reduce-scatter": ("to_apply=",)}
+
+
+def _called(rest: str, opcode: str = "") -> list[str] | None:
     """The computations an instruction's attributes name (what _CALL_RE finds, in text order,
-    found with str.find, which is much faster than the regex on long attribute text); None
-    when one is written inline ('calls={ p = ... }')."""
+    found with str.find, which is much faster than the regex on long attribute text; for the
+    opcodes of ``_CALL_KEYS_OF`` only their own attribute); None when one is written inline
+    ('calls={ p = ... }')."""
     found: list[tuple[int, list[str]]] = []
-    for key in _CALL_KEYS:
+    for key in _CALL_KEYS_OF.get(opcode, _CALL_KEYS):
         k = rest.find(key)
         while k >= 0:
             before = rest[k - 1] if k else " "
@@ -476,11 +486,11 @@ class _Reader:
             literal = inner.strip()
         else:
             operands = _one_line_operands(inner, by_name)
-        if operands is None:
+        shape = _SHAPE_CACHE.get(shape_text) or _TUPLE_SHAPES.get(shape_text) or _line_shape(shape_text)
+        if operands is None or shape is None:
             return None
-        shape = _SHAPE_CACHE.get(shape_text) or _array_shape(shape_text, 0)[0]
         if "=" in rest and opcode not in _NO_CALL_OPCODES:
-            called = _called(rest)
+            called = _called(rest, opcode)
             if called is None:  # a computation written inline: the general reader takes it
                 return None
         else:
@@ -517,7 +527,17 @@ class _Reader:
             i = _ws_end(text, close)
             if not text.startswith("->", i):
                 raise ValueError(f"expected '->' after the parameters of {name}")
-            declared, i = parse_shape(text, _ws_end(text, i + 2))
+            j = _ws_end(text, i + 2)
+            eol = text.find("\n", j)
+            head = text[j:eol if eol >= 0 else len(text)].rstrip()
+            key = head[:-1].rstrip() if head.endswith("{") else ""
+            declared = (_SHAPE_CACHE.get(key) or _TUPLE_SHAPES.get(key)) if key else None
+            if declared is not None:  # '-> shape {' on one line, the shape read before
+                i = j + len(key)
+            else:
+                declared, i = parse_shape(text, j)
+                if key and i == j + len(key) and declared.is_tuple and len(_TUPLE_SHAPES) < 100_000:
+                    _TUPLE_SHAPES[key] = declared
             i = _ws_end(text, i)
         if not text.startswith("{", i):
             raise ValueError(f"expected '{{' opening computation {name}")
@@ -546,6 +566,23 @@ class _Reader:
         scope = _Scope(instructions, defined_ins, defined_comps, line, self)
         ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
+
+
+def _line_shape(text: str) -> Shape | None:
+    """The shape of a one-line instruction: an array shape, or a tuple of array shapes (no nested
+    tuple: the line's regex takes parentheses only inside layouts), remembered by its text; None
+    when the text is not one whole shape (the general reader says what is wrong)."""
+    if text[0] != "(":
+        return _array_shape(text, 0)[0]
+    try:
+        shape, k = parse_shape(text)
+    except ValueError:
+        return None
+    if k != len(text):
+        return None
+    if len(_TUPLE_SHAPES) < 100_000:
+        _TUPLE_SHAPES[text] = shape
+    return shape
 
 
 def _add(comp: str, ins: Instruction, root: Instruction | None, instructions: list[Instruction],
@@ -603,7 +640,7 @@ def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
     rest = text[close:end]
     if "{" in rest and _INLINE_CALL.search(rest):
         rest = _inline_computations(text, close, rest, scope)
-    called = _called(rest) if "=" in rest else []
+    called = _called(rest, opcode) if "=" in rest else []
     if called is None:
         raise ValueError("a computation written inline in a list of computations is not supported here")
     async_wrapped = ""

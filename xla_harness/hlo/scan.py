@@ -232,11 +232,50 @@ def _compiler_verdict(caller: Computation, fusion: Instruction, buffers: BufferA
     return lambda k, out: ("", "")
 
 
-def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown",
-                buffers: BufferAssignment | None = None) -> list[Finding]:
-    if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
-            and "output_to_operand_aliasing" not in fusion.attr_text:
-        return []  # no in-place op anywhere in it and no annotation: no in-place output
+# In-place ops whose pairs follow from the op, its operands' wiring and their shapes alone: a fused
+# computation holding no other in-place op, no nested fusion and no annotation is classified once for
+# every fusion of the module whose computation has the same structure (:func:`_structure`).
+_MEMO_UNSAFE = (alias.IN_PLACE_OPCODES - {"scatter", "dynamic-update-slice"}) | {"fusion"}
+
+
+def _structure(comp: Computation, fusion: Instruction) -> tuple | None:
+    """All that the classification of ``fusion``'s outputs and its fusion decisions read of it and its
+    computation, names replaced by positions: per instruction the opcode, shape, operand positions,
+    ROOT mark, parameter number, transpose permutation and tuple index; the fusion's shape and operand
+    count. None when the computation holds anything else they read (nested fusions, in-place ops
+    other than scatter and dynamic-update-slice, whose pairs come from their operands alone, and
+    ``name#k`` operands) or the fusion is annotated: such fusions are classified each on its own. Shapes are
+    named by identity: equal shapes read apart only miss the memo, and every shape lives as long as
+    the module (so no identity is reused while it is scanned)."""
+    if "output_to_operand_aliasing" in fusion.attr_text:
+        return None
+    pos: dict[str, int] = {}
+    parts: list = [id(fusion.shape), len(fusion.operands)]
+    for k, ins in enumerate(comp.instructions):
+        op = ins.opcode
+        if op in _MEMO_UNSAFE:  # (an annotation on any other opcode is not read)
+            return None
+        try:
+            operands = tuple([pos[o] for o in ins.operands])
+        except KeyError:  # 'name#k' (or not defined here): not memoised
+            return None
+        if op == "parameter":
+            extra: object = ins.literal
+        elif op == "transpose":
+            extra = ins.int_list("dimensions")
+        elif op == "get-tuple-element":
+            extra = ins.attrs.get("index", "0")
+        else:
+            extra = None
+        parts.append((op, id(ins.shape), operands, extra, ins.is_root))
+        pos[ins.name] = k
+    parts.append(pos.get(comp.root.name))
+    return tuple(parts)
+
+
+def _classify_outputs(module: HloModule, fusion: Instruction, backend: str) -> list[tuple]:
+    """(output index, classes by rule, class, stock, proposed, layout-aware, pair, root opcode, output
+    path) of every in-place output of the fusion: what does not depend on its caller."""
     rules = RULES_FOR_BACKEND[backend]
     table = alias.effective_table(module, fusion.called[0])
     traced: dict = {}
@@ -244,20 +283,39 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
     for r in rules:  # rules that agree on this computation are classified once
         same = table[alias.model("proposed", r)].backend
         per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
-    findings = []
-    verdict = _compiler_verdict(caller, fusion, buffers)
+    out = []
     for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
         worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
         cls, stock, proposed, la, pair = per_rule[worst][index]
         root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
+        out.append((index, classes, cls, stock, proposed, la, pair, root.opcode, output_path))
+    return out
+
+
+def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown",
+                buffers: BufferAssignment | None = None, memo: dict | None = None,
+                structure: tuple | None = None) -> list[Finding]:
+    """The in-place outputs of ``fusion`` (called from ``caller``) classified. ``memo`` with the fusion's
+    :func:`_structure` reuses the classification of a fusion of the same structure."""
+    if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
+            and "output_to_operand_aliasing" not in fusion.attr_text:
+        return []  # no in-place op anywhere in it and no annotation: no in-place output
+    outputs = memo.get((structure, backend)) if memo is not None and structure is not None else None
+    if outputs is None:
+        outputs = _classify_outputs(module, fusion, backend)
+        if memo is not None and structure is not None:
+            memo[(structure, backend)] = outputs
+    findings = []
+    verdict = _compiler_verdict(caller, fusion, buffers)
+    for index, classes, cls, stock, proposed, la, pair, root_opcode, output_path in outputs:
         source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
             else ("", [], False)
         compiler, said_in = verdict(pair.operand_index, tuple(index)) if not pair.operand_shape_index else ("", "")
-        findings.append(Finding(fusion.name, caller.name, root.opcode, list(index), pair.operand_index,
+        findings.append(Finding(fusion.name, caller.name, root_opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
-                                classes, output_path, compiler, said_in if compiler else "", source, users,
-                                dense))
+                                dict(classes), list(output_path), compiler, said_in if compiler else "", source,
+                                users, dense))
     return findings
 
 
@@ -316,19 +374,33 @@ def _trace_to_parameter(module: HloModule, comp: Computation, ref: str, frames: 
 
 
 def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
-                             backend: str = "unknown") -> list[FusionDecisionFinding]:
+                             backend: str = "unknown", memo: dict | None = None,
+                             structure: tuple | None = None) -> list[FusionDecisionFinding]:
     """Scatters in the fusion (nested fusions included) whose in-place operand is a data-moving op
-    reading one of the fusion's parameters (inside a nested fusion too)."""
+    reading one of the fusion's parameters (inside a nested fusion too). ``memo`` with the fusion's
+    :func:`_structure` reuses the answer for a fusion of the same structure (by positions)."""
     if "scatter" not in alias.opcodes(module, fusion.called[0]):
         return []
-    out = []
-    for scatter, comp, frames in _scatters(module, module.computation(fusion.called[0])):
-        for operand in range((len(scatter.operands) - 1) // 2):
-            parameter, path, producer = _trace_to_parameter(module, comp, scatter.operands[operand], frames)
-            if producer is not None and parameter is not None:
-                out.append(FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
-                                                 f"{producer.name} ({producer.opcode})", parameter, path))
-    return out
+    fused = module.computation(fusion.called[0])
+    key = ("decisions", structure)
+    found = memo.get(key) if memo is not None and structure is not None else None
+    if found is None:
+        found = []
+        for scatter, comp, frames in _scatters(module, fused):
+            for operand in range((len(scatter.operands) - 1) // 2):
+                parameter, path, producer = _trace_to_parameter(module, comp, scatter.operands[operand], frames)
+                if producer is not None and parameter is not None:
+                    found.append((scatter, comp, operand, producer, parameter, path))
+        if memo is not None and structure is not None:  # by positions: a structure has no nested fusion
+            where = {id(ins): k for k, ins in enumerate(fused.instructions)}
+            memo[key] = [(where[id(s)], operand, where[id(p)], parameter, path)
+                         for s, _, operand, p, parameter, path in found]
+    else:
+        found = [(fused.instructions[s], fused, operand, fused.instructions[p], parameter, path)
+                 for s, operand, p, parameter, path in found]
+    return [FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
+                                  f"{producer.name} ({producer.opcode})", parameter, list(path))
+            for scatter, _, operand, producer, parameter, path in found]
 
 
 def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
@@ -336,11 +408,12 @@ def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
     return scan(module, backend)[0]
 
 
-def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | None = None
-         ) -> tuple[list[Finding], list[FusionDecisionFinding], str]:
+def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | None = None, *,
+         memo: bool = True) -> tuple[list[Finding], list[FusionDecisionFinding], str]:
     """In-place fusion outputs classified, fusion-decision findings, and the backend used. With the
     module's ``buffers`` (its buffer assignment) each output also carries the compiler's own decision
-    where the module's backend configs do not state one (the GPU and CPU compilers)."""
+    where the module's backend configs do not state one (the GPU and CPU compilers). ``memo=False``
+    classifies every fusion on its own (the answer is the same; tests compare the two)."""
     if backend == "auto":
         backend = detect_backend(module)
     if backend not in BACKENDS:
@@ -352,12 +425,19 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
     try:
         # A nested fusion's scatters are judged once, from the outermost fusion (its walk goes into them).
         fused = {i.called[0] for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called}
+        by_structure: dict = {}  # classifications by fused-computation structure (repeated layers read once)
+        in_place = alias.IN_PLACE_OPCODES
         for comp in module.computations:
             for ins in comp.instructions:
                 if ins.opcode == "fusion" and ins.called:
-                    findings.extend(scan_fusion(module, comp, ins, backend, buffers))
+                    ops = alias.opcodes(module, ins.called[0])
+                    structure = None
+                    if memo and not in_place.isdisjoint(ops) and "fusion" not in ops:
+                        structure = _structure(module.computation(ins.called[0]), ins)
+                    findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure))
                     if comp.name not in fused:
-                        decisions.extend(fusion_decision_findings(module, comp, ins, backend))
+                        decisions.extend(fusion_decision_findings(module, comp, ins, backend, by_structure,
+                                                                  structure))
     finally:
         if gc_was_enabled:
             gc.enable()

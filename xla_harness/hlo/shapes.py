@@ -133,9 +133,13 @@ _MAX_DIM = 2**63 - 1
 _SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
 
 
+_TUPLE_SHAPES: dict[str, Shape] = {}  # flat tuple shapes of one-line instructions by their text (the reader's)
+
+
 def clear_caches() -> None:
     """Forget the shapes read so far (the next parse starts as a fresh process would)."""
     _SHAPE_CACHE.clear()
+    _TUPLE_SHAPES.clear()
 
 
 def _array_shape(text: str, i: int) -> tuple[Shape, int]:
