@@ -323,8 +323,14 @@ for flag in (False, True):
     with jax.zero_cotangent_masking(flag):
         single = jax.grad(f, argnums=(0, 1))(x, y)
         with jax.set_mesh(mesh):
-            gx, gy = jax.jit(jax.grad(f, argnums=(0, 1)))(
-                jax.device_put(x, P(reduced={"x"})), jax.device_put(y, P(None, "x")))
+            try:
+                gx, gy = jax.jit(jax.grad(f, argnums=(0, 1)))(
+                    jax.device_put(x, P(reduced={"x"})), jax.device_put(y, P(None, "x")))
+            except NotImplementedError as exc:  # the stock rules (flag off) lack a sharding rule
+                if flag:
+                    raise
+                json.dump({"stock_cannot": str(exc)}, sys.stdout)
+                sys.exit(0)
             out[str(flag)] = {
                 "gx_spec": str(gx.sharding.spec), "gx": np.asarray(jax.reshard(gx, P())).tolist(),
                 "gy": np.asarray(gy).tolist(),
@@ -345,6 +351,11 @@ def test_unreduced_cotangents_on_eight_cpu_devices():
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
+    if "stock_cannot" in out:
+        # jax 0.9.0.1: "reduced rule for select_n is not implemented", with the flag off (the stock
+        # rules): that jax cannot run the program at all. The default pin must run it.
+        assert PIN != "0.12.0.1", out["stock_cannot"]
+        pytest.skip(f"jax {jax.__version__} cannot run this program with the flag off: {out['stock_cannot']}")
     for flag in ("False", "True"):
         r = out[flag]
         assert "unreduced={'x'}" in r["gx_spec"], r["gx_spec"]
