@@ -127,6 +127,12 @@ def _one_line_operands(inner: str, defined: dict[str, Instruction]) -> list[str]
     """The operand names of a one-line instruction (untyped 'a, %b#1' or typed
     'f32[2]{0} %a, ...'); None when the list is any other form (the general reader takes it)."""
     if "[" not in inner and "{" not in inner:
+        names = [n[1:] if n[:1] == "%" else n for n in inner.split(", ")]
+        for n in names:  # as XLA prints them, '%a, %b': names defined before need no other check
+            if n not in defined:
+                break
+        else:
+            return names
         if _UNTYPED_LIST.fullmatch(inner) is None:
             return None if inner.strip() else []
         return [p.strip().lstrip("%") for p in inner.split(",")]
@@ -431,7 +437,11 @@ class _Reader:
             fm = fast_line(text, self.pos)
             ins = fast_instruction(fm, by_name, defined) if fm is not None else None
             if ins is not None:
-                root = _add(name, ins, root, instructions, by_name)
+                if ins.is_root:
+                    root = _add(name, ins, root, instructions, by_name)
+                else:  # _add of an instruction that is not the ROOT
+                    instructions.append(ins)
+                    by_name[ins.name] = ins
                 continue
             nm = _NEXT.match(text, self.pos)
             if nm is None:
@@ -495,13 +505,15 @@ class _Reader:
                 return None
         else:
             called = []
-        async_wrapped = ""
-        if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
-            async_wrapped, _, kind = opcode.rpartition("-")
-            opcode = "async-" + kind
+        async_wrapped, opcode = _async_sugar(opcode) if opcode.endswith(_ASYNC_SUFFIXES) else ("", opcode)
         start = fm.start(2)
-        ins = Instruction(name, shape, opcode, operands, rest, bool(root), self.line_at(start), literal, called,
-                          async_wrapped)
+        if start >= self._line_pos:  # self.line_at(start), inline
+            self._line_no += self.text.count("\n", self._line_pos, start)
+            self._line_pos = start
+            line = self._line_no
+        else:
+            line = self.line_at(start)
+        ins = Instruction(name, shape, opcode, operands, rest, bool(root), line, literal, called, async_wrapped)
         self.pos = start
         if called or "(" in literal or opcode == "scatter" or "output_to_operand_aliasing" in rest:
             _check_instruction(ins, by_name, comps)
@@ -566,6 +578,15 @@ class _Reader:
         scope = _Scope(instructions, defined_ins, defined_comps, line, self)
         ins, self.pos = _rhs(self.text, head.end(), name, is_root, scope, 0)
         return ins
+
+
+def _async_sugar(opcode: str) -> tuple[str, str]:
+    """'call-start' -> ('call', 'async-start'): the wrapped opcode and the async opcode XLA reads the
+    sugar as; ('', opcode) for the ops that are async of their own (all-reduce-start ...)."""
+    if opcode in _NATIVE_ASYNC:
+        return "", opcode
+    wrapped, _, kind = opcode.rpartition("-")
+    return wrapped, "async-" + kind
 
 
 def _line_shape(text: str) -> Shape | None:
@@ -747,12 +768,18 @@ def _check_result_shape(comp: Computation, declared: Shape) -> None:
                          f"has shape {root.shape}")
 
 
+_NUMBERS = [str(k) for k in range(256)]
+_NUMBER_SETS = [frozenset(_NUMBERS[:n]) for n in range(len(_NUMBERS) + 1)]
+
+
 def _check_parameter_numbers(comp: str, instructions: list[Instruction]) -> None:
     """parameter(N): N an integer, each once, all of 0..n-1 for n parameters (as XLA demands;
     its parser aborts the process on a number out of range)."""
     params = [ins for ins in instructions if ins.opcode == "parameter"]
     if not params:
         return
+    if len(params) <= len(_NUMBERS) and {ins.literal for ins in params} == _NUMBER_SETS[len(params)]:
+        return  # '0' .. 'n-1', each once (the common case)
     seen: dict[int, Instruction] = {}
     for ins in params:
         text = ins.literal.strip()

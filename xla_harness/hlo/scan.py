@@ -295,10 +295,11 @@ def _classify_outputs(module: HloModule, fusion: Instruction, backend: str) -> l
 
 def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown",
                 buffers: BufferAssignment | None = None, memo: dict | None = None,
-                structure: tuple | None = None) -> list[Finding]:
+                structure: tuple | None = None, ops: frozenset[str] | None = None) -> list[Finding]:
     """The in-place outputs of ``fusion`` (called from ``caller``) classified. ``memo`` with the fusion's
-    :func:`_structure` reuses the classification of a fusion of the same structure."""
-    if alias.IN_PLACE_OPCODES.isdisjoint(alias.opcodes(module, fusion.called[0])) \
+    :func:`_structure` reuses the classification of a fusion of the same structure; ``ops`` are
+    :func:`alias.opcodes` of its computation when the caller has them."""
+    if alias.IN_PLACE_OPCODES.isdisjoint(ops if ops is not None else alias.opcodes(module, fusion.called[0])) \
             and "output_to_operand_aliasing" not in fusion.attr_text:
         return []  # no in-place op anywhere in it and no annotation: no in-place output
     outputs = memo.get((structure, backend)) if memo is not None and structure is not None else None
@@ -375,11 +376,12 @@ def _trace_to_parameter(module: HloModule, comp: Computation, ref: str, frames: 
 
 def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
                              backend: str = "unknown", memo: dict | None = None,
-                             structure: tuple | None = None) -> list[FusionDecisionFinding]:
+                             structure: tuple | None = None, ops: frozenset[str] | None = None
+                             ) -> list[FusionDecisionFinding]:
     """Scatters in the fusion (nested fusions included) whose in-place operand is a data-moving op
     reading one of the fusion's parameters (inside a nested fusion too). ``memo`` with the fusion's
     :func:`_structure` reuses the answer for a fusion of the same structure (by positions)."""
-    if "scatter" not in alias.opcodes(module, fusion.called[0]):
+    if "scatter" not in (ops if ops is not None else alias.opcodes(module, fusion.called[0])):
         return []
     fused = module.computation(fusion.called[0])
     key = ("decisions", structure)
@@ -426,6 +428,7 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
         # A nested fusion's scatters are judged once, from the outermost fusion (its walk goes into them).
         fused = {i.called[0] for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called}
         by_structure: dict = {}  # classifications by fused-computation structure (repeated layers read once)
+        numbers: dict[tuple, tuple[int]] = {}  # each structure as a small key (hashed once, not per lookup)
         in_place = alias.IN_PLACE_OPCODES
         for comp in module.computations:
             for ins in comp.instructions:
@@ -433,11 +436,13 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
                     ops = alias.opcodes(module, ins.called[0])
                     structure = None
                     if memo and not in_place.isdisjoint(ops) and "fusion" not in ops:
-                        structure = _structure(module.computation(ins.called[0]), ins)
-                    findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure))
+                        found = _structure(module.computation(ins.called[0]), ins)
+                        if found is not None:
+                            structure = numbers.setdefault(found, (len(numbers),))
+                    findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure, ops))
                     if comp.name not in fused:
                         decisions.extend(fusion_decision_findings(module, comp, ins, backend, by_structure,
-                                                                  structure))
+                                                                  structure, ops))
     finally:
         if gc_was_enabled:
             gc.enable()
