@@ -151,3 +151,18 @@ def test_sources_from_puts_another_version_under_the_patched_tests(tmp_path):
         tmp_path / "t/xla/service/instruction_fusion_test.cc").read_text()
     with pytest.raises(HarnessError, match="is not in the --sources-from folder"):
         xlatest.prepare_tree(src, patches, tmp_path / "u", tmp_path / "inc", sources_from=tmp_path / "none")
+
+
+def test_pr_evidence_says_what_each_xla_log_is(tmp_path):
+    from xla_harness.upstream import pr
+
+    logs = tmp_path / "results" / "xla" / "abc"
+    logs.mkdir(parents=True)
+    (logs / "xla-test-stock.log").write_text("== instruction_fusion_test: failed: 3 tests, 1 failed (exit 1)\n")
+    (logs / "xla-test.log").write_text("== instruction_fusion_test: passed: 3 tests, 0 failed (exit 0)\n")
+    (logs / "xla-other.log").write_text("== instruction_fusion_test: passed: 3 tests, 0 failed (exit 0)\n")
+    lines = pr._xla_test_evidence(tmp_path / "results")
+    assert lines[0].startswith("`results/xla/abc/xla-other.log`: instruction_fusion_test: passed")
+    assert lines[0].endswith("(exit 0)")  # a log of no known kind gets no label
+    assert "failed: 3 tests, 1 failed (exit 1) (the patch's tests over stock sources" in lines[1]
+    assert lines[2].endswith("(exit 0) (the patched source and its tests)")

@@ -216,13 +216,25 @@ _XLA_LOG_LINE = re.compile(
     r"^(== \S+: (?:passed|failed|crashed).*|xla-mutants: \d+ mutants.*|xla-blast-radius: \d+ .*)$", re.M)
 
 
+# What each committed log is, so that an expected failure is not read as the patch failing.
+_XLA_LOG_KIND = {
+    "xla-test.log": "the patched source and its tests",
+    "xla-test-stock.log": "the patch's tests over stock sources: the tests that need the patch fail",
+    "xla-test-v1-source.log": "the patch's tests over its first version's source: what that version got wrong",
+    "xla-mutants.log": "each guard deleted in turn: every mutant must fail a test",
+    "xla-blast-radius.log": "stock and patched fusion decisions over CPU pre-fusion modules",
+}
+
+
 def _xla_test_evidence(results_dir: Path) -> list[str]:
     """Verdict lines of the committed `make xla-test` / `xla-mutants` / `xla-blast-radius` logs."""
     lines = []
     for f in sorted(results_dir.glob("xla/*/xla-*.log")):
         found = _XLA_LOG_LINE.findall(f.read_text(encoding="utf-8", errors="replace"))
         if found:
-            lines.append(f"`{f.relative_to(results_dir.parent)}`: " + "; ".join(x.strip("= ") for x in found))
+            kind = _XLA_LOG_KIND.get(f.name)
+            lines.append(f"`{f.relative_to(results_dir.parent)}`: " + "; ".join(x.strip("= ") for x in found)
+                         + (f" ({kind})" if kind else ""))
     return lines
 
 
