@@ -426,23 +426,21 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
     gc.disable()  # many small acyclic objects; collecting while scanning only costs time
     try:
         # A nested fusion's scatters are judged once, from the outermost fusion (its walk goes into them).
-        fused = {i.called[0] for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called}
+        fusions = [(c, i) for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called]
+        fused = {i.called[0] for _, i in fusions}
         by_structure: dict = {}  # classifications by fused-computation structure (repeated layers read once)
         numbers: dict[tuple, tuple[int]] = {}  # each structure as a small key (hashed once, not per lookup)
         in_place = alias.IN_PLACE_OPCODES
-        for comp in module.computations:
-            for ins in comp.instructions:
-                if ins.opcode == "fusion" and ins.called:
-                    ops = alias.opcodes(module, ins.called[0])
-                    structure = None
-                    if memo and not in_place.isdisjoint(ops) and "fusion" not in ops:
-                        found = _structure(module.computation(ins.called[0]), ins)
-                        if found is not None:
-                            structure = numbers.setdefault(found, (len(numbers),))
-                    findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure, ops))
-                    if comp.name not in fused:
-                        decisions.extend(fusion_decision_findings(module, comp, ins, backend, by_structure,
-                                                                  structure, ops))
+        for comp, ins in fusions:
+            ops = alias.opcodes(module, ins.called[0])
+            structure = None
+            if memo and not in_place.isdisjoint(ops) and "fusion" not in ops:
+                found = _structure(module.computation(ins.called[0]), ins)
+                if found is not None:
+                    structure = numbers.setdefault(found, (len(numbers),))
+            findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure, ops))
+            if comp.name not in fused:
+                decisions.extend(fusion_decision_findings(module, comp, ins, backend, by_structure, structure, ops))
     finally:
         if gc_was_enabled:
             gc.enable()
