@@ -82,6 +82,25 @@ def test_missing_names_what_to_install(monkeypatch):
     assert missing(HOST) is None
 
 
+@pytest.mark.parametrize("target,skips_cuda_check", [(H100, True), (V6E, False), (HOST, False)])
+def test_prepare_environment_lets_the_cuda_plugin_load_without_nvidia_libraries(monkeypatch, target,
+                                                                                 skips_cuda_check):
+    # jax 0.9's plugin checks the CUDA runtime at load unless told not to, and then registers no cuda
+    # platform on a machine without NVIDIA's libraries; a user's own setting stands.
+    import os
+
+    from xla_harness.targets.devices import prepare_environment
+
+    env: dict[str, str] = {}
+    monkeypatch.setattr(os, "environ", env)  # an empty environment, restored after the test
+    prepare_environment(target)
+    assert (env.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK") == "1") is skips_cuda_check
+    assert env.get("JAX_PLATFORMS") == (None if target is HOST else "cpu")
+    env["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = ""
+    prepare_environment(target)
+    assert env["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] == ""
+
+
 def test_gpu_target_config_holds_each_kind():
     h100 = target_config(GPU_KINDS["h100"])
     assert "cuda_compute_capability { major: 9 minor: 0 }" in h100

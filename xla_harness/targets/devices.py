@@ -25,11 +25,16 @@ _NEEDS = {
 
 
 def prepare_environment(target: Target) -> None:
-    """Set what the target's compiler needs before jax is imported: the CPU as the host backend and,
-    for libtpu, leave to load it in more than one process at once (probes run in subprocesses)."""
+    """Set what the target's compiler needs before jax is imported: the CPU as the host backend,
+    for libtpu leave to load it in more than one process at once (probes run in subprocesses), and
+    for the CUDA plugin no check of a CUDA runtime that is not needed: jax 0.9's plugin checks the
+    runtime's version at load even when JAX_PLATFORMS leaves CUDA out (0.12's skips it then), fails
+    without NVIDIA's libraries and registers no platform ("topology not implemented for cuda")."""
     if target.is_host:
         return
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if target.platform == "cuda":
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     if target.platform == "tpu":
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         if not _has_tpu_chips():
