@@ -1,8 +1,10 @@
 # XLA's own unit tests for the patch series, compiled against the XLA inside a pinned
 # tf-nightly wheel (no Bazel). Needs g++ and gtest/gmock (apt-get install -y libgtest-dev
 # libgmock-dev); downloads the wheel once into ~/.cache/xla-harness/.
-#   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1 | SOURCES_FROM=dir] [FILTER=gtest-filter]
-#   make xla-mutants XLA_SRC=dir
+#   make xla-test XLA_SRC=dir [SERIES=default|experimental] [STOCK=1 | SOURCES_FROM=dir] [FILTER=gtest-filter] [BASE_REF=jax-v..]
+#   make xla-mutants XLA_SRC=dir [BASE_REF=jax-v..]
+# BASE_REF picks the series' variant for that base (patches/series.toml); by default the variant
+# recorded for the tree's XLA commit (XLA_COMMIT file or git HEAD), else the series' own files.
 # Without XLA_SRC both print "not checked: no XLA_SRC" and succeed (CI has no XLA tree);
 # `make test` runs both first, so CI's log says so.
 .PHONY: xla-test xla-mutants xla-blast-radius
@@ -10,12 +12,12 @@
 test: xla-test xla-mutants
 
 xla-test: setup
-	$(PY) -m xla_harness.upstream.xlatest test --series $(or $(SERIES),default) \
+	$(PY) -m xla_harness.upstream.xlatest test --series $(or $(SERIES),default) $(if $(BASE_REF),--base-ref $(BASE_REF)) \
 	  $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(STOCK),--stock-sources) \
 	  $(if $(SOURCES_FROM),--sources-from $(SOURCES_FROM)) $(if $(FILTER),--filter '$(FILTER)')
 
 xla-mutants: setup
-	$(PY) -m xla_harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC))
+	$(PY) -m xla_harness.upstream.xlatest mutants $(if $(XLA_SRC),--xla-src $(XLA_SRC)) $(if $(BASE_REF),--base-ref $(BASE_REF))
 
 # How many fusion decisions the default series changes: the stock and patched
 # ShouldFuseInPlaceOp over pre-fusion modules (default: dumped here from the programs of

@@ -58,7 +58,8 @@ CONTEXT = {
             "reads: a transpose or reshape that is not a bitcast under its layouts "
             "(`ShapeUtil::TransposeIsBitcast` / `ReshapeIsBitcast`), or an elementwise op such as "
             "a layout-changing `kCopy` (the non-elementwise test alone misses it). No-ops for "
-            "alias analysis (`AliasInfo::IsNoOpForAliasAnalysis`, which backends override), iota "
+            "alias analysis (`AliasInfo::IsNoOpForAliasAnalysis`, which backends override; at bases "
+            "without it, such as the XLA jax 0.9.0.1 pins, bitcasts: what `AliasInfo` follows there), iota "
             "and broadcasts of a constant (they read no buffer) still fuse, and a "
             "dynamic-update-slice keeps its own index checks. A producer that reads the in-place "
             "operand from another operand (the updates) is refused too, as GPU's "
@@ -92,6 +93,27 @@ CONTEXT = {
             "sources of the bases listed below. The new tests fail on stock sources and pass "
             "patched; `make xla-mutants` deletes each guard of the change in turn and every mutant "
             "fails a test. Not run: Bazel, GPU, TPU (libtpu carries its own XLA)."),
+        "limits": (
+            "What the change still refuses though it could be allowed (conservative, the same answer "
+            "the first version gave, while stock refuses nothing here): a slice of a larger buffer and "
+            "a broadcast of a non-constant as the in-place operand; neither can share the output's "
+            "buffer, and neither occurs among the pairs of the blast radius. The change is to the "
+            "generic decision only: GPU's own fusion rules and TPU's closed compiler decide for "
+            "themselves, and backends that do not call `ShouldFuseInPlaceOp` are not affected."),
+        "tpu": (
+            "What is known, not assumed. The report (jax-ml/jax#35409) saw non-finite updates on TPU "
+            "v6e-8 and an optimized HLO with a fusion whose root is a scatter into "
+            "`transpose(parameter)`. For such a fusion generic `AliasInfo` reports no in-place pair; if a "
+            "compiler nevertheless wrote the scatter's output into the buffer the transpose reads, "
+            "elements would be overwritten before they are read. TPU programs are "
+            "compiled by the closed libtpu, which carries its own XLA: whether libtpu fuses or "
+            "aliases that way, and whether that fusion caused the report's non-finite steps, is not "
+            "established here. This change makes generic XLA refuse the fusion; it changes libtpu "
+            "only if libtpu takes this code."),
+        "not_run": (
+            "Not run: Bazel (`bazel test //xla/service:instruction_fusion_test`, layering checks); "
+            "GPU execution and XLA's GPU fusion tests (GPU priority fusion calls "
+            "`ShouldFuseInPlaceOp` for every pair); TPU (libtpu carries its own XLA)."),
     },
     "jax": {
         "problem": ("`grad(lambda x: jnp.where(x > 0, jnp.sqrt(x), 0.))` is NaN at x <= 0: the zero "
@@ -238,6 +260,107 @@ def _xla_test_evidence(results_dir: Path) -> list[str]:
     return lines
 
 
+# The logs each recorded XLA base should have, and what each says.
+_XLA_BASE_LOGS = (
+    ("xla-test.log", "tests (patched)"),
+    ("xla-test-stock.log", "new tests on stock source"),
+    ("xla-mutants.log", "mutants"),
+    ("xla-blast-radius.log", "blast radius (CPU)"),
+)
+_TEST_VERDICT = re.compile(r"^== \S+: (passed|failed|crashed|no tests): (\d+) tests, (\d+) failed", re.M)
+_MUTANTS = re.compile(r"^xla-mutants: (\d+) mutants, (\d+) killed, (\d+) survived", re.M)
+_BLAST = re.compile(r"^xla-blast-radius: (\d+) pre-fusion modules .*?(\d+) pairs evaluated, (\d+) decisions changed",
+                    re.M)
+_FAILED_TEST = re.compile(r"^  (?:FAILED|CRASHED) +(\S+)$", re.M)
+
+
+def _log_cell(name: str, text: str) -> str:
+    """One table cell from a committed log: its verdict, or what the log says instead."""
+    if name == "xla-mutants.log":
+        m = _MUTANTS.search(text)
+        return f"{m.group(2)}/{m.group(1)} killed" if m else "no verdict in the log"
+    if name == "xla-blast-radius.log":
+        m = _BLAST.search(text)
+        return f"{m.group(3)} of {m.group(2)} decisions change ({m.group(1)} modules)" if m else "no verdict in the log"
+    m = _TEST_VERDICT.search(text)
+    if m is None:
+        err = next((ln for ln in text.splitlines() if ln.startswith("error: ")), "")
+        return err.removeprefix("error: ")[:200] or "no verdict in the log"
+    total, failed = int(m.group(2)), int(m.group(3))
+    return f"{total - failed}/{total} pass" if name == "xla-test.log" else f"{failed} of {total} fail"
+
+
+def xla_base_table(up: Upstream, results_dir: Path) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """Per recorded base of the default series: (table lines, missing logs, tests that fail on
+    stock per base). A log a base should have and does not is named, never skipped."""
+    rows = ["| base | XLA of | series files | applies | compiles | " + " | ".join(h for _, h in _XLA_BASE_LOGS) + " |",
+            "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in _XLA_BASE_LOGS) + " |"]
+    missing: list[str] = []
+    stock_fails: dict[str, list[str]] = {}
+    yes = {True: "yes", False: "no"}
+    for b in (b for b in up.bases if b.series == "default"):
+        # the base's folder of logs: its evidence's, read under results_dir (which may be another copy)
+        sub = Path(b.evidence).parent if b.evidence.startswith("results/") else Path("results/xla") / b.commit[:10]
+        folder = results_dir / sub.relative_to("results")
+        cells = []
+        for name, _ in _XLA_BASE_LOGS:
+            log = folder / name
+            rel = f"{sub}/{name}"
+            if not log.is_file():
+                missing.append(rel)
+                cells.append(f"not recorded (`{rel}` missing)")
+                continue
+            text = log.read_text(encoding="utf-8", errors="replace")
+            cells.append(_log_cell(name, text))
+            if name == "xla-test-stock.log":
+                stock_fails[b.commit[:10]] = _FAILED_TEST.findall(text)
+        files = ", ".join(p.file.rsplit("/", 1)[-1][:4] for p in up.select("default", b.variant or None))
+        files += f" (variant for {b.variant})" if b.variant else ""
+        rows.append(f"| {b.commit[:10]} | {b.what} | {files} | {yes[b.applies]} | {yes[b.compiles]} | "
+                    + " | ".join(cells) + " |")
+    return rows, missing, stock_fails
+
+
+def _xla_evidence_lines(up: Upstream, results_dir: Path) -> list[str]:
+    """The xla Evidence: per base (tests, stock, mutants, blast radius), the tests that need the
+    change, what was not measured, the known limits and what is known about TPU."""
+    rows, missing, stock_fails = xla_base_table(up, results_dir)
+    lines = ["Per recorded base (`make xla-test`, `STOCK=1`, `make xla-mutants`, `make xla-blast-radius`; "
+             "each log under results/xla/<base>/ names the wheel, the XLA commit of the patched source, the "
+             "tools and the commit of xla-harness it ran from):", "", *rows, ""]
+    if missing:
+        lines += ["Not recorded (these runs are missing, so nothing is claimed for them): "
+                  + ", ".join(f"`{m}`" for m in missing), ""]
+    others = [x for x in (_xla_test_evidence(results_dir) if results_dir.is_dir() else [])
+              if not any(f"/{name}`" in x for name, _ in _XLA_BASE_LOGS)]
+    if others:
+        lines += ["Other committed logs:", "", *(f"- {x}" for x in others), ""]
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for base, names in stock_fails.items():
+        sets.setdefault(tuple(names), []).append(base)
+    for failing, bases in sets.items():
+        lines += [f"The new tests that fail on stock sources (base {', '.join(bases)}: the patch's tests over "
+                  f"stock `instruction_fusion.cc`), {len(failing)}:", "", *(f"- `{n}`" for n in failing), ""]
+    aot = sorted(results_dir.glob("xla/*/xla-blast-radius-*.log")) if results_dir.is_dir() else []
+    lines += ["Blast radius: the stock and patched `ShouldFuseInPlaceOp` over every (producer, in-place "
+              "consumer) pair of the pre-fusion modules XLA's CPU pipeline dumps for the programs of "
+              "xla-harness (`xla_harness/upstream/prefusion.py`). It counts generic decisions; CPU does not "
+              "fuse scatter with producers and GPU has its own rule, so it is not a count of changed "
+              "kernels."]
+    if aot:
+        lines += ["", "Other pre-fusion modules: " + ", ".join(f"`{f.relative_to(results_dir.parent)}`" for f in aot)]
+    else:
+        lines += ["", "Not measured: pre-fusion modules of the TPU and CUDA ahead-of-time compiles (none are "
+                  "recorded under results/xla/)."]
+    lines += ["", CONTEXT["xla"]["not_run"], "", "### Known limits", "", CONTEXT["xla"]["limits"], "",
+              "### TPU", "", CONTEXT["xla"]["tpu"], ""]
+    tpu = results_dir / "tpu-aot" / "README.md"
+    if tpu.is_file():
+        lines += [f"Ahead-of-time compiles of the #35409 program by libtpu on this side are in "
+                  f"`{tpu.relative_to(results_dir.parent)}` (what they show and what they cannot).", ""]
+    return lines
+
+
 def _scan_and_stress_lines(scans: list[str], stress: list[str]) -> list[str]:
     lines = []
     if scans:
@@ -252,14 +375,12 @@ def _scan_and_stress_lines(scans: list[str], stress: list[str]) -> list[str]:
     return lines
 
 
-def _evidence_lines(target: str, results_dir: Path, scans: list[str], stress: list[str]) -> list[str]:
+def _evidence_lines(target: str, results_dir: Path, scans: list[str], stress: list[str],
+                    up: Upstream) -> list[str]:
     """The Evidence section: XLA test logs (xla), gradient tables (tensorflow), scans and stress tables."""
     lines: list[str] = []
-    xla_logs = _xla_test_evidence(results_dir) if target == "xla" and results_dir.is_dir() else []
-    if xla_logs:
-        lines += ["XLA unit tests (`make xla-test`, `make xla-mutants`, `make xla-blast-radius`; each log "
-                  "names the wheel, the XLA commit of the patched source and the tools):", "",
-                  *(f"- {x}" for x in xla_logs), ""]
+    if target == "xla":  # the change's own evidence; CPU stress tables say nothing about a fusion decision
+        return _xla_evidence_lines(up, results_dir)
     grads = sorted(results_dir.rglob("gradcheck*.txt")) if results_dir.is_dir() else []
     if target == "tensorflow":
         controls = sorted(results_dir.rglob("tensorflow/**/control.md")) if results_dir.is_dir() else []
@@ -289,7 +410,8 @@ def bundle_inputs(series: Series, target: str, results_dir: Path | None = None) 
     paths = [p.path(series.root) for p in series.upstream(target).select("default")]
     results_dir = results_dir or (ROOT / "results")
     if results_dir.is_dir():
-        paths += [*results_dir.rglob("*findings.json"), *results_dir.rglob("stress*.jsonl")]
+        paths += [*results_dir.rglob("*findings.json"), *results_dir.rglob("stress*.jsonl"),
+                  *results_dir.glob("xla/*/xla-*.log")]
     return paths
 
 
@@ -319,7 +441,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     mbox.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts), encoding="utf-8")
 
     ctx = CONTEXT[target]
-    scans, stress = _evidence(results_dir) if results_dir.is_dir() else ([], [])
+    scans, stress = _evidence(results_dir) if results_dir.is_dir() and target != "xla" else ([], [])
     title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", patch_subject(texts[0]))
     lines = [f"# {title}", ""]
     if "review" in ctx:
@@ -332,15 +454,15 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     tests = sorted({t for p in patches for t in p.bazel_targets})
     lines += ["## Tests added", "", *(f"- `{t}`" for t in tests), "",
               *([ctx["tests_note"], ""] if "tests_note" in ctx else []), "## Evidence", ""]
-    lines += _evidence_lines(target, results_dir, scans, stress)
+    lines += _evidence_lines(target, results_dir, scans, stress, up)
     if "run_where" in ctx:
         lines += ["## What was run where", "", ctx["run_where"], ""]
         if up.bases:
-            lines += ["| base | series | applies | compiles | tests pass | command |",
-                      "| --- | --- | --- | --- | --- | --- |"]
+            lines += ["| base | series | variant | applies | compiles | tests pass | command |",
+                      "| --- | --- | --- | --- | --- | --- | --- |"]
             yes = {True: "yes", False: "no"}
-            lines += [f"| {b.commit[:12]} ({b.what}) | {b.series} | {yes[b.applies]} | {yes[b.compiles]} | "
-                      f"{yes[b.tests_pass]} | `{b.command}` |" for b in up.bases]
+            lines += [f"| {b.commit[:12]} ({b.what}) | {b.series} | {b.variant or 'own files'} | {yes[b.applies]} | "
+                      f"{yes[b.compiles]} | {yes[b.tests_pass]} | `{b.command}` |" for b in up.bases]
             lines += [""]
     lines += ["## Risk", "", ctx["risk"], "", "## How to reproduce", "",
               "```", "git am series.mbox", *(f"{c}" for p in patches for c in p.validate), "```", "",

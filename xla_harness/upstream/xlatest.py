@@ -34,7 +34,7 @@ from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.resources import patches_dir, source_checkout
 from xla_harness.upstream.patchcheck import parse_patch
-from xla_harness.upstream.series import Series, load_series
+from xla_harness.upstream.series import Series, Upstream, load_series
 
 SHIM_DIR = Path(__file__).resolve().parent / "xlatest_shim"
 GUARDS_FILE = patches_dir() / "xla" / "guards.toml"
@@ -342,6 +342,22 @@ def source_commit(xla_src: Path) -> str:
     return "unknown"
 
 
+def base_ref_for(up: Upstream, commit: str, asked: str = "") -> str | None:
+    """Which of the series' bases a run is for: ``asked`` (BASE_REF=) if given, else the variant
+    recorded for the tree's commit, else None (the series' own files). A variant that records its
+    commit is refused for a tree at another known commit: it was not made for that base."""
+    if asked:
+        variant = up.variant(asked)  # an unknown base is one error naming the known ones
+        if variant is not None and variant.commit and commit != "unknown" and commit != variant.commit:
+            raise HarnessError(f"the xla series for {asked} was made for XLA {variant.commit[:12]}, but the "
+                               f"tree is at {commit[:12]}")
+        return None if variant is None else asked
+    for v in up.variants:
+        if v.commit and v.commit == commit:
+            return v.base_ref
+    return None
+
+
 def _git_apply(tree: Path, patch: Path) -> None:
     res = subproc.run(["git", "apply", str(patch)], cwd=tree, capture_output=True, text=True,
                       timeout=GIT_TIMEOUT_S, what=f"git apply {patch.name}")
@@ -510,7 +526,7 @@ def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, l
     if not xla_src.is_dir():
         raise HarnessError(f"XLA_SRC {xla_src} is not a directory")
     check_toolchain(args.cxx)
-    patches = list(series.upstream("xla").select(args.series))
+    patches = list(series.upstream("xla").select(args.series, args.base_ref))
     wheel = ensure_wheel(Path(args.cache))
     work = new_run_dir(Path(args.cache) / "xla-test")
     args.run_dir = work  # removed by main() when the command ends
@@ -523,9 +539,19 @@ def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, l
     return tc, patches, units, support_cc, work
 
 
+def _resolve_base(args: argparse.Namespace, series: Series) -> None:
+    """args.base_ref becomes the base the run is for (None: the series' own), and is printed."""
+    up = series.upstream("xla")
+    args.base_ref = base_ref_for(up, source_commit(Path(args.xla_src)), args.base_ref)
+    which = (f"its variant for {args.base_ref}" if args.base_ref else f"the series' own files ({up.base_ref})")
+    how = " (recorded for the tree's XLA commit)" if args.base_ref and not args.asked_base_ref else ""
+    print(f"xla-{args.command}: series for the base: {which}{how}")
+
+
 def cmd_files(args: argparse.Namespace) -> int:
     series = load_series()
-    texts = [p.path(series.root).read_text(encoding="utf-8") for p in series.upstream("xla").select(args.series)]
+    texts = [p.path(series.root).read_text(encoding="utf-8")
+             for p in series.upstream("xla").select(args.series, args.base_ref or None)]
     for f in source_files_needed(texts):
         print(f)
     return 0
@@ -538,6 +564,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         print("xla-test: not checked: no XLA_SRC")
         return 0
     series = load_series()
+    _resolve_base(args, series)
     tc, patches, units, support_cc, work = _setup(args, series)
     for line in describe(Path(args.xla_src), args.series, [p.file for p in patches], tc.wheel_lib_dir,
                          args.stock_sources, args.sources_from):
@@ -580,8 +607,9 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         return 0
     series = load_series()
     args.series = "default"
+    _resolve_base(args, series)
     guards = load_guards()
-    patches = [p.file for p in series.upstream("xla").select("default")]
+    patches = [p.file for p in series.upstream("xla").select("default", args.base_ref)]
     uncovered = check_guards_cover(guards, patches)
     if uncovered:
         raise HarnessError(f"no guards listed for {', '.join(uncovered)} in patches/xla/guards.toml")
@@ -624,6 +652,7 @@ def cmd_blast(args: argparse.Namespace) -> int:
                            "(make them with python -m xla_harness.upstream.prefusion --out DIR)")
     series = load_series()
     args.series = "default"
+    _resolve_base(args, series)
     tc, patches, units, _, work = _setup(args, series)
     unit = next((u for u in units if u.source == "xla/service/instruction_fusion.cc"), None)
     if unit is None:
@@ -669,6 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--xla-src", default="", help="XLA source tree (checkout or partial copy)")
         p.add_argument("--cache", default=str(cache_dir()), help="download/build cache")
         p.add_argument("--cxx", default="g++", help="C++ compiler")
+        p.add_argument("--base-ref", default="", help="the base the XLA tree is, as series.toml names it "
+                       "(e.g. jax-v0.9.0.1): its variant's files; default: the variant recorded for the "
+                       "tree's XLA commit, else the series' own files")
         if name == "test":
             p.add_argument("--series", default="default", help="default | experimental")
             p.add_argument("--sources-from", default="", metavar="DIR",
@@ -680,11 +712,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--modules", default="", help="folder of *.before_fusion.txt modules (searched recursively)")
     files = sub.add_parser("files", help="print the XLA files a partial XLA_SRC needs for a series (for git archive)")
     files.add_argument("--series", default="default", help="default | experimental")
+    files.add_argument("--base-ref", default="", help="the base (e.g. jax-v0.9.0.1): its variant's files")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.asked_base_ref = args.base_ref
     try:
         commands = {"test": cmd_test, "mutants": cmd_mutants, "blast-radius": cmd_blast, "files": cmd_files}
         return commands[args.command](args)

@@ -1,0 +1,73 @@
+"""make pr TARGET=xla: PR.md's evidence is the change's own (per base: tests, the tests that fail on
+stock, mutants, blast radius), names every run it lacks, and says what was not run, the known limits
+and what is known about TPU; no CPU stress tables."""
+
+import shutil
+from pathlib import Path
+
+from xla_harness.cli import main
+from xla_harness.upstream.series import load_series
+
+ROOT = Path(__file__).resolve().parent.parent
+XLA = load_series().upstream("xla")
+
+
+def _pr(tmp_path, results: Path) -> str:
+    out = tmp_path / "pr"
+    assert main(["pr", "--target", "xla", "--out", str(out), "--results", str(results)]) == 0
+    return (out / "PR.md").read_text()
+
+
+def _results_copy(tmp_path) -> Path:
+    results = tmp_path / "res"
+    shutil.copytree(ROOT / "results" / "xla", results / "xla")
+    shutil.copytree(ROOT / "results" / "cpu" / "stress", results / "cpu" / "stress")  # must not be shown
+    return results
+
+
+def test_xla_pr_evidence_sections(tmp_path):
+    desc = _pr(tmp_path, _results_copy(tmp_path))
+    evidence = desc.split("## Evidence")[1].split("## What was run where")[0]
+    for b in (b for b in XLA.bases if b.series == "default"):
+        row = next(ln for ln in evidence.splitlines() if ln.startswith(f"| {b.commit[:10]} |"))
+        assert " pass | " in row and " fail | " in row and " killed | " in row, row
+    assert "The new tests that fail on stock sources" in evidence
+    assert "`InstructionFusionTest.ShouldFuseInPlaceOpForbidsTransposeIntoScatter`" in evidence
+    assert "Not run: Bazel" in evidence and "GPU execution" in evidence
+    assert "Not measured: pre-fusion modules of the TPU and CUDA" in evidence
+    limits = evidence.split("### Known limits")[1].split("###")[0]
+    assert "slice of a larger buffer" in limits and "broadcast of a non-constant" in limits
+    tpu = evidence.split("### TPU")[1]
+    assert "not established" in tpu and "closed libtpu" in tpu
+    assert "seed 1" not in desc and "cpu/stress" not in desc and "Stress tables" not in desc
+    assert "| variant |" in desc.split("## What was run where")[1]
+
+
+def test_a_missing_base_log_is_named_not_skipped(tmp_path):
+    results = _results_copy(tmp_path)
+    b = next(b for b in XLA.bases if b.series == "default")
+    folder = results / Path(b.evidence).parent.relative_to("results")
+    (folder / "xla-mutants.log").unlink()
+    desc = _pr(tmp_path, results)
+    missing = f"{Path(b.evidence).parent}/xla-mutants.log"
+    row = next(ln for ln in desc.splitlines() if ln.startswith(f"| {b.commit[:10]} |"))
+    assert f"not recorded (`{missing}` missing)" in row
+    assert "Not recorded (these runs are missing" in desc and f"`{missing}`" in desc.split("Not recorded (")[1]
+    # with nothing recorded at all, every base's every log is named
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    desc = _pr(tmp_path / "e", empty)
+    for b in (b for b in XLA.bases if b.series == "default"):
+        assert f"`{b.evidence}`" in desc.split("Not recorded (")[1]
+
+
+def test_other_pre_fusion_modules_are_cited_when_present(tmp_path):
+    results = _results_copy(tmp_path)
+    b = next(b for b in XLA.bases if b.series == "default")
+    folder = results / Path(b.evidence).parent.relative_to("results")
+    (folder / "xla-blast-radius-tpu-aot.log").write_text(
+        "xla-blast-radius: 4 pre-fusion modules from m, 1 with in-place candidate pairs, 3 pairs evaluated, "
+        "0 decisions changed\n")
+    desc = _pr(tmp_path, results)
+    assert "Other pre-fusion modules: " in desc and "xla-blast-radius-tpu-aot.log" in desc
+    assert "Not measured: pre-fusion modules" not in desc
