@@ -120,3 +120,15 @@ def test_fusions_of_one_structure_share_the_answer_with_their_own_names():
     assert [(f["fusion"], f["class"]) for f in fast["findings"]] == [("a", "hazard"), ("b", "hazard")]
     assert [(d["fusion"], d["scatter"], d["producer"]) for d in fast["fusion_decisions"]] == \
         [("a", "sc", "t (transpose)"), ("b", "sc", "t (transpose)")]
+
+
+def test_transposes_differing_only_in_their_permutation_are_classified_each_as_itself():
+    """Same shapes and layouts, dimensions={1,0} (a bitcast here) against {0,1} (moves the data)."""
+    square = (TWO.replace("f32[32,64]", "f32[4,4]").replace("f32[64,32]", "f32[4,4]")
+              .replace("f32[8,32]", "f32[8,4]").replace("%p0 = f32[4,4]{1,0} parameter(0)",
+                                                        "%p0 = f32[4,4]{0,1} parameter(0)"))
+    f2 = square.index("%f2 (")
+    text = square[:f2] + square[f2:].replace("dimensions={1,0}", "dimensions={0,1}", 1)
+    fast, slow = _both(text)
+    assert fast == slow
+    assert [(f["fusion"], f["class"]) for f in fast["findings"]] == [("a", "layout-preserving-miss"), ("b", "hazard")]

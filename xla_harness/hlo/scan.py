@@ -262,7 +262,9 @@ def _structure(comp: Computation, fusion: Instruction) -> tuple | None:
         if op == "parameter":
             extra: object = ins.literal
         elif op == "transpose":
-            extra = ins.int_list("dimensions")
+            t = ins.attr_text  # as XLA prints it, ', dimensions={1,0}, ...' (the attribute once): its text
+            extra = t[14:t.find("}")] if t.startswith(", dimensions={") and t.count("dimensions=") == 1 \
+                else ins.int_list("dimensions")
         elif op == "get-tuple-element":
             extra = ins.attrs.get("index", "0")
         else:
