@@ -135,6 +135,27 @@ def test_jax_series_has_a_variant_for_each_release_users_run():
         jax.select("default", "jax-v0.9.2")
 
 
+def test_every_jax_variant_has_its_recorded_runs():
+    """series.toml's [[upstream.jax.bases]] say what ran on each variant's base; the committed logs agree."""
+    jax = load_series().upstream("jax")
+    for v in jax.variants:
+        version = v.base_ref.removeprefix("jax-v")
+        (b,) = [b for b in jax.bases if b.variant == v.base_ref]
+        assert b.commit == v.commit and b.series == "default"
+        assert b.command == f"make patches-jax-check JAX_PIN={version}"
+        apply_log = (ROOT / f"results/jax/{version}/apply-check.log").read_text()
+        check_log = (ROOT / b.evidence).read_text()
+        assert b.evidence == f"results/jax/{version}/patches-jax-check.log"
+        assert f"jax-v{version} = {v.commit}" in apply_log
+        applies = apply_log.split("\n\n")[1].rstrip().endswith("exit 0")  # the variant's git apply --check
+        assert b.applies == applies
+        built = (f"built .venv-jax{version}-patched: stock jaxlib {version} + jax {version} with "
+                 f"jax/v{version}/0001-zero-cotangent-masking.patch\n")  # the variant's file, not 0.12.0.1's
+        assert b.compiles == (built in check_log)
+        assert b.tests_pass == check_log.rstrip().endswith("exit 0")
+        assert b.applies and b.compiles and b.tests_pass, v.base_ref
+
+
 VARIANT_SERIES = """schema = 1
 [upstream.jax]
 clone_url = "https://example.invalid/jax.git"
