@@ -84,7 +84,7 @@ def test_mutants_with_a_guard_in_a_file_without_a_unit_test(tmp_path, monkeypatc
         def upstream(self, name):
             return self
 
-        def select(self, which):
+        def select(self, which, base_ref=None):
             return [argparse.Namespace(file="xla/0001.patch")]
 
     tc = argparse.Namespace(tree=tmp_path, wheel_lib_dir=tmp_path)
@@ -93,6 +93,7 @@ def test_mutants_with_a_guard_in_a_file_without_a_unit_test(tmp_path, monkeypatc
     monkeypatch.setattr(xlatest, "load_guards", lambda: [guard])
     monkeypatch.setattr(xlatest, "_setup", lambda args, series: (tc, [], [unit], [], tmp_path))
     monkeypatch.setattr(xlatest, "describe", lambda *a: [])
+    monkeypatch.setattr(xlatest, "_resolve_base", lambda args, series: setattr(args, "base_ref", None))
     with pytest.raises(HarnessError, match="guard g1 of xla/0001.patch: no unit test is built with xla/b.cc"):
         xlatest.cmd_mutants(argparse.Namespace(xla_src=str(tmp_path)))
     assert (tmp_path / "xla" / "b.cc").read_text() == "keep();\n"  # the tree was left unmutated
