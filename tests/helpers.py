@@ -54,3 +54,25 @@ def git_am(patch_text: str, mbox: Path, repo: Path) -> subprocess.CompletedProce
     for argv in (["init", "-q"], ["add", "-A"], [*ident, "commit", "-qm", "base"]):
         subprocess.run(["git", *argv], cwd=repo, check=True)
     return subprocess.run(["git", *ident, "am", str(mbox)], cwd=repo, capture_output=True, text=True)
+
+
+def process_gone(pid: int, limit: float = 10.0) -> bool:
+    """Whether ``pid`` is dead, or a zombie left for its parent or init to reap, within ``limit`` s."""
+    import os
+    import time
+
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)  # polling a pid, not timing anything

@@ -18,7 +18,7 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.repro import bundle as bundle_mod
 
-from .helpers import FOREIGN_PROGRAM
+from .helpers import FOREIGN_PROGRAM, process_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,27 +190,6 @@ time.sleep(120)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if _gone(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _wait_file(path: Path, seconds: float = 30.0) -> str:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -252,7 +231,7 @@ def test_sigterm_during_check_removes_the_temp_folder_and_the_repro(tmp_path):
     assert proc.returncode == 143, err
     assert "Traceback" not in err
     assert not list(tmp_path.glob("xla-harness-check-*"))
-    assert _wait_gone(child)
+    assert process_gone(child)
 
 
 @pytest.mark.slow
@@ -260,4 +239,4 @@ def test_a_killed_check_leaves_no_repro_running(tmp_path):
     proc, child = _hanging_check(tmp_path)
     proc.kill()
     proc.communicate(timeout=30)
-    assert _wait_gone(child), "the repro outlived its killed parent"
+    assert process_gone(child), "the repro outlived its killed parent"

@@ -9,7 +9,6 @@ into a copy of the scanned tree.
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import signal
 import subprocess
@@ -21,26 +20,10 @@ import pytest
 from xla_harness import subproc
 from xla_harness.errors import HarnessError
 
+from .helpers import process_gone
+
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("xla_harness", "build", "tools")
-
-
-def _gone(pid: int, limit: float = 10.0) -> bool:
-    """Whether ``pid`` is dead (or a zombie waiting for init to reap it) within ``limit`` s."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)  # polling a pid, not timing anything
-    return False
 
 
 def _grandchild_pid(pidfile: Path, limit: float = 30.0) -> int:
@@ -70,7 +53,7 @@ def test_a_timeout_kills_the_child_and_its_grandchild(tmp_path, ignore_term):
     assert isinstance(caught.value, HarnessError) and "\n" not in message
     assert message.startswith("sh -c ") and "did not finish in 1 s (its process group was killed)" in message
     assert time.monotonic() - t0 < 20  # not the grandchild's 1000 s (it holds the captured pipes too)
-    assert _gone(_grandchild_pid(pidfile)), "the grandchild survived the timeout"
+    assert process_gone(_grandchild_pid(pidfile)), "the grandchild survived the timeout"
 
 
 @pytest.mark.slow
@@ -89,7 +72,7 @@ def test_an_interrupt_while_waiting_kills_the_group_and_goes_on(tmp_path):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert _gone(_grandchild_pid(pidfile)), "the grandchild survived the interrupt"
+    assert process_gone(_grandchild_pid(pidfile)), "the grandchild survived the interrupt"
 
 
 @pytest.mark.slow
@@ -114,10 +97,10 @@ def test_the_jaxlib_stage_runner_kills_a_hung_command_and_names_it(tmp_path):
     message = str(caught.value)
     assert message.startswith("build: jax build/build.py did not finish in 1 s (its process group was killed)")
     assert "--command-timeout" in message and str(ctx.log("build")) in message
-    assert _gone(_grandchild_pid(pidfile))
+    assert process_gone(_grandchild_pid(pidfile))
     pidfile.unlink()
     assert Runner(ctx)(_planted(pidfile, False), tmp_path, "test", what="bazel test", check=False) == TIMED_OUT
-    assert _gone(_grandchild_pid(pidfile))
+    assert process_gone(_grandchild_pid(pidfile))
     assert "did not finish in 1 s" in ctx.log("test").read_text()
 
 
