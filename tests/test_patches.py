@@ -68,6 +68,9 @@ status = "s"
      "unknown upstream"),
     (lambda t: t + "\n[oops\n", "malformed TOML"),
     (lambda t: t.replace("0001-x.patch", "0009-missing.patch"), "patch file xla/0009-missing.patch is missing"),
+    (lambda t: t.replace('base_ref = "r"\n', 'base_ref = "r"\nbases = [1]\n'), "'bases' must be an array of tables"),
+    (lambda t: t.replace('base_ref = "r"\n', 'base_ref = "r"\nvariants = "v"\n'),
+     "'variants' must be an array of tables"),
 ])
 def test_series_schema_errors(tmp_path, mutate, needle):
     (tmp_path / "xla").mkdir()

@@ -57,6 +57,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xla_harness.errors import HarnessError
 from xla_harness.resources import patches_dir
@@ -189,14 +190,18 @@ def _strs(table: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _tables(table: dict, key: str, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """``table[key]`` as an array of tables: (where each one is, the table); anything else is one error."""
+    raw = table.get(key, [])
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise HarnessError(f"{where}: '{key}' must be an array of tables")
+    return [(f"{where}.{key}[{i}]", t) for i, t in enumerate(raw)]
+
+
 def _bases(table: dict, where: str) -> tuple[BaseCheck, ...]:
-    raw = table.get("bases", [])
-    if not isinstance(raw, list):
-        raise HarnessError(f"{where}: 'bases' must be an array of tables")
     out = []
-    for i, b in enumerate(raw):
-        bw = f"{where}.bases[{i}]"
-        flags = {k: b.get(k) for k in ("applies", "compiles", "tests_pass")}
+    for bw, b in _tables(table, "bases", where):
+        flags: dict[str, Any] = {k: b.get(k) for k in ("applies", "compiles", "tests_pass")}
         bad = [k for k, v in flags.items() if not isinstance(v, bool)]
         if bad:
             raise HarnessError(f"{bw}: '{bad[0]}' must be true or false")
@@ -227,13 +232,9 @@ def _hex40(value: str, where: str) -> str:
 
 
 def _variants(table: dict, where: str, patches: list[Patch], base_ref: str) -> tuple[Variant, ...]:
-    raw = table.get("variants", [])
-    if not isinstance(raw, list):
-        raise HarnessError(f"{where}: 'variants' must be an array of tables")
     out: list[Variant] = []
     seen = {base_ref}
-    for i, v in enumerate(raw):
-        vw = f"{where}.variants[{i}]"
+    for vw, v in _tables(table, "variants", where):
         ref = _str(v, "base_ref", vw)
         if ref in seen:
             raise HarnessError(f"{vw}: base_ref {ref!r} is already "
@@ -291,12 +292,8 @@ def read_toml(path: Path) -> dict:
 
 
 def _patches(table: dict, where: str, root: Path, check_files: bool) -> list[Patch]:
-    raw = table.get("patches", [])
-    if not isinstance(raw, list):
-        raise HarnessError(f"{where}: 'patches' must be an array of tables")
     patches = []
-    for i, p in enumerate(raw):
-        pw = f"{where}.patches[{i}]"
+    for pw, p in _tables(table, "patches", where):
         series = _str(p, "series", pw)
         if series not in SERIES_KINDS:
             raise HarnessError(f"{pw}: series must be one of {', '.join(SERIES_KINDS)}, not {series!r}")
