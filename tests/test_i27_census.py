@@ -72,3 +72,9 @@ def test_a_planted_traceback_is_counted(monkeypatch):
     kind, _ = _census().classify(REPORT, 120, MEM)
     assert kind == "traceback"
     assert sys.modules["xla_harness.cli"].main is planted
+
+
+def test_a_census_of_no_case_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bad_input_census.py", "--ids", "no-such-case"])
+    assert _census().main() == 2
+    assert capsys.readouterr().err == "error: no case matches -k/--ids\n"

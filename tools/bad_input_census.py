@@ -121,6 +121,9 @@ def main() -> int:
     # jax is not imported here: a child forked after jax started its threads can deadlock.
     ids = set(args.ids.split(",")) if args.ids else None
     cases = [c for c in all_cases() if args.k in c.id and (ids is None or c.id in ids)]
+    if not cases:  # a census of nothing is no measure
+        sys.stderr.write("error: no case matches -k/--ids\n")
+        return 2
     outcomes: dict[str, list[tuple[str, str]]] = {}
     for c in cases:
         kind, detail = classify(c, args.timeout, int(args.mem_gb * 2**30))
