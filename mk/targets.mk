@@ -13,9 +13,22 @@ MATRIX_VARIANTS ?= baseline,barrier,onehot,sumgrad,tpu-no-fusion
 MATRIX_OPTIONS  ?= specs=report axis_types=auto
 MATRIX_OUT      ?= results/tpu-aot/report
 
-.PHONY: tpu-matrix
+# The report's unknowns (xla_harness/programs/issue_35409.py's docstring), each a named option of
+# the program compiled on its own on top of MATRIX_OPTIONS, full + remat, baseline only:
+#   make tpu-sweep [SWEEP="jit=bare dtype=bf16"] [MATRIX_PINS=..]   records in SWEEP_OUT/KEY=VALUE/jaxPIN
+SWEEP       ?= jit=bare dtype=bf16 donate=False embed_spec=data,model embed_spec=none,none embed_spec=model,none \
+               jit=nested embed_spec=none,data
+SWEEP_CELLS ?= full:True
+SWEEP_OUT   ?= results/tpu-aot/sweep
+
+.PHONY: tpu-matrix tpu-sweep
 tpu-matrix:
 	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
 	  MATRIX_VARIANTS="$(MATRIX_VARIANTS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" MATRIX_OUT="$(MATRIX_OUT)" \
 	  DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-matrix
 	$(VENV)/bin/xla-harness report $(MATRIX_OUT) || [ $$? -eq 1 ]
+
+tpu-sweep:
+	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" SWEEP="$(SWEEP)" \
+	  SWEEP_CELLS="$(SWEEP_CELLS)" SWEEP_OUT="$(SWEEP_OUT)" DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-sweep
+	$(VENV)/bin/xla-harness report $(SWEEP_OUT) || [ $$? -eq 1 ]

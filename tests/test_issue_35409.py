@@ -64,7 +64,10 @@ def test_scale_shrinks_width_vocab_and_batch_only():
 @pytest.mark.parametrize("bad", [dict(scale=0), dict(scale=2), dict(mode="tied"), dict(dtype="f16"),
                                  dict(layers=(5, 4)), dict(devices=3, mesh_shape=(2, 2)), dict(devices=0),
                                  dict(lr=0), dict(seq_scale=0), dict(specs="mine"), dict(specs=None),
-                                 dict(axis_types="manual"), dict(axis_types="Auto")])
+                                 dict(axis_types="manual"), dict(axis_types="Auto"), dict(embed_spec="model"),
+                                 dict(embed_spec="data,data"), dict(embed_spec="model,batch"),
+                                 dict(embed_spec=3), dict(embed_spec="model,data,none"), dict(jit="outer"),
+                                 dict(donate="yes"), dict(donate=1)])
 def test_bad_options_raise_one_sentence(bad):
     with pytest.raises(HarnessError) as e:
         issue_35409.make(**bad)
@@ -311,3 +314,73 @@ def test_faithful_program_compiles_for_tpu():
     step = compile_program("issue-35409", {**SMALL, "specs": "report"}, parse_target("tpu:v6e:2x4"))
     assert ":T(8,128)" in step.hlo_text
     assert step.device_kind == "TPU v6 lite"
+
+
+# ----------------------------------------------------------------------------- the report's unknowns
+
+
+def lowered_text(program: TrainProgram) -> str:
+    params, opt_state = abstract_state(program)
+    batch = jax.eval_shape(lambda k: program.batch(k, 0), jax.random.key(0))
+    return program.jit().lower(params, opt_state, batch).as_text()
+
+
+@pytest.mark.parametrize("text, spec", [("model,data", ("model", "data")), ("data,model", ("data", "model")),
+                                        ("model,none", ("model", None)), ("none, data", (None, "data")),
+                                        ("none,none", (None, None)), (("data", None), ("data", None))])
+def test_embed_spec_places_w_and_its_moments(text, spec):
+    P = jax.sharding.PartitionSpec
+    program = issue_35409.make(**SMALL, devices=8, embed_spec=text)
+    params, opt_state = abstract_state(program)
+    assert params["embed"].sharding.spec == opt_state[0].mu["embed"].sharding.spec == P(*spec)
+    assert params["layers"][0]["wq"].sharding.spec == P("model", "data")  # the other weights keep theirs
+    assert program.options["embed_spec"] == ",".join(a or "none" for a in spec)
+
+
+def test_default_options_are_recorded():
+    options = issue_35409.make(**SMALL).options
+    assert (options["embed_spec"], options["donate"], options["jit"]) == ("model,data", True, "step")
+
+
+def test_donate_false_donates_nothing():
+    donating, keeping = (issue_35409.make(**SMALL, devices=8, donate=d) for d in (True, False))
+    assert (donating.donate_argnums, keeping.donate_argnums) == ((0, 1), ())
+    assert "tf.aliasing_output" in lowered_text(donating)
+    assert "tf.aliasing_output" not in lowered_text(keeping) and "jax.buffer_donor" not in lowered_text(keeping)
+
+
+def test_bare_jit_leaves_the_shardings_to_the_arrays():
+    """jit="bare": jit is given no shardings; the state still carries the report's specs (from init),
+    so the inputs are sharded as with jit="step" and only the outputs' shardings are left open."""
+    step, bare = (issue_35409.make(**SMALL, devices=8, jit=j) for j in ("step", "bare"))
+    assert set(step.jit_kwargs) == {"in_shardings", "out_shardings"} and bare.jit_kwargs == {}
+    assert abstract_state(bare)[0]["embed"].sharding.spec == jax.sharding.PartitionSpec("model", "data")
+    step_text, bare_text = lowered_text(step), lowered_text(bare)
+    result = 'jax.result_info = "result[0][\'embed\']"'
+    assert f'{result}, sdy.sharding' in step_text and f'{result}, sdy.sharding' not in bare_text
+    # W, the first argument, enters sharded either way (donated: aliased to its output, or a donor).
+    w_in = 'sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {"data"}]>'
+    assert f"%arg0: tensor<1568x64xf32> {{{w_in}, tf.aliasing_output = 0 : i32}}" in step_text
+    assert f"%arg0: tensor<1568x64xf32> {{jax.buffer_donor = true, {w_in}}}" in bare_text
+
+
+def test_nested_jit_holds_the_gradient_as_its_own_function():
+    step, nested = (issue_35409.make(**SMALL, jit=j) for j in ("step", "nested"))
+    assert "func.func private @loss" in lowered_text(nested)
+    assert "func.func private @loss" not in lowered_text(step)
+
+
+@pytest.mark.slow
+def test_jit_placements_and_donation_compute_the_same_step():
+    """Where jit sits and what is donated change the program, not its math: one step from the same
+    state gives the same loss and the same new W on the (2, 4) host mesh."""
+    results = {}
+    for kw in (dict(), dict(jit="bare"), dict(jit="nested"), dict(donate=False), dict(embed_spec="data,model")):
+        program = issue_35409.make(**SMALL, devices=8, **kw)
+        exe, (params, opt_state, batch) = compiled(program)
+        new_params, _, aux = exe(params, opt_state, batch)
+        results[json.dumps(kw)] = (float(aux["loss"]), np.asarray(new_params["embed"]))
+    base_loss, base_w = results["{}"]
+    for loss, w in results.values():
+        np.testing.assert_allclose(loss, base_loss, rtol=1e-5)
+        np.testing.assert_allclose(w, base_w, rtol=1e-5, atol=1e-7)

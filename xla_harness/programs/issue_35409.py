@@ -37,12 +37,23 @@ What the report leaves open, and what this preset guesses:
   report's specs trace too);
 * **the target logit**: under auto axes ``take_along_axis`` on the logits; under explicit axes a
   one-hot product (V is split over "model");
-* **jit placement**: one ``jax.jit`` of the whole step with ``donate_argnums=(0, 1)``; the
-  donation is ours;
-* **the embedding's spec** ("model", "data") and the norms' (replicated): the report does not
-  show them; the batches split over "data" in ``in_shardings``;
+* **jit placement** (``jit``, :data:`JIT_PLACEMENTS`): the report jits the step as a whole but
+  does not show how. ``jit="step"`` (the default): one ``jax.jit`` of the whole step with the
+  state's and batches' shardings as ``in_shardings``/``out_shardings``; ``jit="bare"``: a bare
+  ``jax.jit`` of the step, the shardings carried by the arrays only (the compiler picks the
+  outputs'); ``jit="nested"``: as ``"step"``, with the loss and gradient under their own
+  ``jax.jit`` inside the step (a gradient function jitted where it is defined);
+* **donation** (``donate``): ``donate=True`` (the default) donates the parameters and optimizer
+  state (``donate_argnums=(0, 1)``); ``donate=False`` donates nothing. The report does not say;
+* **the embedding's spec** (``embed_spec``, default ``"model,data"``: V over "model", D over
+  "data") and the norms' (replicated): the report does not show them. ``embed_spec`` takes any
+  two of "model", "data" and "none" (e.g. ``"data,model"``, ``"model,none"``, ``"none,none"``
+  for a replicated W); the batches split over "data" in ``in_shardings``;
 * **dtype**: f32 parameters by default (``dtype="bf16"`` for bf16); the report's parameter dtype
   is not known. The RMS norm's eps (1e-5) is also ours.
+
+Each of these is recorded in ``options``, so that a compile matrix sweeps them by name
+(``make tpu-sweep``).
 
 On one device the mesh, ``specs`` and ``axis_types`` play no part (the step lowers to the same
 StableHLO whatever they are); in f32 it is also the StableHLO of the preset before these options
@@ -85,6 +96,9 @@ LR = 1e-6
 
 SPEC_SETS = ("report", "ours")
 AXIS_TYPES = ("auto", "explicit")
+JIT_PLACEMENTS = ("step", "bare", "nested")
+MESH_AXES = ("model", "data")
+DEFAULT_EMBED_SPEC = ("model", "data")
 
 # specs="report": the report's partition specs (axis names of the 2-D mesh). The report does not
 # show the embedding's or the norms' specs: W ("model", "data") and replicated norms are guesses.
@@ -139,6 +153,7 @@ class PresetConfig:
     variant: str = "baseline"
     specs: str = "report"  # a key of SPEC_TABLES
     axis_types: str = "auto"  # the mesh's axis types: "auto" or "explicit"
+    embed_spec: tuple[str | None, str | None] = DEFAULT_EMBED_SPEC  # W[V, D]'s partition spec
 
     @property
     def head_dim(self) -> int:
@@ -148,7 +163,23 @@ class PresetConfig:
         d = asdict(self)
         d["batches"] = [list(b) for b in self.batches]
         d["mesh_shape"] = list(self.mesh_shape)
+        d["embed_spec"] = ",".join(a or "none" for a in self.embed_spec)
         return d
+
+
+def parse_embed_spec(value) -> tuple[str | None, str | None]:
+    """W's partition spec from ``"model,data"``-style text (``none`` for a whole dimension) or a
+    pair; each mesh axis at most once. HarnessError otherwise."""
+    parts = value.split(",") if isinstance(value, str) else value
+    try:
+        axes = [None if a is None or str(a).strip().lower() in ("none", "") else str(a).strip() for a in parts]
+    except TypeError:
+        axes = []
+    if len(axes) != 2 or any(a is not None and a not in MESH_AXES for a in axes) \
+            or (axes[0] is not None and axes[0] == axes[1]):
+        raise HarnessError(f"embed_spec must name W's two dimensions with {', '.join(MESH_AXES)} or none, each "
+                           f"axis once (e.g. \"model,data\", \"data,model\", \"model,none\"), got {value!r}")
+    return axes[0], axes[1]
 
 
 def _round_up(n: float, multiple: int) -> int:
@@ -158,7 +189,7 @@ def _round_up(n: float, multiple: int) -> int:
 def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True, dtype: str = "f32",
                   mesh_shape: tuple[int, int] = (1, 1), variant: str = "baseline", seq_scale: float = 1.0,
                   layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
-                  axis_types: str = "auto") -> PresetConfig:
+                  axis_types: str = "auto", embed_spec=DEFAULT_EMBED_SPEC) -> PresetConfig:
     """The report's sizes times ``scale`` (D, FFN, V, batch), rounded so heads and mesh divide them
     (with ``specs="report"`` the head dim is split over "data", so D is a multiple of heads x data).
     ``seq_scale`` shrinks the sequence lengths and ``layers`` = (used, total) replaces the layer
@@ -177,6 +208,7 @@ def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True,
         raise HarnessError(f"unknown specs {specs!r}; expected one of {', '.join(SPEC_SETS)}")
     if axis_types not in AXIS_TYPES:
         raise HarnessError(f"unknown axis_types {axis_types!r}; expected one of {', '.join(AXIS_TYPES)}")
+    embed = parse_embed_spec(embed_spec)
     model, data = mesh_shape
     shard = math.lcm(model, data)
     d_multiple = math.lcm(HEADS * data if specs == "report" else HEADS, shard)
@@ -187,7 +219,7 @@ def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True,
         batches=((_round_up(B1 * scale, data), _round_up(T1 * seq_scale, 4)),
                  (_round_up(B2 * scale, data), _round_up(T2 * seq_scale, 4))),
         used_layers=used, total_layers=total, mesh_shape=(model, data), variant=variant, specs=specs,
-        axis_types=axis_types)
+        axis_types=axis_types, embed_spec=embed)
 
 
 # ----------------------------------------------------------------------------- model
@@ -338,7 +370,7 @@ def _step_shardings(mesh, cfg: PresetConfig, optimizer):
     from jax.sharding import PartitionSpec as P
 
     abstract = jax.eval_shape(lambda k: init_params(cfg, k), jax.random.key(0))
-    params = _param_shardings(mesh, abstract, SPEC_TABLES[cfg.specs])
+    params = _param_shardings(mesh, abstract, {**SPEC_TABLES[cfg.specs], "embed": cfg.embed_spec})
     replicated = NamedSharding(mesh, P())
     opt_abstract = jax.eval_shape(optimizer.init, abstract)
     opt = optax.tree_map_params(optimizer, lambda _, s: s, opt_abstract, params,
@@ -377,13 +409,16 @@ def _resolve_devices(devices):
 def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32", remat: bool = True,
          variant: str = "baseline", mesh_shape: tuple[int, int] | None = None, lr: float = LR,
          seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
-         axis_types: str = "auto") -> TrainProgram:
+         axis_types: str = "auto", embed_spec=DEFAULT_EMBED_SPEC, donate: bool = True,
+         jit: str = "step") -> TrainProgram:
     """The #35409 program. ``devices``: None (default device), a count or a device list; with more
     than one device the step runs on a ("model", "data") mesh (``mesh_shape``, default (2, n/2))
     with weights and batches sharded and ``jit_kwargs`` carrying the shardings. ``specs``: the
     report's partition specs (``"report"``) or the preset's earlier ones (``"ours"``);
     ``axis_types``: ``"auto"`` (no sharding annotations in the model) or ``"explicit"`` (the
-    :data:`OUT_SPECS` annotations). Both only matter on a mesh; both are recorded in ``options``."""
+    :data:`OUT_SPECS` annotations); ``embed_spec``: W's partition spec. These only matter on a mesh.
+    ``donate``: donate parameters and optimizer state (the default) or nothing; ``jit``: where jit
+    sits (:data:`JIT_PLACEMENTS`, see the module docstring). All are recorded in ``options``."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -399,7 +434,12 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
         raise HarnessError(f"mesh_shape {dims} does not use exactly {n} devices")
     mesh_shape = (dims[0], dims[1])
     cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
-                        seq_scale=seq_scale, layers=layers, specs=specs, axis_types=axis_types)
+                        seq_scale=seq_scale, layers=layers, specs=specs, axis_types=axis_types,
+                        embed_spec=embed_spec)
+    if jit not in JIT_PLACEMENTS:
+        raise HarnessError(f"unknown jit {jit!r}; expected one of {', '.join(JIT_PLACEMENTS)}")
+    if not isinstance(donate, bool):
+        raise HarnessError(f"donate must be True or False, got {donate!r}")
     if not (isinstance(lr, int | float) and lr > 0):
         raise HarnessError(f"lr must be a positive number, got {lr!r}")
     cfg = replace(cfg, lr=float(lr))
@@ -408,7 +448,8 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     # Auto axes: the model carries no out_sharding annotations and picks the target logit with
     # take_along_axis; the shardings reach the step only through jit's in/out_shardings.
     annotate = mesh if cfg.axis_types == "explicit" else None
-    step = step_from_loss(make_loss(cfg, variants.tied_ops(variant), annotate), optimizer)
+    loss = make_loss(cfg, variants.tied_ops(variant), annotate)
+    step = _nested_step(loss, optimizer) if jit == "nested" else step_from_loss(loss, optimizer)
 
     def make_batches(key, step_index):
         k = jax.random.fold_in(key, step_index)
@@ -423,12 +464,30 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     jit_kwargs: dict = {}
     if mesh is not None:
         p_sh, o_sh, b_sh = _step_shardings(mesh, cfg, optimizer)
-        jit_kwargs = {"in_shardings": (p_sh, o_sh, b_sh), "out_shardings": (p_sh, o_sh, None)}
+        if jit != "bare":  # "bare": the arrays carry the shardings, jit is given none
+            jit_kwargs = {"in_shardings": (p_sh, o_sh, b_sh), "out_shardings": (p_sh, o_sh, None)}
         init = jax.jit(make_state, out_shardings=(p_sh, o_sh))
         batch = jax.jit(make_batches, out_shardings=b_sh)
     else:
         init, batch = jax.jit(make_state), jax.jit(make_batches)
     name = "issue-35409" + ("" if variant == "baseline" else f"+{variant}")
-    return TrainProgram(name=name, init=init, batch=batch, step=step, donate_argnums=(0, 1),
-                        jit_kwargs=jit_kwargs, options={**cfg.to_dict(), "scale": scale, "devices": n})
+    return TrainProgram(name=name, init=init, batch=batch, step=step, donate_argnums=(0, 1) if donate else (),
+                        jit_kwargs=jit_kwargs,
+                        options={**cfg.to_dict(), "scale": scale, "devices": n, "donate": donate, "jit": jit})
+
+
+def _nested_step(loss_fn, optimizer):
+    """The optax step of :func:`step_from_loss` with the loss and gradient under their own
+    ``jax.jit`` (``jit="nested"``): the step's jaxpr holds the gradient as a nested jit call."""
+    import jax
+    import optax
+
+    loss_and_grad = jax.jit(jax.value_and_grad(loss_fn))
+
+    def step(params, opt_state, batch):
+        loss, grads = loss_and_grad(params, batch)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_opt_state, {"loss": loss}
+
+    return step
 
