@@ -240,6 +240,99 @@ def test_scan_model_for_cuda(tmp_path, capsys):
     assert ":T(" not in text  # not a TPU module
 
 
+CUDA_FIXTURE_ARGS = ["--target", "cuda:h100:1x1x2", "--devices", "2", "--remat", "on", *TINY_ARGS]
+
+
+def _kept_dump(monkeypatch, where):
+    """compile_step's dump folder kept at ``where`` (it is a temporary folder otherwise)."""
+    import contextlib
+
+    from xla_harness.targets import compile as compile_mod
+
+    class _Kept:
+        @staticmethod
+        @contextlib.contextmanager
+        def TemporaryDirectory(prefix=""):  # noqa: N802 - stands in for tempfile's
+            where.mkdir()
+            yield str(where)
+
+    monkeypatch.setattr(compile_mod, "tempfile", _Kept)
+
+
+def _verdicts(module: dict) -> list[tuple]:
+    return [(f["fusion"], tuple(f["output_index"]), f["class"], f.get("compiler", ""), f.get("compiler_from", ""),
+             f.get("agreement", "")) for f in module["findings"]]
+
+
+@pytest.mark.slow
+@needs_cuda_plugin
+def test_scan_model_for_cuda_reads_the_compilers_values_file(tmp_path, monkeypatch, capsys):
+    """`scan --model --target cuda:` gives the GPU compiler's own truth exactly as scanning the files of
+    the same compile's dump does: the buffer assignment and its values file (whose uses resolve the
+    async reduce-scatter feeding input_scatter_fusion; by name it gets no verdict)."""
+    dump = tmp_path / "dump"
+    _kept_dump(monkeypatch, dump)
+    assert main(["scan", "--model", "--json", *CUDA_FIXTURE_ARGS]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err
+    [model] = json.loads(captured.out)["modules"]
+    [ba] = dump.glob("*.jit_step.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt")  # what scan DIR reads
+    assert ba.with_name(ba.name.replace(".txt", "-values.txt")).is_file()
+    assert main(["scan", str(dump), "--json"]) == 0
+    [files] = json.loads(capsys.readouterr().out)["modules"]
+    assert model["backend"] == files["backend"] == "gpu"
+    assert _verdicts(model) == _verdicts(files)
+    assert model["findings"] == files["findings"]
+    said = {f[0]: f[3:] for f in _verdicts(model)}
+    assert "input_scatter_fusion" in said and len(said) == 4
+    assert set(said.values()) == {("aliased", "buffer assignment", "agree")}
+
+
+@pytest.mark.slow
+@needs_cuda_plugin
+def test_scan_model_for_cuda_says_when_the_values_file_is_missing(tmp_path, monkeypatch, capsys):
+    """Planted: the compile's values file is not found. The scan says so on standard error, and the
+    output whose operand value only the values file resolves gets no verdict (not a guessed one)."""
+    from xla_harness.targets import compile as compile_mod
+
+    monkeypatch.setattr(compile_mod, "values_path", lambda ba: ba.with_name("not-written.txt"))
+    assert main(["scan", "--model", "--json", *CUDA_FIXTURE_ARGS]) == 0
+    captured = capsys.readouterr()
+    assert "warning: <tied-embedding" in captured.err and "no values file" in captured.err
+    said = {f[0]: f[3:] for f in _verdicts(json.loads(captured.out)["modules"][0])}
+    assert said.pop("input_scatter_fusion") == ("", "", "")
+    assert set(said.values()) == {("aliased", "buffer assignment", "agree")} and len(said) == 3
+
+
+def test_compile_keeps_the_buffer_assignment_and_its_values_file(tmp_path):
+    from xla_harness.targets.compile import _buffer_assignment
+
+    assert _buffer_assignment(tmp_path) == (None, None)
+    stem = tmp_path / "module_0001.jit_step.sm_9.0a_gpu_after_optimizations"
+    (tmp_path / f"{stem.name}-buffer-assignment.txt").write_text("allocation 0: size 4:\n")
+    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", None)
+    (tmp_path / f"{stem.name}-buffer-assignment-values.txt").write_text("<0 w @0>\n")
+    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", "<0 w @0>\n")
+
+
+def test_model_buffers_read_the_values_file_or_say_it_is_missing(capsys):
+    from xla_harness.commands.scan import _model_buffers
+
+    ba_text = "allocation 0: size 4:\n value: <0 w @0> (size=4,offset=0): f32[]\n"
+    ba = _model_buffers("<m>", ba_text, "<0 w @0>\n uses:\n  f, operand 2 {1}\n", H100)
+    assert ba is not None and ba.uses == {("f", 2, (1,)): 0}
+    assert capsys.readouterr().err == ""
+    ba = _model_buffers("<m>", ba_text, None, H100)
+    assert ba is not None and ba.uses is None
+    assert "warning: <m>: the compiler wrote a buffer assignment but no values file" in capsys.readouterr().err
+    assert _model_buffers("<m>", None, None, H100) is None
+    assert "warning: <m>: the compiler wrote no buffer assignment" in capsys.readouterr().err
+    assert _model_buffers("<m>", None, None, V6E) is None  # libtpu states its decision in the HLO
+    assert capsys.readouterr().err == ""
+    with pytest.raises(HarnessError, match="not a buffer-assignment values file"):
+        _model_buffers("<m>", ba_text, "garbage\n", H100)
+
+
 @pytest.mark.slow
 @needs_libtpu
 def test_bisect_passes_on_tpu_finds_libtpus_fusion_passes(tmp_path, capsys):

@@ -121,8 +121,9 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
     return out
 
 
-def _target_model_text(args) -> tuple[str, str | None, str]:
-    """(HLO text, buffer assignment text, device kind) of --model compiled for a tpu:/cuda: target."""
+def _target_model_text(args) -> tuple[str, str | None, str | None, str]:
+    """(HLO text, buffer assignment text, its values file's text, device kind) of --model compiled for
+    a tpu:/cuda: target."""
     from xla_harness.commands import flags
     from xla_harness.stress.compile_only import compile_program
     from xla_harness.targets.devices import target_devices
@@ -133,11 +134,12 @@ def _target_model_text(args) -> tuple[str, str | None, str]:
     if args.program == flags.BUILTIN:
         options["devices"] = args.devices
     compiled = compile_program(args.program, options, args.target)
-    return compiled.hlo_text, compiled.buffer_assignment, compiled.device_kind
+    return compiled.hlo_text, compiled.buffer_assignment, compiled.buffer_values, compiled.device_kind
 
 
-def _model_text(args) -> tuple[str, str, str, str | None]:
-    """(HLO text, module label, backend rules, buffer assignment text or None) of --model."""
+def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
+    """(HLO text, module label, backend rules, buffer assignment text or None, its values file's text
+    or None) of --model."""
     from xla_harness.commands import flags
     from xla_harness.commands.stress import ensure_host_devices
     from xla_harness.targets.devices import prepare_environment
@@ -145,9 +147,9 @@ def _model_text(args) -> tuple[str, str, str, str | None]:
     if isinstance(args.model, str):
         args.program = args.model
     prepare_environment(args.target)
-    ba_text = None
+    ba_text = values_text = None
     if not args.target.is_host:
-        text, ba_text, kind = _target_model_text(args)
+        text, ba_text, values_text, kind = _target_model_text(args)
         where, known = f"{args.target} ({kind})", args.target.backend
     else:
         args.devices = args.devices or 1
@@ -167,7 +169,7 @@ def _model_text(args) -> tuple[str, str, str, str | None]:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
     what = f"{args.mode}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
     label = f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {where}>"
-    return text, label, known, ba_text
+    return text, label, known, ba_text, values_text
 
 
 def _check_request(args) -> None:
@@ -228,6 +230,28 @@ def _scan_one(path: Path, ba_path: Path | None, backend: str):
     return mod, findings, decisions, backend, ba
 
 
+def _model_buffers(label: str, ba_text: str | None, values_text: str | None, target):
+    """The buffer assignment of a --model compile with the values file read into it, as ``scan DIR``
+    reads a dump: the GPU compiler's own in-place decision. What the compiler did not write is said on
+    standard error (never silently dropped): without the values file an operand's value is looked for
+    by name only, so some outputs get no verdict; without the assignment a GPU target gets none."""
+    from xla_harness.hlo import buffers
+
+    if not ba_text:
+        if target.backend == "gpu":
+            sys.stderr.write(f"warning: {label}: the compiler wrote no buffer assignment; the GPU compiler's own "
+                             "in-place decisions are not read\n")
+        return None
+    ba = buffers.parse_buffer_assignment(ba_text, f"{label} buffer assignment")
+    if values_text is not None:
+        ba.uses = buffers.parse_value_uses(values_text, f"{label} buffer-assignment values")
+    else:
+        sys.stderr.write(f"warning: {label}: the compiler wrote a buffer assignment but no values file "
+                         "(*-buffer-assignment-values.txt); operands' values are looked for by name only, and an "
+                         "output whose operand value is not found that way gets no compiler verdict\n")
+    return ba
+
+
 def run(args) -> int:
     from xla_harness.hlo import buffers
     from xla_harness.hlo.parser import parse_module
@@ -246,9 +270,9 @@ def run(args) -> int:
             sys.stderr.write(f"error: {path}:1: could not be scanned ({type(exc).__name__}: {exc})\n")
             errors += 1
     if args.model:
-        text, label, model_backend, ba_text = _model_text(args)
+        text, label, model_backend, ba_text, values_text = _model_text(args)
         mod = parse_module(text, label)
-        ba = buffers.parse_buffer_assignment(ba_text, label) if ba_text else None
+        ba = _model_buffers(label, ba_text, values_text, args.target)
         scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend, ba), ba))
     hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
     n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)

@@ -202,7 +202,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
 
 def _target_hlo(program: str, options: dict, target, hlo_dir: Path) -> dict:
     """The step compiled ahead of time for ``target`` (libtpu / the CUDA plugin): its optimized HLO and
-    buffer assignment under ``hlo/<target>/``, and the scanner's view of it (returned)."""
+    buffer assignment (and its values file) under ``hlo/<target>/``, and the scanner's view of it (returned)."""
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import module_json, scan
     from xla_harness.stress.compile_only import compile_program
@@ -216,6 +216,8 @@ def _target_hlo(program: str, options: dict, target, hlo_dir: Path) -> dict:
     (where / "jit_step.after_optimizations.txt").write_text(compiled.hlo_text)
     if compiled.buffer_assignment is not None:
         (where / "jit_step.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+    if compiled.buffer_values is not None:
+        (where / "jit_step.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
     mod = parse_module(compiled.hlo_text, f"<{target.text}>")
     findings, decisions, backend = scan(mod, target.backend)
     return {**module_json(mod, findings, decisions, backend), "target": target.text,

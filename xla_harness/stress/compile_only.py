@@ -5,8 +5,8 @@ Each configuration's program is built for the target's devices (:func:`target_op
 compiled from abstract state (:func:`xla_harness.targets.compile.compile_step`), and one record
 written per configuration to ``OUT/compile.jsonl`` (flushed per line; ``--resume`` skips the
 configurations already recorded), with the optimized HLO and the compiler's buffer assignment
-beside it. A full-size TPU compile takes minutes: a killed matrix loses at most the compile in
-progress.
+and its values file beside it. A full-size TPU compile takes minutes: a killed matrix loses at most
+the compile in progress.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _done_labels(path: Path, target: Target) -> set[str]:
 def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, resume: bool = False,
                    on_start: Callable[[str], None] | None = None) -> Iterator[CompileRecord]:
     """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
-    append it to ``out/compile.jsonl`` with the HLO and buffer assignment beside it)."""
+    append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it)."""
     from xla_harness.targets.compile import compile_step, environment
     from xla_harness.targets.devices import target_devices
 
@@ -172,6 +172,8 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
             Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
             if compiled.buffer_assignment is not None:
                 Path(f"{stem}.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+            if compiled.buffer_values is not None:
+                Path(f"{stem}.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
             record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
             with open(results, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, sort_keys=True) + "\n")
@@ -210,7 +212,8 @@ def _jsonable(options: dict) -> dict:
 
 def compile_program(program: str, options: dict, target: Target):
     """One program (``--program`` and its options) compiled for ``target``: a
-    :class:`~xla_harness.targets.compile.CompiledStep` (HLO text, buffer assignment, CPU seconds)."""
+    :class:`~xla_harness.targets.compile.CompiledStep` (HLO text, buffer assignment and values file, CPU
+    seconds)."""
     from xla_harness.targets.compile import compile_step
     from xla_harness.targets.devices import target_devices
 

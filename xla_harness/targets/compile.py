@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_harness.errors import HarnessError
+from xla_harness.hlo.buffers import values_path
 from xla_harness.programs.interface import TrainProgram, guard_user_error
 from xla_harness.targets.spec import Target
 
@@ -32,6 +33,9 @@ class CompiledStep:
     buffer_assignment: str | None  # the compiler's buffer assignment dump, when it wrote one
     cpu_seconds: float  # process CPU time of lowering + compiling
     device_kind: str
+    # The values file dumped beside the buffer assignment (``*-buffer-assignment-values.txt``): which
+    # value each operand of each instruction reads, by the compiler's own dataflow; None when absent.
+    buffer_values: str | None = None
 
 
 def _platform(sharding) -> str | None:
@@ -78,11 +82,17 @@ def abstract_arguments(program: TrainProgram, devices: list, program_name: str |
     return params, opt_state, jax.tree_util.tree_map(place, batch)
 
 
-def _buffer_assignment(dump: Path) -> str | None:
+def _buffer_assignment(dump: Path) -> tuple[str | None, str | None]:
+    """The buffer assignment the compiler dumped for the optimized module (the last one written: the
+    step's own) and the values file XLA writes beside it (``X-buffer-assignment-values.txt``); None
+    for each that is not there."""
     found = sorted(glob.glob(str(dump / "*after_optimizations-buffer-assignment.txt")))
     if not found:
-        return None
-    return Path(found[-1]).read_text(encoding="utf-8", errors="replace")
+        return None, None
+    path = Path(found[-1])
+    values = values_path(path)
+    return (path.read_text(encoding="utf-8", errors="replace"),
+            values.read_text(encoding="utf-8", errors="replace") if values.is_file() else None)
 
 
 def lower_step(program: TrainProgram, target: Target, devices: list, program_name: str | None = None):
@@ -101,7 +111,8 @@ def lower_step(program: TrainProgram, target: Target, devices: list, program_nam
 def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_to: Path | None = None,
                  program_name: str | None = None) -> CompiledStep:
     """Lower and compile ``program``'s step for ``target`` (its ``devices``). With ``dump_to`` the
-    compiler's own dump (HLO before/after optimizations, buffer assignment) is written there."""
+    compiler's own dump (HLO before/after optimizations, buffer assignment and its values file) is
+    written there; either way the buffer assignment and its values file are kept in the result."""
     from xla_harness.targets.devices import device_kind
 
     options = dict(program.jit_kwargs.get("compiler_options") or {})
@@ -118,10 +129,10 @@ def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_t
             raise HarnessError(f"{target.text}: the compiler failed on {program_name or program.name}: {first}") \
                 from None
         text = compiled.as_text()
-        ba = _buffer_assignment(dump)
+        ba, values = _buffer_assignment(dump)
     seconds = time.process_time() - t0
     _check_platform(compiled, target, devices)
-    return CompiledStep(target, compiled, text, ba, seconds, device_kind(devices))
+    return CompiledStep(target, compiled, text, ba, seconds, device_kind(devices), values)
 
 
 def _check_platform(compiled, target: Target, devices: list) -> None:
