@@ -37,7 +37,7 @@ help:
 	@echo "make frameworks-test  TF/MLX gradient tests in .venv-frameworks (part of make test)"
 	@echo "make xla-test XLA_SRC=dir [SERIES=..] [STOCK=1]  compile + run XLA's unit tests for the series (no Bazel)"
 	@echo "make xla-mutants XLA_SRC=dir  delete each guard of each default XLA patch; every mutant must fail a test"
-	@echo "make xla-blast-radius XLA_SRC=dir [MODULES=dir]  fusion decisions the default series changes"
+	@echo "make xla-blast-radius XLA_SRC=dir [MODULES=dir | PREFUSION_TARGET=tpu:v6e:2x4|cuda:h100]  fusion decisions the default series changes"
 	@echo "make jax-suite JAX_SRC=dir  jax's own test files, masking flag off and on (results in $(OUT)/jax-suite)"
 	@echo "make pr TARGET=xla|jax|tensorflow  write out/pr/<target>/ (mbox, PR.md, CHECKLIST.md)"
 	@echo "make build-and-test [JAX_VERSION=v] [DRY_RUN=1] [CUDA=1]  build jaxlib with the series variant for that jax (needs GitHub)"

@@ -21,11 +21,13 @@ xla-mutants: setup
 
 # How many fusion decisions the default series changes: the stock and patched
 # ShouldFuseInPlaceOp over pre-fusion modules (default: dumped here from the programs of
-# xla_harness/upstream/prefusion.py on CPU).
-#   make xla-blast-radius XLA_SRC=dir [MODULES=dir]
+# xla_harness/upstream/prefusion.py, on CPU or, with PREFUSION_TARGET, as they enter the fusion
+# pass of libtpu (tpu:v6e:2x4) or of the CUDA plugin (cuda:h100), ahead of time: make setup-targets).
+#   make xla-blast-radius XLA_SRC=dir [MODULES=dir | PREFUSION_TARGET=host|tpu:GEN:SHAPE|cuda:KIND]
 PREFUSION_DIR := $(OUT)/prefusion
 xla-blast-radius: setup
 	@if [ -n "$(XLA_SRC)" ] && [ -z "$(MODULES)" ]; then rm -rf $(PREFUSION_DIR) && \
-	  $(PY) -m xla_harness.upstream.prefusion --out $(PREFUSION_DIR) || exit $$?; fi
+	  $(PY) -m xla_harness.upstream.prefusion --out $(PREFUSION_DIR) \
+	    $(if $(PREFUSION_TARGET),--target $(PREFUSION_TARGET)) || exit $$?; fi
 	$(PY) -m xla_harness.upstream.xlatest blast-radius $(if $(XLA_SRC),--xla-src $(XLA_SRC)) \
 	  --modules $(or $(MODULES),$(PREFUSION_DIR))

@@ -247,4 +247,4 @@ def test_compare_decisions_counts_changed_pairs_only():
 def test_blast_radius_without_modules_is_one_error(tmp_path, capsys):
     assert xlatest.main(["blast-radius", "--xla-src", str(tmp_path), "--modules", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no *.before_fusion.txt modules" in err[0]
+    assert len(err) == 1 and "no pre-fusion modules (*.before_fusion.txt" in err[0]

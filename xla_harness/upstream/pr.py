@@ -245,6 +245,8 @@ _XLA_LOG_KIND = {
     "xla-test-v1-source.log": "the patch's tests over its first version's source: what that version got wrong",
     "xla-mutants.log": "each guard deleted in turn: every mutant must fail a test",
     "xla-blast-radius.log": "stock and patched fusion decisions over CPU pre-fusion modules",
+    "xla-blast-radius-tpu.log": "the same over the modules entering libtpu's fusion pass (tpu:v6e:2x4, ahead of time)",
+    "xla-blast-radius-cuda.log": "the same over the modules entering the CUDA plugin's priority fusion (cuda:h100)",
 }
 
 

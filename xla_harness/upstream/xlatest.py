@@ -34,6 +34,7 @@ from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.resources import patches_dir, source_checkout
 from xla_harness.upstream.patchcheck import parse_patch
+from xla_harness.upstream.prefusion import module_patterns, prefusion_modules
 from xla_harness.upstream.series import Series, Upstream, load_series
 
 SHIM_DIR = Path(__file__).resolve().parent / "xlatest_shim"
@@ -272,6 +273,17 @@ def parse_decisions(output: str) -> dict[tuple[str, str, str], str]:
         parts = line.split("\t")
         if len(parts) == 4 and parts[3] in ("allow", "forbid"):
             out[(parts[0], parts[1], parts[2])] = parts[3]
+    return out
+
+
+def refused_modules(stderr: str) -> list[tuple[str, str]]:
+    """(file, why) of each module the probe could not read or parse (its stderr lines
+    "unreadable|unparsable<TAB>file[<TAB>parser message]")."""
+    out = []
+    for line in stderr.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0] in ("unreadable", "unparsable"):
+            out.append((parts[1], parts[2] if len(parts) > 2 else parts[0]))
     return out
 
 
@@ -646,10 +658,10 @@ def cmd_blast(args: argparse.Namespace) -> int:
     if not args.xla_src:
         print("xla-blast-radius: not checked: no XLA_SRC")
         return 0
-    modules = sorted(Path(args.modules).rglob("*.before_fusion.txt"))
+    modules = prefusion_modules(Path(args.modules))
     if not modules:
-        raise HarnessError(f"no *.before_fusion.txt modules under {args.modules} "
-                           "(make them with python -m xla_harness.upstream.prefusion --out DIR)")
+        raise HarnessError(f"no pre-fusion modules ({module_patterns()}) under {args.modules} "
+                           "(make them with python -m xla_harness.upstream.prefusion --out DIR [--target T])")
     series = load_series()
     args.series = "default"
     _resolve_base(args, series)
@@ -665,7 +677,8 @@ def cmd_blast(args: argparse.Namespace) -> int:
     stock_src = stock_dir / Path(unit.source).name
     shutil.copyfile(Path(args.xla_src) / unit.source, stock_src)
     probe = compile_cached(tc, PROBE_SOURCE, work / "obj", log)
-    outputs = {}
+    outputs: dict[str, str] = {}
+    refused: dict[str, list[tuple[str, str]]] = {}
     for label, src in (("stock", stock_src), ("patched", tc.tree / unit.source)):
         obj = compile_cached(tc, src, work / "obj", log)
         exe = work / "bin" / f"fusion_decisions_{label}"
@@ -679,13 +692,19 @@ def cmd_blast(args: argparse.Namespace) -> int:
         if run.returncode not in (0, 2):
             raise HarnessError(f"the {label} probe died (exit {run.returncode})")
         outputs[label] = run.stdout
-    radius = compare_decisions(outputs["stock"], outputs["patched"], len(modules))
-    print(f"xla-blast-radius: {radius.modules} pre-fusion modules from {args.modules}, "
+        refused[label] = refused_modules(run.stderr)
+    if refused["stock"] != refused["patched"]:
+        raise HarnessError("the stock and patched probes refused different modules; the runs are not comparable")
+    radius = compare_decisions(outputs["stock"], outputs["patched"], len(modules) - len(refused["stock"]))
+    print(f"xla-blast-radius: {len(modules)} pre-fusion modules from {args.modules}, "
+          f"{len(refused['stock'])} the wheel's parser refused, {radius.modules} read, "
           f"{radius.modules_with_pairs} with in-place candidate pairs, {radius.pairs} pairs evaluated, "
           f"{len(radius.changed)} decisions changed")
     for row in radius.changed:
         print("  changed: " + "  ".join(row))
-    return 0
+    for file, why in refused["stock"]:
+        print(f"  refused: {Path(file).name}  {why[:300]}")
+    return 1 if refused["stock"] else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -709,7 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="keep the non-test sources stock (patched tests over stock code)")
             p.add_argument("--filter", default="", help="gtest filter")
         if name == "blast-radius":
-            p.add_argument("--modules", default="", help="folder of *.before_fusion.txt modules (searched recursively)")
+            p.add_argument("--modules", default="",
+                           help=f"folder of pre-fusion modules ({module_patterns()}; searched recursively)")
     files = sub.add_parser("files", help="print the XLA files a partial XLA_SRC needs for a series (for git archive)")
     files.add_argument("--series", default="default", help="default | experimental")
     files.add_argument("--base-ref", default="", help="the base (e.g. jax-v0.9.0.1): its variant's files")

@@ -3,7 +3,9 @@
 // pair whose consumer has in-place input/output pairs, and print one line per
 // pair: file, consumer, producer, allow|forbid. Linked once against the stock
 // and once against the patched instruction_fusion.o, the two outputs differ
-// exactly where the patch changes a fusion decision.
+// exactly where the patch changes a fusion decision. A file that cannot be read
+// or parsed is named on stderr ("unreadable|unparsable<TAB>file[<TAB>why]") and
+// makes the exit status 2.
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -36,7 +38,12 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<xla::HloModule>> module =
         xla::ParseAndReturnUnverifiedModule(text, xla::HloModuleConfig());
     if (!module.ok()) {
-      std::cerr << "unparsable\t" << argv[i] << "\n";
+      // The parser's message on one line: what construct it refused, and where.
+      std::string why(module.status().message());
+      for (char& c : why) {
+        if (c == '\n' || c == '\t') c = ' ';
+      }
+      std::cerr << "unparsable\t" << argv[i] << "\t" << why << "\n";
       ++unreadable;
       continue;
     }
