@@ -97,6 +97,7 @@ def test_a_small_program_dumped_as_it_enters_the_tpu_fusion_pass(tmp_path):
     res = _dump("tpu:v6e:2x4", "transposed_scatter_add", tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "1 programs compiled for tpu:v6e:2x4" in res.stdout
+    assert "prefusion: compiled by jax " in res.stdout and "libtpu 0." in res.stdout
     modules = prefusion.prefusion_modules(tmp_path)
     assert modules and all(m.name.endswith(".before_tpu_fusion.txt") for m in modules)
     # libtpu's module: tiled layouts, and the scatter (wrapped in its custom fusion) still there.

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     from xla_harness.targets import parse_target
-    from xla_harness.targets.devices import missing, prepare_environment
+    from xla_harness.targets.devices import compiler_versions, missing, prepare_environment
 
     target = parse_target(args.target)
     why = missing(target)
@@ -236,6 +236,7 @@ def _main(args: argparse.Namespace) -> int:
     where = "on the CPU" if target.is_host else f"for {target.text}"
     total = len(list(out.rglob(fusion.glob)))  # with the modules of the eager ops that build the arguments
     print(f"prefusion: {len(added)} programs compiled {where}, {total} pre-fusion modules ({fusion.glob}) in {out}")
+    print("prefusion: compiled by " + ", ".join(f"{k} {v}" for k, v in compiler_versions(target).items()))
     return 0
 
 
