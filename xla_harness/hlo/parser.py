@@ -295,6 +295,9 @@ def _called(rest: str, opcode: str = "") -> list[str] | None:
     if len(found) > 1:
         found.sort()
     return [n for _, names in found for n in names]
+# A computation's signature on one line, '(p: f32[2]) -> f32[2]{0} {': the declared shape's text (the
+# parameter list is skipped, as _signature does); the match ends after the '{'.
+_SIGNATURE_LINE = re.compile(r'\([^()"\n]*\)[ \t]*->[ \t]*([^\n]*?)[ \t]*\{(?=[ \t]*\n)')
 _SECTION = re.compile(r"(FileNames|FunctionNames|FileLocations|StackFrames)\b")
 _SECTION_ENTRY = re.compile(r"\s*\d+\s+")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?%?({_NAME})\s*")
@@ -303,8 +306,13 @@ _BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _LINE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//')
 
 
+_COMMENT_START = re.compile(r"/[*/]")  # one regex search: faster than two substring tests of the whole text
+
+
 def _strip_comments(text: str) -> str:
     """Remove /* */ and // comments outside strings, keeping line numbers."""
+    if _COMMENT_START.search(text) is None:
+        return text
     if "/*" in text:
         text = _BLOCK_COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", text)
     if "//" in text:
@@ -418,11 +426,21 @@ class _Reader:
             raise ValueError(f"expected a computation near {text[start:start + 40]!r}")
         is_entry, name = bool(m.group(1)), m.group(2)
         line = self.line_at(start)
-        self.pos, declared = self._signature(name, m.end())
+        h = _SIGNATURE_LINE.match(text, m.end())
+        declared = (_SHAPE_CACHE.get(h.group(1)) or _TUPLE_SHAPES.get(h.group(1))) if h is not None else None
+        if declared is not None:  # '(params) -> shape {' on one line, the shape read before: as _signature reads it
+            self.pos = h.end()  # type: ignore[union-attr]
+        else:
+            self.pos, declared = self._signature(name, m.end())
         comp = self.body(name, is_entry, line, defined)
         if declared is not None:
-            _check_result_shape(comp, declared)
-        comp.execution_thread = self._thread(name)
+            shape = comp.root.shape
+            if not (declared is shape or (declared.tuple_shapes is None and shape.tuple_shapes is None
+                                          and declared.element_type == shape.element_type
+                                          and declared.dims == shape.dims)):  # _compatible of two arrays, inline
+                _check_result_shape(comp, declared)
+        after = _ws_end(text, self.pos)
+        comp.execution_thread = self._thread(name) if text.startswith(",", after) else ""
         return comp
 
     def body(self, name: str, is_entry: bool, line: int, defined: dict[str, Computation]) -> Computation:
@@ -483,24 +501,34 @@ class _Reader:
                           comps: dict[str, Computation]) -> Instruction | None:
         """The common one-line instruction 'name = f32[..]{..} op(a, b), attrs' read from one
         regex match; None when the line is anything else (the general reader takes it).
-        Checks as ``_check_instruction``, its common case inline (this runs once per line)."""
+        Checks as ``_check_instruction`` (its common case: :func:`_check_line_instruction`); the
+        attribute text, operands and called computation are read by the common cases of
+        ``_attributes_end_here`` (inline), ``_one_line_operands`` and ``_called`` (this runs once per line)."""
         root, name, shape_text, opcode, inner, rest = fm.groups()
-        end = fm.end()
-        if rest and not _attributes_end_here(rest):
-            return None
+        if rest:  # not _attributes_end_here(rest), inline
+            last = rest[-1]
+            if rest[0] != "," or last.isspace():
+                s = rest.strip()
+                ok = not s or (s[0] == "," and s[-1] not in ",=")
+            else:
+                ok = last != "," and last != "="
+            if not ok or rest.count("{") != rest.count("}") \
+                    or (rest.count('"') - (rest.count('\\"') if "\\" in rest else 0)) % 2:
+                return None
         if name in by_name or opcode in _SHAPE_BUILT_BY_XLA:
             return None
         literal = ""
+        operands: list[str] | None
         if opcode in _LITERAL_OPCODES:
-            operands: list[str] | None = []
+            operands = []
             literal = inner.strip()
         else:
-            operands = _one_line_operands(inner, by_name)
+            operands = _line_operands(inner, by_name)
         shape = _SHAPE_CACHE.get(shape_text) or _TUPLE_SHAPES.get(shape_text) or _line_shape(shape_text)
         if operands is None or shape is None:
             return None
         if "=" in rest and opcode not in _NO_CALL_OPCODES:
-            called = _called(rest, opcode)
+            called = _line_called(rest, opcode)
             if called is None:  # a computation written inline: the general reader takes it
                 return None
         else:
@@ -515,16 +543,11 @@ class _Reader:
             line = self.line_at(start)
         ins = Instruction(name, shape, opcode, operands, rest, bool(root), line, literal, called, async_wrapped)
         self.pos = start
-        if called or "(" in literal or opcode == "scatter" or "output_to_operand_aliasing" in rest:
+        if "(" in literal or "output_to_operand_aliasing" in rest:
             _check_instruction(ins, by_name, comps)
-        else:  # what _check_instruction checks of such an instruction, inline
-            for op in operands:
-                if op not in by_name:  # undefined, or 'name#k': the full check says which
-                    _check_operands(ins, by_name)
-                    break
-            if opcode in _OPERAND_COUNTS:
-                _check_operand_count(ins)
-        self.pos = end
+        else:
+            _check_line_instruction(ins, by_name, comps)
+        self.pos = fm.end()
         return ins
 
     def _signature(self, name: str, i: int) -> tuple[int, Shape | None]:
@@ -741,6 +764,61 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
             if op_num >= len(ins.operands) and ins.opcode not in ("async-start", "async-update"):
                 raise _At(ins.line, f"{ins.name}: output_to_operand_aliasing names operand {op_num}, "
                                     f"it has {len(ins.operands)}")
+
+
+def _line_operands(inner: str, defined: dict[str, Instruction]) -> list[str] | None:
+    """:func:`_one_line_operands`, with its common case inline: operands as XLA prints them,
+    'f32[2,3]{1,0} %a, s32[] %b', every shape one read before and every name defined before."""
+    if "[" in inner:  # _printed_operands, inline
+        pieces = inner.split(" %")
+        if len(pieces) > 1 and pieces[0] in _SHAPE_CACHE and pieces[-1] in defined:
+            names = []
+            for piece in pieces[1:-1]:
+                name, comma, shape = piece.partition(", ")
+                if not comma or name not in defined or shape not in _SHAPE_CACHE:
+                    break
+                names.append(name)
+            else:
+                names.append(pieces[-1])
+                return names
+    return _one_line_operands(inner, defined)
+
+
+def _line_called(rest: str, opcode: str) -> list[str] | None:
+    """:func:`_called`, with its common case inline: an opcode of ``_CALL_KEYS_OF`` naming its one
+    computation once, by name ('calls=%f' after ' ' or ',')."""
+    keys = _CALL_KEYS_OF.get(opcode)
+    if keys is not None:
+        key = keys[0]
+        k = rest.find(key)
+        if k > 0 and rest.find(key, k + 1) < 0 and rest[k - 1] in " ,":
+            m = _CALL_VALUE.match(rest, k + len(key))
+            if m is not None and m.group(1)[0] != "{":
+                return [m.group(1).lstrip("%")]
+    return _called(rest, opcode)
+
+
+def _check_line_instruction(ins: Instruction, defined: dict[str, Instruction], comps: dict[str, Computation]) -> None:
+    """``_check_instruction`` of an instruction with no '(' in its literal and no
+    output_to_operand_aliasing: the common case inline, the full check where one fails (it says which)."""
+    for op in ins.operands:
+        if op not in defined:  # undefined, or 'name#k': the full check says which
+            _check_operands(ins, defined)
+            break
+    for callee in ins.called:
+        if callee not in comps:
+            _check_instruction(ins, defined, comps)
+    opcode = ins.opcode
+    if opcode == "scatter":
+        n = len(ins.operands)
+        if n < 3 or n % 2 == 0:
+            _check_operand_count(ins)
+    else:
+        lo_hi = _OPERAND_COUNTS.get(opcode)
+        if lo_hi is not None and not ins.async_wrapped:
+            n = len(ins.operands)
+            if n < lo_hi[0] or (lo_hi[1] is not None and n > lo_hi[1]):
+                _check_operand_count(ins)
 
 
 def _compatible(a: Shape, b: Shape) -> bool:

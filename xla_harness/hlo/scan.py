@@ -251,10 +251,18 @@ def _structure(comp: Computation, fusion: Instruction) -> tuple | None:
         return None
     pos: dict[str, int] = {}
     parts: list = [id(fusion.shape), len(fusion.operands)]
-    for k, ins in enumerate(comp.instructions):
+    append = parts.append
+    unsafe = _MEMO_UNSAFE
+    k = 0
+    for ins in comp.instructions:
         op = ins.opcode
-        if op in _MEMO_UNSAFE:  # (an annotation on any other opcode is not read)
+        if op in unsafe:  # (an annotation on any other opcode is not read)
             return None
+        if op == "parameter" and not ins.operands:
+            append((op, id(ins.shape), (), ins.literal, ins.is_root))
+            pos[ins.name] = k
+            k += 1
+            continue
         try:
             operands = tuple([pos[o] for o in ins.operands])
         except KeyError:  # 'name#k' (or not defined here): not memoised
@@ -269,9 +277,10 @@ def _structure(comp: Computation, fusion: Instruction) -> tuple | None:
             extra = ins.attrs.get("index", "0")
         else:
             extra = None
-        parts.append((op, id(ins.shape), operands, extra, ins.is_root))
+        append((op, id(ins.shape), operands, extra, ins.is_root))
         pos[ins.name] = k
-    parts.append(pos.get(comp.root.name))
+        k += 1
+    append(pos.get(comp.root.name))
     return tuple(parts)
 
 
