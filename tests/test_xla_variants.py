@@ -30,8 +30,9 @@ def test_the_variant_for_jax_0_9_0_1_is_declared_for_its_xla_commit():
     assert declared_base((ROOT / "patches" / V0901).read_text()) == "jax-v0.9.0.1"
     with pytest.raises(HarnessError, match="experimental series of xla is not available for jax-v0.9.0.1"):
         XLA.select("experimental", "jax-v0.9.0.1")
-    # the jax 0.11.0 pin takes the series' own file (it applies there unchanged)
+    # the jax 0.10.2 and 0.11.0 pins take the series' own file (it applies there unchanged)
     assert [p.file for p in XLA.select("default", "jax-v0.11.0")] == [OWN]
+    assert [p.file for p in XLA.select("default", "jax-v0.10.2")] == [OWN]
     text = (ROOT / "patches" / V0901).read_text()
     added = "".join(ln[1:] + "\n" for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
     # no AliasInfo hook or parameter at that base: the change follows bitcasts, as AliasInfo does there
@@ -43,6 +44,7 @@ def test_the_variant_for_jax_0_9_0_1_is_declared_for_its_xla_commit():
 def test_base_ref_for_picks_the_variant_recorded_for_the_trees_commit():
     assert xlatest.base_ref_for(XLA, BB760) == "jax-v0.9.0.1"
     assert xlatest.base_ref_for(XLA, "131bf41acb4650e4391a640c3f1859c1c86ad74b") == "jax-v0.11.0"
+    assert xlatest.base_ref_for(XLA, "5a9e73cbd92530cac2ac36f4736a774b2412afe2") == "jax-v0.10.2"
     assert xlatest.base_ref_for(XLA, "183fa00cb5d82384463a1a7aed1ab06bc9026974") is None  # the series' own
     assert xlatest.base_ref_for(XLA, "unknown") is None
     assert xlatest.base_ref_for(XLA, "unknown", "jax-v0.9.0.1") == "jax-v0.9.0.1"
