@@ -34,7 +34,11 @@ def test_xla_pr_evidence_sections(tmp_path):
     assert "The new tests that fail on stock sources" in evidence
     assert "`InstructionFusionTest.ShouldFuseInPlaceOpForbidsTransposeIntoScatter`" in evidence
     assert "Not run: Bazel" in evidence and "GPU execution" in evidence
-    assert "Not measured: pre-fusion modules of the TPU and CUDA" in evidence
+    # the committed blast radius over the TPU's and GPU's pre-fusion modules is cited, with its verdict
+    assert "Not measured: pre-fusion modules" not in evidence
+    for target in ("tpu", "cuda"):
+        assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`" in evidence.split("Other pre-fusion")[1]
+        assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`: xla-blast-radius: " in evidence
     limits = evidence.split("### Known limits")[1].split("###")[0]
     assert "slice of a larger buffer" in limits and "broadcast of a non-constant" in limits
     tpu = evidence.split("### TPU")[1]
@@ -57,6 +61,7 @@ def test_a_missing_base_log_is_named_not_skipped(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     desc = _pr(tmp_path / "e", empty)
+    assert "Not measured: pre-fusion modules of the TPU and CUDA" in desc
     for b in (b for b in XLA.bases if b.series == "default"):
         assert f"`{b.evidence}`" in desc.split("Not recorded (")[1]
 

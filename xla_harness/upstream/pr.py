@@ -245,8 +245,10 @@ _XLA_LOG_KIND = {
     "xla-test-v1-source.log": "the patch's tests over its first version's source: what that version got wrong",
     "xla-mutants.log": "each guard deleted in turn: every mutant must fail a test",
     "xla-blast-radius.log": "stock and patched fusion decisions over CPU pre-fusion modules",
-    "xla-blast-radius-tpu.log": "the same over the modules entering libtpu's fusion pass (tpu:v6e:2x4, ahead of time)",
-    "xla-blast-radius-cuda.log": "the same over the modules entering the CUDA plugin's priority fusion (cuda:h100)",
+    "xla-blast-radius-tpu.log": "stock and patched fusion decisions over the modules entering libtpu's tpu_fusion "
+                                "(tpu:v6e:2x4, compiled ahead of time)",
+    "xla-blast-radius-cuda.log": "stock and patched fusion decisions over the modules entering the CUDA plugin's "
+                                 "priority-fusion (cuda:h100, compiled ahead of time)",
 }
 
 
@@ -350,7 +352,9 @@ def _xla_evidence_lines(up: Upstream, results_dir: Path) -> list[str]:
               "fuse scatter with producers and GPU has its own rule, so it is not a count of changed "
               "kernels."]
     if aot:
-        lines += ["", "Other pre-fusion modules: " + ", ".join(f"`{f.relative_to(results_dir.parent)}`" for f in aot)]
+        cited = ", ".join(f"`{f.relative_to(results_dir.parent)}`" for f in aot)
+        lines += ["", f"Other pre-fusion modules: {cited} (as they enter the TPU's or GPU's fusion pass, compiled "
+                  "ahead of time)"]
     else:
         lines += ["", "Not measured: pre-fusion modules of the TPU and CUDA ahead-of-time compiles (none are "
                   "recorded under results/xla/)."]
