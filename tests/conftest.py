@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 # The suite runs on the CPU: with libtpu or the CUDA plugin installed (make setup-targets), jax would
@@ -20,3 +21,7 @@ def pytest_sessionstart(session):
     from xla_harness.stress.store import repo_commit
 
     repo_commit()
+    # matplotlib builds its font cache on first use, asking fontconfig (`fc-list`) in a subprocess:
+    # on a fresh machine that would happen inside whichever fast test plots first. Built here, once.
+    with contextlib.suppress(ImportError):  # without the plot extra no test plots
+        import matplotlib.font_manager  # noqa: F401 - importing it builds (or loads) the cache
