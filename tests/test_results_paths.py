@@ -40,10 +40,10 @@ def test_results_name_no_path_of_this_machine():
 
 def test_a_planted_machine_path_is_found(tmp_path):
     (tmp_path / "results" / "x").mkdir(parents=True)
-    (tmp_path / "results" / "x" / "a.log").write_text("ok ~/.cache/xla-harness\nPYTHONPATH=/work/main pytest\n")
-    (tmp_path / "results" / "x" / "b.md").write_text("see /root/.cache/x and results/x/a.log\n")
-    (tmp_path / "results" / "x" / "c.gz").write_bytes(b"/root/ in a binary file is not read")
-    (tmp_path / "results" / "x" / "d.txt.gz").write_bytes(gzip.compress(b"HloModule m\n1 \"/work/main/x.py\"\n"))
+    (tmp_path / "results" / "x" / "a.log").write_text("ok ~/.cache/xla-harness\nPYTHONPATH=/home/alice/src pytest\n")
+    (tmp_path / "results" / "x" / "b.md").write_text("see /home/alice/.cache/x and results/x/a.log\n")
+    (tmp_path / "results" / "x" / "c.gz").write_bytes(b"/home/alice/ in a binary file is not read")
+    (tmp_path / "results" / "x" / "d.txt.gz").write_bytes(gzip.compress(b"HloModule m\n1 \"/home/alice/src/x.py\"\n"))
     assert machine_paths(tmp_path) == ["results/x/a.log:2", "results/x/b.md:1", "results/x/d.txt.gz:2"]
 
 
@@ -56,9 +56,11 @@ def _publish_tool():
 
 def test_publish_hlo_scrubs_the_file_table_only(tmp_path):
     tool = _publish_tool()
-    body = ("HloModule m\nENTRY e {\n  ROOT p = f32[4]{0} parameter(0), metadata={source_file=\"/work/x.py\"}\n}\n\n"
-            "FileNames\n1 \"/work/main/.venv/lib/python3.13/site-packages/optax/_src/base.py\"\n"
-            "2 \"/tmp/clone/xla_harness/cli.py\"\n3 \"/root/.venv/bin/xla-harness\"\n4 \"/opt/other.py\"\n\n"
+    body = ("HloModule m\nENTRY e {\n"
+            "  ROOT p = f32[4]{0} parameter(0), metadata={source_file=\"/home/alice/x.py\"}\n}\n\n"
+            "FileNames\n1 \"/home/alice/src/.venv/lib/python3.13/site-packages/optax/_src/base.py\"\n"
+            "2 \"/home/alice/clone/xla_harness/cli.py\"\n3 \"/home/alice/.venv/bin/xla-harness\"\n"
+            "4 \"/opt/other.py\"\n\n"
             "FunctionNames\n1 \"_layer\"\n")
     dump = tmp_path / "results" / "x" / "m.after_optimizations.txt"
     (tmp_path / "results" / "x").mkdir(parents=True)
