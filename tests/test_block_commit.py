@@ -204,17 +204,18 @@ def test_train_replay_that_does_not_reproduce_a_nan_is_marked_nondeterministic()
 
 def test_block_size_grows_with_cost_and_shrinks_with_failures():
     size = BlockSize()
-    size.update(10, 0, step_seconds=1.0, check_seconds=0.5)  # a check costs 5 steps: K -> 500, capped 4x
-    assert size.size == 40
-    size.update(40, 0, step_seconds=4.0, check_seconds=0.5)
-    assert size.size == 160
-    size.update(160, 8, step_seconds=16.0, check_seconds=0.5)  # r = 8/210: K = sqrt(5 * 210 / 8)
-    assert size.size == 12
+    assert size.size == 1 and not size.measured
+    size.update(10, 0, step_seconds=0.1, cost_seconds=0.5)  # a block's costs: 5 steps -> K 500, capped 8x
+    assert size.size == 8
+    size.update(8, 0, step_seconds=0.1, cost_seconds=0.5)
+    assert size.size == 64
+    size.update(64, 0, step_seconds=0.1, cost_seconds=0.5)
+    assert size.size == 512  # a power of two: ceil(5 / 0.01) = 500
+    size.update(118, 8, step_seconds=0.1, cost_seconds=0.5)  # r = 8/200: K = sqrt(5 * 200 / 8) = 11.2 -> 16
+    assert size.size == 16
     fixed = BlockSize(fixed=7)
     fixed.update(7, 3, 1.0, 100.0)
     assert fixed.size == 7
-
-
 
 
 @pytest.mark.slow
@@ -253,3 +254,38 @@ def test_block_commit_restores_a_state_sharded_over_eight_devices():
     assert _same_state(out["block"][1], out["step"][1])
     embed = out["block"][1].params["embed"]
     assert embed.sharding == out["step"][1].params["embed"].sharding and len(embed.sharding.device_set) == 8
+
+
+@pytest.mark.slow
+def test_a_recompute_whose_losses_differ_from_the_records_is_counted_as_nondeterminism(tmp_path):
+    """Block 5-9 fails (call 9 is NaN); the state at step 5 is recomputed from init, running steps 0-4
+    again as calls 15-19 of a step that perturbs its loss on every 4th call: steps 0, 3 and 4 come out
+    different from their records and are reported, never hidden; the replay of 5-9 marks step 7."""
+    from xla_harness.stress import report
+    from xla_harness.stress.runner import run_matrix
+
+    (tmp_path / "noisy.py").write_text(NOISY_FILE)
+    blocks, _ = _run(noisy(every=4, nan_calls=(9,)), "block", steps=15, block=5)
+    (failed,) = [b for b in blocks if b.recompute is not None]
+    assert (failed.start, failed.end) == (5, 10)
+    assert failed.recompute == {"from": 0, "steps": 5, "nondet": [0, 3, 4]}
+    assert [r["step"] for b in blocks for r in b.records if r.get("nondet")] == [7]
+    spec = StressSpec(program=f"{tmp_path}/noisy.py:make", seeds=(1,), steps=15, block=5,
+                      program_options=(("every", 4), ("nan_calls", (9,))))
+    path = run_matrix(spec, tmp_path / "r")
+    (row,) = report.load_table([path.parent]).rows
+    assert row.nondet == 4 and row.nondet_steps == {(1, 0), (1, 3), (1, 4), (1, 7)}
+
+
+@pytest.mark.slow
+def test_frequent_failures_move_the_restore_point_and_keep_the_per_step_trajectory():
+    """A failure every 7 steps: once failures are seen the state is copied to the host at Young's
+    interval, so a failed block is recomputed from a recent copy, not from init every time; the
+    records and the trajectory stay the per-step commit's."""
+    bad = tuple(range(6, 160, 7))
+    recs, blocks = _assert_equal_commits(poisoned(bad_steps=bad), steps=160, block=4)
+    assert [r["step"] for r in recs if not r["finite"]] == list(bad)
+    recomputed = [b.recompute for b in blocks if b.recompute is not None]
+    assert len(recomputed) == len(bad)
+    assert max(r["from"] for r in recomputed) > 100  # the restore point moved along
+    assert sum(r["steps"] for r in recomputed) < 2 * 160  # not a recompute from init per failure (~2000 steps)

@@ -103,9 +103,10 @@ def test_a_restore_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("plant,says", [
-    ("donation", "input_output_alias"),
-    ("dtype", "hlo_sha256"),
-    ("committed", "hlo_sha256"),
+    ("donation", "donated_invars"),
+    ("dtype", "global_in_avals"),
+    ("weak type", "global_in_avals"),
+    ("committed", "committed"),
 ])
 def test_changed_arguments_or_donation_are_refused(plant, says):
     program = weak_scale_program()
@@ -114,9 +115,12 @@ def test_changed_arguments_or_donation_are_refused(plant, says):
     params, opt = state.params, state.opt_state
     batch = h.program.batch(step_keys(1, 0)[0], 0)
     if plant == "donation":  # the harness's step jitted without the user's donation
-        h.step = jax.jit(program.step)
+        h.jitted = jax.jit(program.step)
     elif plant == "dtype":  # a leaf's dtype changed on the way in
         params = {**params, "scale": params["scale"].astype(jnp.float16)}
+    elif plant == "weak type":  # a weakly typed leaf made strong (same dtype)
+        params = {**params, "scale": params["scale"].astype(jnp.float32)}
+        assert not params["scale"].weak_type
     else:  # committed to a device (a plain loop's arrays are not)
         params = jax.device_put(params, jax.devices()[0])
     with pytest.raises(HarnessError, match=f"differs from a plain loop's jax.jit of it \\([^)]*{says}"):

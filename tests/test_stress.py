@@ -95,10 +95,10 @@ def test_frozen_protocol_counts_one_fault_as_one_failure(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("commit,per_block", [("step", 1), ("block", 2)])
+@pytest.mark.parametrize("commit,per_block", [("step", 1), ("block", 1)])
 def test_flags_stay_on_device_until_block_end(monkeypatch, commit, per_block):
-    """Per-step commit: the flags of K steps in one fetch. Block commit: the K losses in one fetch, then
-    the state check's one flag; nothing per step."""
+    """Per-step commit: the flags of K steps packed in one fetch. Block commit: the K losses and the
+    state check's one flag packed in one fetch; nothing per step."""
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=20, block=10, commit=commit, **TINY)
     h = prepare(spec, spec.configs()[0])
     state = initial_state(h, 1)

@@ -104,16 +104,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --reference: check every N'th step only; the table says how many were checked "
                         "(default 1: every step)")
     p.add_argument("--commit", choices=COMMITS, default="block",
-                   help="train protocol: block feeds the step's outputs straight back, checks the state and "
-                        "keeps a host snapshot once per block, and replays a block that held a non-finite "
-                        "step one step at a time (same counts and trajectory as step, a few percent of the "
-                        "step's cost); step checks and rolls back every step, with a second copy of the "
-                        "state on the device. A non-finite value the step itself removes again within a "
-                        "block is seen only by step (default block)")
+                   help="train protocol: block feeds the step's outputs straight back and checks the state "
+                        "once per block (one small fetch, read while the next block runs; no copy of the "
+                        "state while nothing fails), and brings a block that held a non-finite step back "
+                        "to its start (recomputed from init, a checkpoint or a host copy) to replay it one "
+                        "step at a time (same counts and trajectory as step, under 1%% of the step's cost); "
+                        "step checks and rolls back every step, with a second copy of the state on the "
+                        "device. A non-finite value the step itself removes again within a block is seen "
+                        "only by step (default block)")
     p.add_argument("--block", type=flags.positive, default=None, metavar="K",
-                   help="steps per block: per check and snapshot (--commit block), per host sync and results "
-                        "line otherwise (default: block chooses K from the measured cost of a check and the "
-                        "failure rate seen so far; 10 otherwise)")
+                   help="steps per block: per check (--commit block), per host sync and results line "
+                        "otherwise (default: block chooses K from the measured cost of a block's check and "
+                        "records and the failure rate seen so far, starting from one timed step; 10 "
+                        "otherwise)")
     p.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
                    help="train protocol: save the state for --resume at most every S seconds and at the end "
                         "of each (config, seed) (default 300)")

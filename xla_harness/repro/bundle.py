@@ -143,7 +143,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             dump = Path(tmp) / "dump"
             h = prepare(spec, spec.configs()[0])
             state = initial_state(h, seeds[0])
-            h.step.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
+            h.jitted.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
                 compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         hlo, ba = dump_files(Path(dump))
         shutil.copy(hlo, root / "hlo" / hlo.name)

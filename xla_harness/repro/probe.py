@@ -24,7 +24,7 @@ def _harnessed(task: dict, inject_rate: float = 0.0):
     h = prepare(spec, dict(task.get("options", {})))
     state = initial_state(h, task.get("seed", 1))
     batch = h.program.batch(step_keys(task.get("seed", 1), 0)[0], 0)
-    return h, state, h.step.lower(state.params, state.opt_state, batch)
+    return h, state, h.jitted.lower(state.params, state.opt_state, batch)
 
 
 def _target_lowered(task: dict, target):

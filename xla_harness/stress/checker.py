@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from xla_harness.stress.inject import _floating
 
@@ -126,3 +127,50 @@ def make_repeat_check() -> Callable:
         return differs, kept, first_ok | ok
 
     return jax.jit(repeat, donate_argnums=(0,))
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n``: block-level functions are compiled once per bucket."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+class FlagPacker:
+    """The flags of K steps (dicts of device arrays, one per step) as one float32 array [K, F] on the
+    device, and back into host dicts. Compiled once per power-of-two bucket of K (shorter blocks are
+    padded with their last step's flags)."""
+
+    def __init__(self) -> None:
+        self._pack = jax.jit(lambda flags: jnp.stack([jnp.concatenate(
+            [jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(f)]) for f in flags]))
+
+    def pack(self, flags: list[dict]) -> tuple[jax.Array, tuple]:
+        """(the packed array, its layout for :meth:`unpack`)."""
+        leaves, treedef = jax.tree_util.tree_flatten(flags[0])
+        layout = (treedef, [(int(np.prod(x.shape)), x.shape, x.dtype) for x in leaves])
+        return self._pack(pad(flags)), layout
+
+    @staticmethod
+    def unpack(host: np.ndarray, n: int, layout: tuple) -> list[dict]:
+        treedef, parts = layout
+        out = []
+        for row in host[:n]:
+            values, i = [], 0
+            for size, shape, dtype in parts:
+                chunk = row[i:i + size].reshape(shape)
+                values.append(chunk != 0 if dtype == jnp.bool_ else chunk)
+                i += size
+            out.append(jax.tree_util.tree_unflatten(treedef, values))
+        return out
+
+
+def make_summarize() -> Callable:
+    """jit(losses, state_ok) -> float32[1 + len(losses)]: a block's one fetch, its state flag (1.0:
+    every floating leaf finite) then its steps' losses as float32 (compiled once per power-of-two
+    bucket of the block's length; pad with :func:`pad`)."""
+    return jax.jit(lambda losses, ok: jnp.concatenate(
+        [ok.astype(jnp.float32)[None], jnp.stack([jnp.asarray(x).astype(jnp.float32) for x in losses])]))
+
+
+def pad(xs: list) -> list:
+    """``xs`` padded to its :func:`bucket` with its last element."""
+    return xs + [xs[-1]] * (bucket(len(xs)) - len(xs))

@@ -111,6 +111,9 @@ class Block:
     protocol: str = "train"
     fingerprint: dict | None = None  # of the compiled step (stress.fingerprint.fingerprint)
     donate_argnums: tuple[int, ...] = ()
+    # A failed block brought back to its start by recomputing from a restore point: {"from": step,
+    # "steps": steps run again, "nondet": [earlier steps whose recomputed loss differed from their record]}.
+    recompute: dict | None = None
 
     @property
     def injected(self) -> int:
@@ -121,7 +124,8 @@ class Block:
                 "nonfinite": self.nonfinite, "silent": self.silent, "injected": self.injected,
                 "steps": [s.to_json() for s in self.steps], "config": self.config, "program": self.program,
                 "protocol": self.protocol, "fingerprint": self.fingerprint,
-                "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time}
+                "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time,
+                **({"recompute": self.recompute} if self.recompute is not None else {})}
 
 
 Record = Header | Block
@@ -236,11 +240,22 @@ def parse_block(obj: Mapping) -> Block:
     def optional(key: str, kinds, default):
         return _need(obj, key, kinds, what) if key in obj else default
 
+    recompute = optional("recompute", (dict, None), None)
+    if recompute is not None:
+        origin = _int(recompute, "from", "block recompute")
+        _int(recompute, "steps", "block recompute")
+        for t in _need(recompute, "nondet", list, "block recompute"):
+            _typed(t, int, "an entry of block recompute 'nondet'")
+            if not origin <= t < start:
+                raise RecordError(f"block recompute marks step {t}, not one between its origin {origin} and the "
+                                  f"block's start {start}")
+
     return Block(label=_need(obj, "label", str, what), seed=_int(obj, "seed", what, hi=2**31), start=start, end=end,
                  nonfinite=nonfinite, silent=silent, steps=steps, config=config,
                  env=optional("env", dict, {}), time=optional("time", str, ""),
                  program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
-                 fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate))
+                 fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate),
+                 recompute=recompute)
 
 
 def check_block_in_spec(block: Block, spec: Mapping[str, Any]) -> None:

@@ -26,11 +26,18 @@ class Row:
     silent: int = 0
     referenced: int = 0
     injected: int = 0
-    nondet: int = 0  # steps marked nondeterministic (frozen: outputs differ; train: a replay's loss differs)
+    # Steps found nondeterministic, (seed, step): frozen, a finite call whose outputs differ from the
+    # first's; train, a replayed step whose loss differs from its first run's, or a clean step whose
+    # loss differs when a recompute ran it again.
+    nondet_steps: set[tuple[int, int]] = field(default_factory=set)
     protocol: str = "train"
     first_bad: dict[str, int] = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the first block's configuration
     losses: dict[tuple[int, int], float | None] = field(default_factory=dict)  # variants runs: (seed, step)
+
+    @property
+    def nondet(self) -> int:
+        return len(self.nondet_steps)
 
     @property
     def k(self) -> int:
@@ -79,6 +86,8 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
         for b in f.blocks:
             row = rows.setdefault(b.label, Row(b.label, config=dict(b.config), protocol=b.protocol))
             seeds.add(b.seed)
+            if b.recompute is not None:
+                row.nondet_steps.update((b.seed, t) for t in b.recompute["nondet"])
             for s in b.steps:
                 key = (fp, b.label, b.seed, s.step)
                 if key in seen:
@@ -102,7 +111,8 @@ def _count(row: Row, seed: int, s: records.Step) -> None:
     k, n = row.per_seed.get(seed, (0, 0))
     row.per_seed[seed] = (k + (not s.finite), n + 1)
     row.injected += s.injected is not None
-    row.nondet += s.nondet
+    if s.nondet:
+        row.nondet_steps.add((seed, s.step))
     if "variant" in row.config:
         row.losses[(seed, s.step)] = s.loss
     if s.first_bad:

@@ -1,8 +1,9 @@
-"""A copy of the training state in host memory, taken at the start of a block of steps and put back
-when the block held a non-finite step (the block protocol of :mod:`~xla_harness.stress.runner`).
+"""A copy of the training state in host memory: the block protocol's restore point once failures are
+frequent enough to pay for one (:mod:`~xla_harness.stress.restore`; a run that never fails never
+takes one).
 
-The copy lives in numpy buffers allocated once and reused for every later block of the same
-shapes, so after the first block a snapshot is a ``memcpy`` (CPU) or a device-to-host transfer
+The copy lives in numpy buffers allocated once and reused for every later copy of the same
+shapes, so after the first one a snapshot is a ``memcpy`` (CPU) or a device-to-host transfer
 (GPU, TPU) and never a second copy of the state in device memory. It is taken shard by shard
 (only the shards this process holds), so a sharded or multi-process state is copied and restored
 in place. While it is taken, the harness holds no reference to a device buffer past the copy: a

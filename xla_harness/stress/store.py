@@ -192,6 +192,8 @@ class RunWriter:
         self._lock = lock_fh
         self._fh = None
         self.writing = threading.Lock()
+        self.lines_written = 0  # counted for the cost figures (bench/stress_overhead.py)
+        self.fsyncs = 0
         _OPEN_WRITERS.add(self)
         try:
             self._fh = open(path, "ab")  # noqa: SIM115 - held for the run, closed by close()
@@ -218,6 +220,8 @@ class RunWriter:
                 fh.write(line.encode() + b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+                self.lines_written += 1
+                self.fsyncs += 1
             except OSError as exc:
                 raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
 

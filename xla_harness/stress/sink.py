@@ -1,0 +1,77 @@
+"""The results sink: block records appended to the results file from a thread of its own, so the
+loop that dispatches steps never waits for a line's validation, encoding, write or fsync.
+
+Every line is still written whole, flushed and fsynced by the file's one writer
+(:class:`~xla_harness.stress.store.RunWriter`), in order. :meth:`ResultsSink.drain` waits until
+every line appended so far is on disk: a ``--resume`` checkpoint is written only after it (never
+ahead of the records), and the run drains before it reports or ends. A line still queued when the
+process is killed is not lost work: ``--resume`` runs its steps again. An error writing (a full
+disk) is raised in the loop at its next append or drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+from xla_harness.errors import HarnessError
+
+
+class ResultsSink:
+    """Appends records to ``writer`` (anything with ``append(record)``) from a writer thread."""
+
+    def __init__(self, writer) -> None:
+        self.writer = writer
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="xla-harness-results-writer", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            record = self._queue.get()
+            try:
+                if record is None:
+                    return
+                if self._error is None:
+                    self.writer.append(record)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop at its next call
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            if isinstance(err, HarnessError):
+                raise err
+            raise HarnessError(f"internal: writing results failed ({type(err).__name__}: {err})") from err
+
+    def append(self, record) -> None:
+        self._raise()
+        if not self._thread.is_alive():
+            raise HarnessError("internal: a results line appended after the results sink was closed")
+        self._queue.put(record)
+
+    def drain(self) -> None:
+        """Wait until every line appended so far is written and fsynced."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Drain, then end the writer thread."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._raise()
+
+    def __enter__(self) -> ResultsSink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+            return
+        with contextlib.suppress(HarnessError):  # an error in the loop: keep what was written, report the loop's
+            self.close()

@@ -1,0 +1,156 @@
+"""The per-step protocols: every step checked as it runs. ``frozen`` checks each call's outputs and
+compares them bitwise with the seed's first finite call's (``nondet``); ``train`` with ``--commit
+step`` commits each step (a non-finite one rolled back to a backup copy kept on the device), and the
+block protocol replays a failing block this way.
+
+The checks stay on the device: per block of steps their flags are packed into one array
+(:class:`FlagPacker`) that is fetched in one transfer, one block late (the next block is dispatched
+first, so the device never waits for the host).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+
+from xla_harness.errors import HarnessError
+from xla_harness.stress.checker import FlagPacker
+from xla_harness.stress.harness import (
+    BlockResult,
+    Harnessed,
+    RunState,
+    abstract,
+    check_fed_back,
+    follow_signature,
+)
+from xla_harness.stress.inject import step_keys
+from xla_harness.stress.reference import reference_check
+
+DEFAULT_SYNC = 10  # steps per host sync of the per-step protocols when --block is not given
+
+
+def _first_bad(f: dict, h: Harnessed) -> str | None:
+    if not f["loss_ok"]:
+        return "loss"
+    for key, stage, names in (("grads_ok", "grad", h.names), ("updates_ok", "update", h.names),
+                              ("params_ok", "param", h.names), ("opt_ok", "opt", h.opt_names)):
+        if key in f:
+            bad = [n for n, ok in zip(names, f[key], strict=False) if not ok]
+            if bad or not all(f[key]):
+                return f"{stage}:{bad[0] if bad else '?'}"
+    return None
+
+
+def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int]) -> list[dict]:
+    out = []
+    for i, f in enumerate(host_flags):
+        first = None if bool(f["ok"]) else (_first_bad(f, h) or "?")
+        mx, loss = float(f["max_abs_update"]), float(f["loss"])
+        rec = {"step": start + i, "finite": first is None, "first_bad": first,
+               "max_abs_update": mx if math.isfinite(mx) else None, "loss": loss if math.isfinite(loss) else None}
+        if start + i in planned:
+            rec["injected"] = h.spec.inject
+        if bool(f.get("nondet", False)):
+            rec["nondet"] = True
+        out.append(rec)
+    return out
+
+
+def _backup(state: RunState) -> tuple:
+    """The train protocol's copy of the last good (params, opt_state)."""
+    if state.backup is None:
+        raise HarnessError("internal: a per-step train state without its backup copy (run_config makes it)")
+    return state.backup
+
+
+class _Pending:
+    """A block of checked steps whose packed flags are on their way to the host."""
+
+    def __init__(self, start: int, end: int, packed: tuple[jax.Array, tuple], refs: dict[int, dict]) -> None:
+        self.start, self.end, (self.packed, self.layout), self.refs = start, end, packed, refs
+        self.packed.copy_to_host_async()
+
+    def resolve(self, h: Harnessed, seed: int, planned: set[int]) -> BlockResult:
+        host = FlagPacker.unpack(h.counters.fetch(self.packed), self.end - self.start, self.layout)
+        records = host_records(self.start, host, h, planned)
+        for r in records:
+            if r["step"] in self.refs:
+                ref = self.refs.pop(r["step"])
+                # A rejected (non-finite) step was not applied: nothing to compare.
+                r["reference"] = ref if r["finite"] else {**ref, "ok": True, "skipped": "non-finite"}
+        return BlockResult(h.label, seed, self.start, self.end, records)
+
+
+def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set[int], refs: dict[int, dict],
+                  watched: bool) -> dict:
+    """Step ``s`` and its check (train: committed or rolled back), everything on the device; the flags."""
+    spec = h.spec
+    frozen = spec.protocol == "frozen"
+    k_fault = step_keys(seed, s)[1]
+    batch = state.batch if frozen else h.batch(seed, s)
+    sample = spec.reference and s % spec.reference_every == 0
+    if sample:
+        before = jax.device_get((state.params, state.opt_state, batch))
+    new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
+    if s in planned:
+        old_p = state.params if frozen else _backup(state)[0]
+        new_p, new_o = h.injector()(old_p, new_p, new_o, k_fault)
+        h.counters.dispatches += 1
+    if sample:
+        refs[s] = reference_check(h.program, before[0], before[1], before[2], jax.device_get(new_p))
+    if frozen:
+        flags = dict(h.checker(state.params, new_p, new_o, aux))
+        h.counters.dispatches += 1
+        if state.first is None:
+            state.first, state.first_ok = (new_p, new_o, aux), flags["ok"]
+            flags["nondet"] = jnp.bool_(False)
+        else:
+            flags["nondet"], state.first, state.first_ok = h.repeat_check(
+                state.first, state.first_ok, (new_p, new_o, aux), flags["ok"])
+            h.counters.dispatches += 1
+        return flags
+    backup_p, backup_o = _backup(state)
+    returned = abstract((new_p, new_o)) if watched else None
+    flags, state.params, state.opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
+    h.counters.dispatches += 1
+    state.backup = (bp, bo)
+    if returned is not None:
+        check_fed_back(h, (state.params, state.opt_state), returned)
+        follow_signature(h, (state.params, state.opt_state, batch))
+    return flags
+
+
+def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
+              should_stop: Callable[[], bool], sync: int,
+              drain: Callable[[], bool] = lambda: False) -> Iterator[BlockResult]:
+    """Every step checked as it runs: train commits it (rollback of a non-finite step to the backup
+    copy), frozen checks it and compares its outputs bitwise with the seed's first finite call's
+    (``nondet``). Per ``sync`` steps the flags are packed on the device and fetched in one transfer
+    after the next block's steps are dispatched (``drain()`` true at a block's end: fetched before,
+    so the state is the block's end when it is yielded)."""
+    flags_list: list = []
+    block_start = first_checked = state.next_step
+    refs: dict[int, dict] = {}
+    pending: _Pending | None = None
+    for s in range(state.next_step, steps):
+        # The first two feedbacks of each run are held to what the step returned.
+        flags_list.append(_checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1))
+        state.next_step = s + 1
+        stop = should_stop()
+        if len(flags_list) == sync or s == steps - 1 or stop:
+            block = _Pending(block_start, s + 1, h.packer.pack(flags_list), refs)
+            h.counters.dispatches += 1
+            flags_list, refs, block_start = [], {}, s + 1
+            if pending is not None:
+                yield pending.resolve(h, seed, planned)
+            pending = block
+            if stop or s == steps - 1 or drain():
+                yield pending.resolve(h, seed, planned)
+                pending = None
+            if stop:
+                return
+    if pending is not None:
+        yield pending.resolve(h, seed, planned)
