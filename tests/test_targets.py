@@ -37,6 +37,7 @@ TINY_PRESET = ["--program", "issue-35409", "--program-option", "scale=0.015625",
     ("tpu:v5p:2x2x2", Target("tpu", "v5p", "2x2x2")),
     ("cuda:h100", Target("cuda", "h100", "1x1x8")),
     ("cuda:a100:1x1x4", Target("cuda", "a100", "1x1x4")),
+    ("cuda:h200:1x1x1", Target("cuda", "h200", "1x1x1")),
 ])
 def test_parse_target(text, want):
     got = parse_target(text)
@@ -192,6 +193,11 @@ def test_gpu_target_config_holds_each_kind():
     assert "cuda_compute_capability { major: 9 minor: 0 }" in h100
     assert "core_count: 132\n" in h100 and "shared_memory_per_core: 233472\n" in h100
     assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in h100
+    h200 = target_config(GPU_KINDS["h200"])
+    # what the H200 of results/gpu/ reported (143771 MiB) and its datasheet's L2, bandwidth and SMs
+    assert "device_memory_size: 150754820096\n" in h200 and "l2_cache_size: 62914560\n" in h200
+    assert "memory_bandwidth: 4800000000000\n" in h200 and "core_count: 132\n" in h200
+    assert "major: 9 minor: 0" in h200 and 'device_description_str: "NVIDIA H200"' in h200
     a100 = target_config(GPU_KINDS["a100"])
     assert "major: 8 minor: 0" in a100 and "core_count: 108\n" in a100
     assert h100 != a100

@@ -53,6 +53,14 @@ GPU_KINDS: dict[str, GpuKind] = {
         shared_memory_per_sm=228 * 1024, shared_memory_per_block_optin=227 * 1024,
         l2_cache_bytes=50 * 1024 * 1024, memory_bytes=80 * 1024**3, memory_bandwidth=3_350_000_000_000,
         clock_ghz=1.98),
+    # As one H200 reported itself (results/gpu/): device_kind "NVIDIA H200", 143,771 MiB of memory;
+    # the rest from NVIDIA's H200 (SXM) datasheet: the H100's Hopper SM (compute capability 9.0, 132
+    # SMs, same limits), 60 MiB of L2 and 4.8 TB/s of HBM3e.
+    "h200": GpuKind(
+        name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, fp32_units_per_sm=128,
+        shared_memory_per_sm=228 * 1024, shared_memory_per_block_optin=227 * 1024,
+        l2_cache_bytes=60 * 1024 * 1024, memory_bytes=143771 * 1024**2, memory_bandwidth=4_800_000_000_000,
+        clock_ghz=1.98),
     "a100": GpuKind(
         name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), sm_count=108, fp32_units_per_sm=64,
         shared_memory_per_sm=164 * 1024, shared_memory_per_block_optin=163 * 1024,
