@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from xla_harness import interrupts
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
@@ -258,6 +259,7 @@ class StopFlag:
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # second signal: stop now
             self._end(signum, "a second signal")
+        interrupts.record(signum)  # an error the signal provokes (a compiler's child killed) is its own
         self.signum = signum  # the watchdog says so on stderr: this handler may run only much later
 
     def _end(self, signum: int, why: str) -> None:
@@ -427,11 +429,12 @@ def run_compile_only(args) -> int:
         if not args.quiet:
             sys.stderr.write(f"compiling {label} for {args.target}...\n")
 
-    for rec in compile_matrix(spec, args.target, out=args.out, resume=args.resume, on_start=started):
-        records.append(rec.record)
-        hazards += rec.record["scan"]["hazard"] + rec.record["scan"]["decisions"]
-        if not args.json:
-            print(rec.line(), flush=True)
+    with interrupts.raising_on_signal():  # a compile keeps nothing half done: stop at once, saying where
+        for rec in compile_matrix(spec, args.target, out=args.out, resume=args.resume, on_start=started):
+            records.append(rec.record)
+            hazards += rec.record["scan"]["hazard"] + rec.record["scan"]["decisions"]
+            if not args.json:
+                print(rec.line(), flush=True)
     if args.json:
         print(json.dumps({"target": args.target.text, "configurations": records}, indent=2))
     elif not records:

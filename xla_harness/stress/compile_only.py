@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.interrupts import Interrupted
 from xla_harness.programs.interface import program_factory
 from xla_harness.programs.variants import variant_program
 from xla_harness.stress.fingerprint import fingerprint
@@ -156,8 +157,12 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
             continue
         if on_start:
             on_start(label)
-        program = build_for_target(spec, options, devices, target)
-        compiled = compile_step(program, target, devices, program_name=spec.program)
+        try:
+            program = build_for_target(spec, options, devices, target)
+            compiled = compile_step(program, target, devices, program_name=spec.program)
+        except Interrupted as exc:
+            exc.where = exc.where or f"compiling {label} for {target.text}"
+            raise
         fp = fingerprint(compiled.compiled)
         fp["donate_argnums"] = list(program.donate_argnums)
         used = _device_count(compiled.compiled)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.buffers import values_path
 from xla_harness.programs.interface import TrainProgram, guard_user_error
@@ -122,10 +123,17 @@ def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_t
         dump.mkdir(parents=True, exist_ok=True)
         options.update({"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         lowered = lower_step(program, target, devices, program_name)
+        where = f"compiling {program_name or program.name} for {target.text}"
         try:
             compiled = lowered.compile(compiler_options=options)
+        except interrupts.Interrupted as exc:
+            exc.where = exc.where or where
+            raise
         except Exception as exc:  # noqa: BLE001 - a compiler refusal is a verdict on this program and target
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+            signum = interrupts.received()
+            if signum is not None:  # a signal killed the compiler's children (ptxas): the signal's doing
+                raise interrupts.Interrupted(signum, where, f"{type(exc).__name__}: {first}") from exc
             raise HarnessError(f"{target.text}: the compiler failed on {program_name or program.name}: {first}") \
                 from None
         text = compiled.as_text()
