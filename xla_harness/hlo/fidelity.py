@@ -380,7 +380,7 @@ def format_fidelity(f: Fidelity, all_fusions: bool = False) -> str:
     lines += [f"| {what} | {n1} | {n2} |" for what, n1, n2 in f.scatters]
     lines += ["", f"| fusion name | {one} | {two} | {one}: same content in {two} | {two}: same content in {one} |",
               "| --- | --- | --- | --- | --- |"]
-    for lab, x, y, mx, my in sorted(f.fusion_rows, key=lambda r: (-abs(r[1] - r[2]) - abs(r[1] - r[3]), r[0])):
-        if all_fusions or not (x == y == mx == my):
-            lines.append(f"| {lab} | {x} | {y} | {mx} | {my} |")
+    for lab, c1, c2, mx, my in sorted(f.fusion_rows, key=lambda r: (-abs(r[1] - r[2]) - abs(r[1] - r[3]), r[0])):
+        if all_fusions or not (c1 == c2 == mx == my):
+            lines.append(f"| {lab} | {c1} | {c2} | {mx} | {my} |")
     return "\n".join(lines) + "\n"
