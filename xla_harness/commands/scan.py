@@ -58,6 +58,7 @@ def add_arguments(p) -> None:
                    help="built-in: shard the model over N devices (default 1; with --target tpu:/cuda:, all of "
                         "the target's devices)")
     flags.add_target_argument(p)
+    flags.add_autotune_argument(p)
     p.add_argument("--save-hlo", type=Path, metavar="FILE",
                    help="with --model: write the compiled HLO text (an existing file only with --force; "
                         "never a scanned file or a results file)")
@@ -181,6 +182,10 @@ def _check_request(args) -> None:
         raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
     if not args.target.is_host and not args.model:
         raise HarnessError("--target needs --model (it says what the program is compiled for)")
+    if args.autotune_results is not None:
+        if not args.model:
+            raise HarnessError("--autotune-results needs --model (it goes into the compile --model makes)")
+        flags.apply_autotune_argument(args)  # into XLA_FLAGS, before jax starts
     if args.save_hlo is None:
         return
     if not args.model:

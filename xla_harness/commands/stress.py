@@ -133,9 +133,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile-only", action="store_true",
                    help="compile every configuration and variant for --target, print one fingerprint and scan "
                         "line each and run no step; with --out, OUT/compile.jsonl gets one record per "
-                        "configuration and OUT/hlo/ the HLO and buffer assignment (--resume skips what is "
-                        "recorded). Exit 1 when a scan finds a hazard")
+                        "configuration and OUT/hlo/ the HLO and buffer assignment, and on a real GPU the "
+                        "autotune results its device chose (*.autotune.txt, for --autotune-results) (--resume "
+                        "skips what is recorded). Exit 1 when a scan finds a hazard")
     flags.add_target_argument(g)
+    flags.add_autotune_argument(g)
     g = p.add_argument_group("multi-host (jax.distributed)")
     g.add_argument("--distributed", action="store_true",
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
@@ -444,6 +446,7 @@ def run_compile_only(args) -> int:
 
 def run(args) -> int:
     _check_compile_only(args)
+    flags.apply_autotune_argument(args)  # into XLA_FLAGS, before jax starts
     if args.compile_only:
         return run_compile_only(args)
     args.devices = args.devices or 1

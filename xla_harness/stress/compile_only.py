@@ -140,7 +140,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
     """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
     append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it)."""
     from xla_harness.targets.compile import compile_step, environment
-    from xla_harness.targets.devices import target_devices
+    from xla_harness.targets.devices import autotune_dump_path, target_devices
 
     devices = target_devices(target)
     results = out / COMPILE_RESULTS if out is not None else None
@@ -157,9 +157,13 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
             continue
         if on_start:
             on_start(label)
+        stem = out / "hlo" / _slug(f"{target.text}-{label}") if out is not None else None
+        autotune = autotune_dump_path(devices, str(stem)) if stem is not None else None
+        if autotune is not None:
+            Path(autotune).parent.mkdir(parents=True, exist_ok=True)
         try:
             program = build_for_target(spec, options, devices, target)
-            compiled = compile_step(program, target, devices, program_name=spec.program)
+            compiled = compile_step(program, target, devices, program_name=spec.program, autotune_to=autotune)
         except Interrupted as exc:
             exc.where = exc.where or f"compiling {label} for {target.text}"
             raise
@@ -171,8 +175,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
                   "options": _jsonable(options), **env, "devices": used,
                   "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
                   "scan": _scan_counts(compiled.hlo_text, rules, label)}
-        if out is not None and results is not None:
-            stem = out / "hlo" / _slug(f"{target.text}-{label}")
+        if out is not None and results is not None and stem is not None:
             stem.parent.mkdir(parents=True, exist_ok=True)
             Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
             if compiled.buffer_assignment is not None:
@@ -180,6 +183,8 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
             if compiled.buffer_values is not None:
                 Path(f"{stem}.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
             record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
+            if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
+                record["autotune_results"] = str(Path(autotune).relative_to(out))
             with open(results, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, sort_keys=True) + "\n")
                 fh.flush()

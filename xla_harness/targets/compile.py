@@ -110,13 +110,17 @@ def lower_step(program: TrainProgram, target: Target, devices: list, program_nam
 
 
 def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_to: Path | None = None,
-                 program_name: str | None = None) -> CompiledStep:
+                 program_name: str | None = None, autotune_to: str | None = None) -> CompiledStep:
     """Lower and compile ``program``'s step for ``target`` (its ``devices``). With ``dump_to`` the
     compiler's own dump (HLO before/after optimizations, buffer assignment and its values file) is
-    written there; either way the buffer assignment and its values file are kept in the result."""
-    from xla_harness.targets.devices import device_kind
+    written there; either way the buffer assignment and its values file are kept in the result. With
+    ``autotune_to`` (a compile on a real GPU) the device's autotuner writes what it chose there
+    (XLA's ``xla_gpu_dump_autotune_results_to``, for this compile only)."""
+    from xla_harness.targets.devices import DUMP_AUTOTUNE_FLAG, device_kind
 
     options = dict(program.jit_kwargs.get("compiler_options") or {})
+    if autotune_to is not None:
+        options[DUMP_AUTOTUNE_FLAG] = autotune_to
     t0 = time.process_time()
     with tempfile.TemporaryDirectory(prefix="xla-harness-aot-") as tmp:
         dump = Path(dump_to) if dump_to is not None else Path(tmp)

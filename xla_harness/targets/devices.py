@@ -124,6 +124,49 @@ def pin_cpu_without_accelerators() -> None:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
 
+LOAD_AUTOTUNE_FLAG = "xla_gpu_load_autotune_results_from"
+DUMP_AUTOTUNE_FLAG = "xla_gpu_dump_autotune_results_to"
+
+
+def load_autotune_results(path: Path, target: Target) -> None:
+    """Have XLA's GPU compiler load the autotune results in ``path``: ``--xla_gpu_load_autotune_results_from``
+    appended to ``XLA_FLAGS`` (XLA reads it once, before the first compile; it loads the file at most
+    once per process). HarnessError, before anything is compiled, for a file that is not there or
+    cannot be read, a TPU target, a host without a GPU, or XLA_FLAGS already naming a file."""
+    import glob
+
+    if target.platform == "tpu":
+        raise HarnessError(f"--autotune-results: {target.text} has no GPU autotuner; the file is for a cuda: "
+                           "target or a GPU host")
+    if target.is_host and not glob.glob("/dev/nvidia[0-9]*"):
+        raise HarnessError("--autotune-results: this host has no GPU, so its compiler has no GPU autotuner; "
+                           "compile for a cuda: target (--target cuda:h200 ...)")
+    if not path.exists():
+        raise HarnessError(f"--autotune-results {path}: no such file")
+    if not path.is_file():
+        raise HarnessError(f"--autotune-results {path}: not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise HarnessError(f"--autotune-results {path}: cannot read: {exc.strerror or exc}") from None
+    flags = os.environ.get("XLA_FLAGS", "")
+    if LOAD_AUTOTUNE_FLAG in flags:
+        raise HarnessError(f"--autotune-results {path}: XLA_FLAGS already names a file for --{LOAD_AUTOTUNE_FLAG}; "
+                           "give one")
+    os.environ["XLA_FLAGS"] = f"{flags} --{LOAD_AUTOTUNE_FLAG}={path.resolve()}".strip()
+
+
+def autotune_dump_path(devices: list, stem: str) -> str | None:
+    """Where a compile on a real GPU writes the autotune results its device chose (``STEM.autotune.txt``,
+    text), or None when the devices are not a GPU's: ahead of time no autotuner runs."""
+    if not devices or getattr(devices[0], "platform", "") not in ("gpu", "cuda", "rocm"):
+        return None
+    if "CompileOnly" in type(getattr(devices[0], "client", None)).__name__:  # a topology's devices: no device
+        return None
+    return f"{stem}.autotune.txt"
+
+
 def _has_tpu_chips() -> bool:
     """Whether this machine has TPU chips (their device files), when the TPU VM's own settings stand."""
     import glob
