@@ -1,5 +1,5 @@
 """The comparison of two compiles fusion by fusion (xla_harness/hlo/fidelity.py), on a small module
-as one compile made it (tests/hlo/fidelity/device.hlo) against copies of it with one difference
+as one compile made it (tests/data/fidelity_device.hlo) against copies of it with one difference
 planted each: the table must call every planted difference, and nothing else, "no"."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from xla_harness.hlo import fidelity
 from xla_harness.hlo.parser import parse_module
 
-DEVICE = (Path(__file__).resolve().parent / "hlo" / "fidelity" / "device.hlo").read_text()
+DEVICE = (Path(__file__).resolve().parent / "data" / "fidelity_device.hlo").read_text()
 TILES = '"block_level_fusion_config":{"num_warps":"4","output_tiles":[{"sizes":["16","64"]}],"num_stages":3}'
 GEMM = ('%gemm_fusion_dot.7 = f32[4,64]{1,0} fusion(f32[4,32]{1,0} %h, f32[64,32]{1,0} %w), kind=kCustom, '
         'calls=%gemm_computation, backend_config={"fusion_backend_config":{"kind":"__triton_nested_gemm_fusion",'

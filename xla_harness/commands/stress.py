@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", type=flags.csv("variant", str), default=(), metavar="LIST",
                    help="workaround variants as a matrix axis, baseline first: program variants (barrier, "
                         "onehot, sumgrad; the program's factory must take variant=), compiler-flag sets "
-                        "(xla-no-fusion) or both (barrier+xla-no-fusion); each is compiled separately and "
+                        "(xla-no-fusion; deterministic: XLA's GPU deterministic-ops flag) or both "
+                        "(barrier+xla-no-fusion); each is compiled separately and "
                         "its row compared with the baseline's (Fisher exact test, loss trajectory)")
     p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
@@ -463,6 +464,10 @@ def run(args) -> int:
     spec = spec_from_args(args)
     count = init_distributed(args)
     import jax
+
+    from xla_harness.programs.variants import check_variants
+
+    check_variants(spec.variants, jax.default_backend())  # a flag set this backend lacks: refused up front
 
     name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
     stop = StopFlag(args.stop_grace, results=lambda: str(Path(args.out) / name))
