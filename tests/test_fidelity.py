@@ -107,3 +107,38 @@ def test_array_bytes_counts_every_leaf():
 
     assert fidelity.array_bytes(parse_shape("(f32[4,64]{1,0}, s8[1024]{0}, pred[3], bf16[2,2], s4[3])")[0]) \
         == 1024 + 1024 + 3 + 8 + 2
+
+
+def _compile_folder(where: Path, text: str, temp: int) -> Path:
+    import json
+
+    (where / "hlo").mkdir(parents=True)
+    (where / "hlo" / "m.after_optimizations.txt").write_text(text)
+    record = {"kind": "compile", "label": "issue-35409", "options": {}, "target": "cuda:h200:1x1x1",
+              "device_kind": "NVIDIA H200", "versions": {"jax": "0.11.2"}, "XLA_FLAGS": "", "compile_cpu_s": 1.0,
+              "fingerprint": {"id": "f", "temp_size_in_bytes": temp}, "scan": {}}
+    (where / "compile.jsonl").write_text(json.dumps(record) + "\n")
+    return where
+
+
+def test_the_make_target_tool_writes_the_table(tmp_path, capsys):
+    """tools/gpu_fidelity.py (make gpu-fidelity) on two compile-only folders: the table and its data."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("gpu_fidelity", Path(__file__).resolve().parents[1] / "tools"
+                                                  / "gpu_fidelity.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    device = _compile_folder(tmp_path / "device", DEVICE, 100)
+    aot = _compile_folder(tmp_path / "aot", _planted('"num_stages":3', '"num_stages":1'), 90)
+    assert tool.main(["--device", str(device), "--aot", str(aot), "--out", str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| temp bytes (buffer assignment) | 100 | 90 |" in table
+    assert "| Triton gemm fusions held by both with the same tile config | 0 of 1 | | **no** |" in table
+    data = json.loads((tmp_path / "out" / "fidelity.json").read_text())
+    assert data["tiles"] == {"Triton gemm": [0, 1]} and data["matched_fusions"] == [3, 3, 3]
+    capsys.readouterr()
+    assert tool.main(["--device", str(tmp_path / "none"), "--aot", str(aot), "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "no compile.jsonl" in err
