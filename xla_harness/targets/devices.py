@@ -222,6 +222,7 @@ def target_devices(target: Target) -> list:
 
     if target.is_host:
         return list(jax.devices())
+    prepare_environment(target)  # a library caller may not have: libtpu's leave to load beside another process
     why = missing(target)
     if why:
         raise HarnessError(why)
