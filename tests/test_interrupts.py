@@ -140,3 +140,23 @@ def test_guard_user_error_blames_the_program_until_an_interrupt_arrives():
         assert got.value.exit_code == 130 and "while --program p.py:make was in tracing step" in str(got.value)
     finally:
         interrupts.forget()
+
+
+def test_a_run_starts_and_ends_with_a_clean_record():
+    """A signal recorded by one run (the pytest plugin runs several in a process) does not turn a later
+    run's program error into an interrupt."""
+    from xla_harness.commands.stress import StopFlag
+
+    interrupts.record(signal.SIGTERM)
+    stop = StopFlag()
+    stop.install()
+    try:
+        assert interrupts.received() is None
+        interrupts.record(signal.SIGINT)
+    finally:
+        stop.restore()
+    assert interrupts.received() is None
+    interrupts.record(signal.SIGTERM)
+    with interrupts.raising_on_signal():
+        assert interrupts.received() is None
+    assert interrupts.received() is None

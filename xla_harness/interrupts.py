@@ -9,7 +9,8 @@ interrupt's, and :class:`Interrupted` (exit 130/143) says where it arrived and w
 
 The handlers that record a signal are the command's (``stress``'s stop flag records and lets the
 step finish; :func:`raising_on_signal` records and raises at once, for compiles that keep nothing
-half done). The record is process-wide, as signals are.
+half done). The record is process-wide, as signals are, and each of those handlers clears it when
+it is installed and when it is taken down, so one run's signal is never another's.
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ def raising_on_signal() -> Iterator[None]:
         record(signum)
         raise Interrupted(signum)
 
+    forget()
     old = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        forget()  # the record belongs to this run; a later one in the process starts clean

@@ -304,6 +304,8 @@ class StopFlag:
     def install(self) -> None:
         import socket
 
+        interrupts.forget()  # a signal of an earlier run in this process is not this run's
+
         for s in (signal.SIGINT, signal.SIGTERM):
             self._old[s] = signal.signal(s, self._handle)
         rsock, wsock = socket.socketpair()
@@ -318,6 +320,7 @@ class StopFlag:
 
     def restore(self) -> None:
         self._done.set()
+        interrupts.forget()
         if self._socks is not None:
             signal.set_wakeup_fd(self._old_wakeup)
             if self._watchdog is not None:
