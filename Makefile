@@ -27,9 +27,10 @@ help:
 	@echo "make test       make lint, then the test suite (what CI runs)"
 	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
-	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware"
+	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV)/xla-harness-targets (only the harness uses them): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware [CUDA_MAJOR=13]"
 	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
 	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec) one at a time, full + remat (results/tpu-aot/sweep)"
+	@echo "make gpu-fidelity [AUTOTUNE=file]  the #35409 program compiled ahead of time for cuda:h200 (jax 0.11.2, CUDA 13 plugin) against the H200's own compile, fusion by fusion (results/gpu/.../fidelity)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
@@ -55,12 +56,23 @@ $(STAMP): pyproject.toml tools/find-python
 
 setup: $(STAMP)
 
-# The ahead-of-time compilers for --target tpu:/cuda: (no TPU or GPU needed): libtpu at the pin's own
-# version (jax[tpu]) and the CUDA plugin at the jaxlib version, without NVIDIA's libraries.
-TARGETS_STAMP := $(VENV)/.targets-$(JAX_PIN)
+# The ahead-of-time compilers for --target tpu:/cuda: (no TPU or GPU needed): libtpu at the version
+# jax[tpu] of the pin asks for and the CUDA plugin (CUDA_MAJOR 12 or 13) at the jaxlib version, without
+# NVIDIA's libraries, into a folder of their own that only the harness puts on sys.path: installed into
+# site-packages they would change what `import jax` does for everything else in the venv (the plugin's
+# cuDNN traceback, libtpu's warnings). xla_harness/targets/devices.py explains; an older layout (the
+# compilers in site-packages) is removed first.
+CUDA_MAJOR    ?= 12
+TARGETS_DIR   := $(VENV)/xla-harness-targets
+TARGETS_STAMP := $(VENV)/.targets-$(JAX_PIN)-cuda$(CUDA_MAJOR)
+LIBTPU_REQ     = $(shell $(PY) -c 'from importlib.metadata import requires; \
+  print(next(r.split(";")[0].replace(" ", "") for r in requires("jax") if r.startswith("libtpu")))')
 $(TARGETS_STAMP): $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check "jax[tpu]==$(JAX_PIN)" \
-	  "jax-cuda12-plugin==$(JAX_PIN)" "jax-cuda12-pjrt==$(JAX_PIN)"
+	$(PY) -m pip uninstall -q -y libtpu jax-cuda12-plugin jax-cuda12-pjrt jax-cuda13-plugin jax-cuda13-pjrt \
+	  2>/dev/null || true
+	rm -rf $(TARGETS_DIR) $(VENV)/.targets-*
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --target $(TARGETS_DIR) "$(LIBTPU_REQ)" \
+	  "jax-cuda$(CUDA_MAJOR)-plugin==$(JAX_PIN)" "jax-cuda$(CUDA_MAJOR)-pjrt==$(JAX_PIN)"
 	@touch $@
 
 setup-targets: $(TARGETS_STAMP)

@@ -32,3 +32,21 @@ tpu-sweep:
 	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" SWEEP="$(SWEEP)" \
 	  SWEEP_CELLS="$(SWEEP_CELLS)" SWEEP_OUT="$(SWEEP_OUT)" DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-sweep
 	$(VENV)/bin/xla-harness report $(SWEEP_OUT) || [ $$? -eq 1 ]
+
+# Ahead of time held against a GPU's own compile (not part of CI: it needs the device's jax and its CUDA
+# plugin in their own venv). The #35409 program (full + remat, one device) compiled for FIDELITY_TARGET
+# with jax FIDELITY_PIN and the CUDA FIDELITY_CUDA plugin, compared fusion by fusion with the committed
+# compile of the H200 (results/gpu/); the table goes to FIDELITY_OUT/table.md. AUTOTUNE=FILE loads a
+# device's autotune results into the ahead-of-time compile. One compile: ~20 s CPU, ~1 GB.
+FIDELITY_PIN    ?= 0.11.2
+FIDELITY_CUDA   ?= 13
+FIDELITY_TARGET ?= cuda:h200:1x1x1
+FIDELITY_DEVICE ?= results/gpu/h200-2026-11-26/compile-only
+FIDELITY_OUT    ?= results/gpu/h200-2026-11-26/fidelity
+FIDELITY_VENV   := $(if $(filter $(DEFAULT_JAX_PIN),$(FIDELITY_PIN)),.venv,.venv-jax$(FIDELITY_PIN))
+
+.PHONY: gpu-fidelity
+gpu-fidelity:
+	$(MAKE) --no-print-directory setup-targets JAX_PIN=$(FIDELITY_PIN) CUDA_MAJOR=$(FIDELITY_CUDA)
+	$(FIDELITY_VENV)/bin/python tools/gpu_fidelity.py --device $(FIDELITY_DEVICE) --out $(FIDELITY_OUT) \
+	  --target $(FIDELITY_TARGET) $(if $(AUTOTUNE),--autotune-results $(AUTOTUNE))

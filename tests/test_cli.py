@@ -45,6 +45,21 @@ def test_version_does_not_import_jax():
     assert done.stdout.startswith(f"xla-harness {__version__}")
 
 
+
+@pytest.mark.slow
+def test_python_dash_m_runs_the_cli_from_the_source(tmp_path):
+    """`python -m xla_harness` is the command, its exit codes included, with only the source on the
+    path (as on a machine where the package is not installed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "--version"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"xla-harness {__version__}")
+    bad = subprocess.run([sys.executable, "-m", "xla_harness", "report", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("error:") == 1 and "Traceback" not in bad.stderr
+
+
 # ----------------------------------------------------------------------------- --debug
 
 

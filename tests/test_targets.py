@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.targets import HOST, Target, parse_target
-from xla_harness.targets.devices import accelerator_type, missing
+from xla_harness.targets.devices import accelerator_type, compilers_dir, missing
 from xla_harness.targets.gpu import GPU_KINDS, target_config
 
 from .helpers import FOREIGN_PROGRAM, TINY_ARGS
@@ -36,6 +37,7 @@ TINY_PRESET = ["--program", "issue-35409", "--program-option", "scale=0.015625",
     ("tpu:v5p:2x2x2", Target("tpu", "v5p", "2x2x2")),
     ("cuda:h100", Target("cuda", "h100", "1x1x8")),
     ("cuda:a100:1x1x4", Target("cuda", "a100", "1x1x4")),
+    ("cuda:h200:1x1x1", Target("cuda", "h200", "1x1x1")),
 ])
 def test_parse_target(text, want):
     got = parse_target(text)
@@ -101,11 +103,101 @@ def test_prepare_environment_lets_the_cuda_plugin_load_without_nvidia_libraries(
     assert env["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] == ""
 
 
+# ----------------------------------------------------------------------------- where the compilers live
+
+
+def _plain_env() -> dict:
+    """The environment of a user's own command in the venv: none of this suite's jax settings."""
+    import os
+
+    return {k: v for k, v in os.environ.items()
+            if k not in ("JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+            and not k.startswith("TPU_") and k != "ALLOW_MULTIPLE_LIBTPU_LOAD"}
+
+
+IMPORT_JAX = "import jax; print(jax.devices())"
+
+
+@pytest.mark.slow
+def test_import_jax_in_the_venv_prints_the_devices_and_nothing_else():
+    """After make setup-targets a plain `import jax` in the venv is what it was before: the device list
+    on stdout, nothing on stderr (the compilers are in a folder only the harness adds)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", IMPORT_JAX], capture_output=True, text=True, timeout=300,
+                          env=_plain_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("[CpuDevice(id=0)") and done.stdout.count("\n") == 1
+    assert done.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compilers_dir() is None, reason="no target compilers folder (make setup-targets)")
+def test_the_compilers_on_the_path_are_what_made_import_jax_noisy():
+    """The planted case: the same command with the compilers' folder on the path prints what a venv
+    with them in site-packages printed (the CUDA plugin's cuDNN traceback, libtpu's warnings): the
+    check above would see it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", IMPORT_JAX], capture_output=True, text=True, timeout=300,
+                          env={**_plain_env(), "PYTHONPATH": str(compilers_dir())})
+    assert done.stderr != ""
+    assert "cuDNN" in done.stderr or "TPU" in done.stderr
+
+
+def test_the_harness_adds_the_compilers_folder_once_and_last(tmp_path, monkeypatch):
+    import sys
+
+    from xla_harness.targets import devices
+
+    monkeypatch.setattr(sys, "path", ["a", "b"])
+    monkeypatch.setenv(devices.COMPILERS_ENV, str(tmp_path / "none"))
+    assert devices.compilers_dir() is None
+    devices.use_target_compilers()
+    assert sys.path == ["a", "b"]
+    monkeypatch.setenv(devices.COMPILERS_ENV, str(tmp_path))
+    assert devices.compilers_dir() == tmp_path
+    devices.use_target_compilers()
+    devices.use_target_compilers()
+    assert sys.path == ["a", "b", str(tmp_path)]
+    monkeypatch.delenv(devices.COMPILERS_ENV)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert devices.compilers_dir() is None  # no <venv>/xla-harness-targets
+    (tmp_path / devices.COMPILERS_DIR).mkdir()
+    assert devices.compilers_dir() == tmp_path / devices.COMPILERS_DIR
+
+
+@pytest.mark.slow
+@needs_cuda_plugin
+def test_a_cuda_target_after_jax_started_without_the_compilers():
+    """A library user who ran jax before asking for a cuda: target still gets its devices: jax looked for
+    plugins once, without the folder, and the harness registers the CUDA plugin then."""
+    import subprocess
+    import sys
+
+    code = ("import jax; jax.devices()\n"
+            "from xla_harness.targets import parse_target\n"
+            "from xla_harness.targets.devices import prepare_environment, target_devices\n"
+            "t = parse_target('cuda:h100:1x1x1'); prepare_environment(t)\n"
+            "print(target_devices(t)[0].device_kind)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**_plain_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "NVIDIA H100 80GB HBM3"
+
+
 def test_gpu_target_config_holds_each_kind():
     h100 = target_config(GPU_KINDS["h100"])
     assert "cuda_compute_capability { major: 9 minor: 0 }" in h100
     assert "core_count: 132\n" in h100 and "shared_memory_per_core: 233472\n" in h100
     assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in h100
+    h200 = target_config(GPU_KINDS["h200"])
+    # what the H200 of results/gpu/ reported (143771 MiB) and its datasheet's L2, bandwidth and SMs
+    assert "device_memory_size: 150754820096\n" in h200 and "l2_cache_size: 62914560\n" in h200
+    assert "memory_bandwidth: 4800000000000\n" in h200 and "core_count: 132\n" in h200
+    assert "major: 9 minor: 0" in h200 and 'device_description_str: "NVIDIA H200"' in h200
     a100 = target_config(GPU_KINDS["a100"])
     assert "major: 8 minor: 0" in a100 and "core_count: 108\n" in a100
     assert h100 != a100

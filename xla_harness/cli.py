@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.interrupts import Interrupted
 
 # (subcommand module) in the order shown by --help.
 SUBCOMMANDS = (
@@ -184,6 +185,9 @@ def _main(argv: list[str]) -> int:
         return code
     except HarnessError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except Interrupted as exc:  # where it arrived, and what it broke there (never the program's error)
+        sys.stderr.write(f"{exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -103,6 +103,25 @@ def add_target_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) ->
                         "(pip install 'xla-harness[tpu]' / '[cuda]', or make setup-targets)")
 
 
+def add_autotune_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--autotune-results FILE: XLA's GPU autotune results loaded into the compile."""
+    p.add_argument("--autotune-results", type=Path, default=None, metavar="FILE",
+                   help="load these GPU autotune results into the compile (XLA's "
+                        "--xla_gpu_load_autotune_results_from, added to XLA_FLAGS; binary unless the name ends in "
+                        ".txt or .textproto): what a device's autotuner chose (stress --compile-only --out on a GPU "
+                        "writes them beside its HLO), so an ahead-of-time cuda: compile makes the same choices")
+
+
+def apply_autotune_argument(args: argparse.Namespace) -> None:
+    """Put --autotune-results into XLA_FLAGS (before jax starts); HarnessError for a file that cannot be
+    read or a target without a GPU autotuner."""
+    if getattr(args, "autotune_results", None) is None:
+        return
+    from xla_harness.targets.devices import load_autotune_results
+
+    load_autotune_results(args.autotune_results, args.target)
+
+
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("built-in tied-embedding model size")
     g.add_argument("--vocab", type=positive, default=256, help="vocabulary size V (default 256)")

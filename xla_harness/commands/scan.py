@@ -32,6 +32,10 @@ in-place decision where the HLO states none (GPU, CPU: the fusion's output and i
 operand in one buffer slice), set against the walk; and do a hazard's output and source share an
 allocation? Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
 
+On GPU modules the instructions the GPU runs non-deterministically are listed with their source
+lines: scatters whose indices are not marked unique, applied with atomic read-modify-writes, with a
+combiner whose result depends on the order of the updates (a float add); they do not change the
+exit code.
 Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-moving-producer,
 2 a usage or parse error (bad files are reported one line each; the others are still scanned).
 """
@@ -58,6 +62,7 @@ def add_arguments(p) -> None:
                    help="built-in: shard the model over N devices (default 1; with --target tpu:/cuda:, all of "
                         "the target's devices)")
     flags.add_target_argument(p)
+    flags.add_autotune_argument(p)
     p.add_argument("--save-hlo", type=Path, metavar="FILE",
                    help="with --model: write the compiled HLO text (an existing file only with --force; "
                         "never a scanned file or a results file)")
@@ -181,6 +186,10 @@ def _check_request(args) -> None:
         raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
     if not args.target.is_host and not args.model:
         raise HarnessError("--target needs --model (it says what the program is compiled for)")
+    if args.autotune_results is not None:
+        if not args.model:
+            raise HarnessError("--autotune-results needs --model (it goes into the compile --model makes)")
+        flags.apply_autotune_argument(args)  # into XLA_FLAGS, before jax starts
     if args.save_hlo is None:
         return
     if not args.model:
@@ -252,10 +261,23 @@ def _model_buffers(label: str, ba_text: str | None, values_text: str | None, tar
     return ba
 
 
+def _module_json(module, findings, decisions, backend) -> dict:
+    """A module's findings as JSON, with the instructions it runs non-deterministically where its
+    backend is assessed (``nondeterministic``: absent otherwise)."""
+    from xla_harness.hlo.nondeterminism import ASSESSED, nondeterministic_ops
+    from xla_harness.hlo.scan import module_json
+
+    out = module_json(module, findings, decisions, backend)
+    if backend in ASSESSED:
+        out["nondeterministic"] = [op.to_json() for op in nondeterministic_ops(module, backend)]
+    return out
+
+
 def run(args) -> int:
     from xla_harness.hlo import buffers
+    from xla_harness.hlo.nondeterminism import format_ops, nondeterministic_ops
     from xla_harness.hlo.parser import parse_module
-    from xla_harness.hlo.scan import format_findings, module_json, scan
+    from xla_harness.hlo.scan import format_findings, scan
 
     _check_request(args)
     targets, errors = _collect_targets(args.paths)
@@ -277,10 +299,12 @@ def run(args) -> int:
     hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
     n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
     if args.json:
-        print(json.dumps({"modules": [module_json(m, fs, ds, be) for m, fs, ds, be, _ in scanned]}, indent=2))
+        print(json.dumps({"modules": [_module_json(m, fs, ds, be) for m, fs, ds, be, _ in scanned]}, indent=2))
     else:
         for m, fs, ds, be, ba in scanned:
             print(format_findings(m, fs, show_aliased=args.all, decisions=ds, backend=be))
+            for line in format_ops(nondeterministic_ops(m, be), be):
+                print(line)
             if ba is not None:
                 for f in fs:
                     if f.cls == "hazard" and f.source:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from xla_harness import interrupts
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
@@ -72,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", type=flags.csv("variant", str), default=(), metavar="LIST",
                    help="workaround variants as a matrix axis, baseline first: program variants (barrier, "
                         "onehot, sumgrad; the program's factory must take variant=), compiler-flag sets "
-                        "(xla-no-fusion) or both (barrier+xla-no-fusion); each is compiled separately and "
+                        "(xla-no-fusion; deterministic: XLA's GPU deterministic-ops flag) or both "
+                        "(barrier+xla-no-fusion); each is compiled separately and "
                         "its row compared with the baseline's (Fisher exact test, loss trajectory)")
     p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
@@ -135,9 +137,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile-only", action="store_true",
                    help="compile every configuration and variant for --target, print one fingerprint and scan "
                         "line each and run no step; with --out, OUT/compile.jsonl gets one record per "
-                        "configuration and OUT/hlo/ the HLO and buffer assignment (--resume skips what is "
-                        "recorded). Exit 1 when a scan finds a hazard")
+                        "configuration and OUT/hlo/ the HLO and buffer assignment, and on a real GPU the "
+                        "autotune results its device chose (*.autotune.txt, for --autotune-results) (--resume "
+                        "skips what is recorded). Exit 1 when a scan finds a hazard")
     flags.add_target_argument(g)
+    flags.add_autotune_argument(g)
     g = p.add_argument_group("multi-host (jax.distributed)")
     g.add_argument("--distributed", action="store_true",
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
@@ -261,6 +265,7 @@ class StopFlag:
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # second signal: stop now
             self._end(signum, "a second signal")
+        interrupts.record(signum)  # an error the signal provokes (a compiler's child killed) is its own
         self.signum = signum  # the watchdog says so on stderr: this handler may run only much later
 
     def _end(self, signum: int, why: str) -> None:
@@ -302,6 +307,8 @@ class StopFlag:
     def install(self) -> None:
         import socket
 
+        interrupts.forget()  # a signal of an earlier run in this process is not this run's
+
         for s in (signal.SIGINT, signal.SIGTERM):
             self._old[s] = signal.signal(s, self._handle)
         rsock, wsock = socket.socketpair()
@@ -316,6 +323,7 @@ class StopFlag:
 
     def restore(self) -> None:
         self._done.set()
+        interrupts.forget()
         if self._socks is not None:
             signal.set_wakeup_fd(self._old_wakeup)
             if self._watchdog is not None:
@@ -430,11 +438,12 @@ def run_compile_only(args) -> int:
         if not args.quiet:
             sys.stderr.write(f"compiling {label} for {args.target}...\n")
 
-    for rec in compile_matrix(spec, args.target, out=args.out, resume=args.resume, on_start=started):
-        records.append(rec.record)
-        hazards += rec.record["scan"]["hazard"] + rec.record["scan"]["decisions"]
-        if not args.json:
-            print(rec.line(), flush=True)
+    with interrupts.raising_on_signal():  # a compile keeps nothing half done: stop at once, saying where
+        for rec in compile_matrix(spec, args.target, out=args.out, resume=args.resume, on_start=started):
+            records.append(rec.record)
+            hazards += rec.record["scan"]["hazard"] + rec.record["scan"]["decisions"]
+            if not args.json:
+                print(rec.line(), flush=True)
     if args.json:
         print(json.dumps({"target": args.target.text, "configurations": records}, indent=2))
     elif not records:
@@ -444,6 +453,7 @@ def run_compile_only(args) -> int:
 
 def run(args) -> int:
     _check_compile_only(args)
+    flags.apply_autotune_argument(args)  # into XLA_FLAGS, before jax starts
     if args.compile_only:
         return run_compile_only(args)
     args.devices = args.devices or 1
@@ -460,6 +470,10 @@ def run(args) -> int:
     spec = spec_from_args(args)
     count = init_distributed(args)
     import jax
+
+    from xla_harness.programs.variants import check_variants
+
+    check_variants(spec.variants, jax.default_backend())  # a flag set this backend lacks: refused up front
 
     name = f"stress.p{jax.process_index()}.jsonl" if count > 1 else "stress.jsonl"
     stop = StopFlag(args.stop_grace, results=lambda: str(Path(args.out) / name))

@@ -132,6 +132,9 @@ class HloModule:
     filename: str = "<string>"
     by_name: dict[str, Computation] = field(default_factory=dict)
     header_attrs: str = ""  # the module header's attribute text as printed
+    # FileNames / FunctionNames / FileLocations / StackFrames as printed before the computations
+    # (what an instruction's metadata stack_frame_id points into); "" when the dump has none.
+    source_tables: str = ""
 
     def __post_init__(self) -> None:
         self.by_name = {c.name: c for c in self.computations}

@@ -382,7 +382,9 @@ class _Reader:
             h = _COMP_HEAD.match(text, self.pos)
             if h is None or not (h.group(1) or text.startswith("{", h.end())):
                 raise ValueError("expected 'HloModule <name>' first: this is not HLO text")
+        frames_at = self.ws()
         self.stack_frames()
+        source_tables = text[frames_at:self.pos] if self.pos > frames_at else ""
         comps: list[Computation] = []
         by_name: dict[str, Computation] = {}
         while not self.at_end() and not _HEADER.match(text, self.pos):
@@ -402,7 +404,8 @@ class _Reader:
         if not name:
             entry = next((c for c in comps if c.is_entry), comps[-1])
             name = f"module_{entry.name}"
-        return HloModule(name, comps, io_alias, self.filename, header_attrs=header_attrs)
+        return HloModule(name, comps, io_alias, self.filename, header_attrs=header_attrs,
+                         source_tables=source_tables.strip())
 
     def stack_frames(self) -> None:
         text = self.text

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 
 if TYPE_CHECKING:
@@ -112,8 +113,19 @@ def _describe(exc: BaseException) -> str:
 def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessError:
     """The HarnessError for anything the user's code raised while ``doing`` (importing, building, calling
     init/batch/step): a SystemExit, a BaseException subclass or an ordinary error all become one line
-    naming the program. KeyboardInterrupt and HarnessError are re-raised as they are: an interrupt
-    still ends the run as an interrupt (exit 130)."""
+    naming the program. An interrupt wins: once SIGINT/SIGTERM has arrived
+    (:func:`xla_harness.interrupts.received`), whatever was raised (a compiler whose child the signal
+    killed: ``ptxas exited with non-zero error code 15``) is raised as
+    :class:`~xla_harness.interrupts.Interrupted` saying where (exit 130/143). KeyboardInterrupt and
+    HarnessError are re-raised as they are."""
+    where = f"--program {spec_text} was in {doing}"
+    if isinstance(exc, interrupts.Interrupted):
+        exc.where = exc.where or where
+        raise exc
+    signum = interrupts.received()
+    if signum is not None:
+        caused = "" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
+        raise interrupts.Interrupted(signum, where, caused) from exc
     if isinstance(exc, KeyboardInterrupt | HarnessError):
         raise exc
     return HarnessError(f"--program {spec_text}: {doing} raised {_describe(exc)}")

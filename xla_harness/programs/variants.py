@@ -61,6 +61,18 @@ the pass's ``name()``.
                    libtpu's fusion passes, named in its own pass dump; on a small tied step compiled
                    for v6e ahead of time the fusions go down (tests/test_targets.py). Not run on a
                    TPU here.
+``deterministic``  ``--xla_gpu_deterministic_ops=true`` (XLA's GPU compiler only; refused for cpu and
+                   tpu, with the reason). Every scatter XLA cannot prove deterministic (indices not
+                   marked unique, a float combiner) becomes a sort of the indices, a prefix scan that
+                   adds the updates of equal indices, and a scatter with ``indices_are_sorted=true,
+                   unique_indices=true``, which the GPU scatter emitter writes with plain stores
+                   instead of atomic read-modify-writes. Ahead of time (``cuda:`` targets) the compile
+                   needs ``--xla_gpu_enable_triton_gemm=false`` too (the gemm autotuner has no device:
+                   "Failed to get configs for: 6 out of 6 instructions" on the quickstart program),
+                   so the variant carries it there and its record's flags say so; on a GPU it is the
+                   deterministic flag alone. Quickstart program for cuda:h200, jax 0.12.0.1: 321 ->
+                   631 instructions, 2 scatters with atomics -> 2 sorts and 2 scatters of unique
+                   indices (tests/test_variants_deterministic.py).
 """
 
 from __future__ import annotations
@@ -164,22 +176,37 @@ def tied_ops(name: str = "baseline") -> TiedOps:
 # ----------------------------------------------------------------------------- flag sets
 
 
+FlagValue = str | bool | int
+
+
 @dataclass(frozen=True)
 class FlagSet:
-    """Named compiler flags: for the environment variable ``env`` and as jit ``compiler_options``."""
+    """Named compiler flags: for the environment variable ``env`` and as jit ``compiler_options``.
+    ``aot_flags`` are added when the compile is ahead of time (no device: what it needs to compile
+    there at all); ``refused`` says why a backend outside ``backends`` cannot take the set."""
 
     name: str
     env: str  # "XLA_FLAGS" or "LIBTPU_INIT_ARGS"
-    flags: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, FlagValue] = field(default_factory=dict)
     backends: tuple[str, ...] = ("cpu",)
     doc: str = ""
+    aot_flags: dict[str, FlagValue] = field(default_factory=dict)
+    refused: str = ""
 
-    def env_text(self) -> str:
-        """The flags as they go into ``env`` (``--name=value`` separated by spaces)."""
-        return " ".join(f"--{k}={v}" for k, v in self.flags.items())
+    def all_flags(self, ahead_of_time: bool = False) -> dict[str, FlagValue]:
+        return {**self.flags, **(self.aot_flags if ahead_of_time else {})}
 
-    def compiler_options(self) -> dict[str, str]:
-        return dict(self.flags)
+    def env_text(self, ahead_of_time: bool = False) -> str:
+        """The flags as they go into ``env`` (``--name=value`` separated by spaces; booleans as XLA spells
+        them, true/false)."""
+        def text(v: FlagValue) -> str:
+            return str(v).lower() if isinstance(v, bool) else str(v)
+
+        return " ".join(f"--{k}={text(v)}" for k, v in self.all_flags(ahead_of_time).items())
+
+    def compiler_options(self, ahead_of_time: bool = False) -> dict[str, FlagValue]:
+        """As jit's ``compiler_options`` (a boolean flag must be a Python bool there)."""
+        return self.all_flags(ahead_of_time)
 
 
 FLAG_SETS: dict[str, FlagSet] = {
@@ -196,6 +223,24 @@ FLAG_SETS: dict[str, FlagSet] = {
     "tpu-no-fusion": FlagSet(
         "tpu-no-fusion", "XLA_FLAGS", {"xla_disable_hlo_passes": "tpu_fusion,tpu_multi_output_fusion"},
         ("tpu",), doc="disable libtpu's fusion passes; measured by an ahead-of-time v6e compile"),
+    # XLA's GPU compiler: --xla_gpu_deterministic_ops "Guarantees run-to-run determinism on GPU"
+    # (debug_options_flags.cc). With it, RequireDeterminism() holds and gpu_compiler.cc rewrites every
+    # scatter XLA cannot prove deterministic (ScatterExpander kEliminateIndeterministicScatters; first
+    # the ScatterDeterminismExpander, on by default: sort the indices, add the updates of equal indices
+    # with a prefix scan, then scatter with indices_are_sorted=true, unique_indices=true, which the
+    # scatter emitter writes with plain stores instead of atomic read-modify-writes); the autotuners
+    # pick deterministic algorithms. Ahead of time the gemm autotuner has no device to pick with:
+    # "INTERNAL: Failed to get configs for: N out of N instructions" (also with
+    # --xla_gpu_autotune_level=0), unless Triton gemm fusions are off, so the ahead-of-time compile
+    # carries --xla_gpu_enable_triton_gemm=false (tests/test_variants_deterministic.py).
+    "deterministic": FlagSet(
+        "deterministic", "XLA_FLAGS", {"xla_gpu_deterministic_ops": True}, ("gpu",),
+        aot_flags={"xla_gpu_enable_triton_gemm": False},
+        refused="XLA's deterministic-ops flag (--xla_gpu_deterministic_ops) belongs to its GPU compiler; the "
+                "CPU compiler and libtpu have no such flag (they would accept it and change nothing)",
+        doc="XLA's GPU deterministic-ops flag: scatters without unique indices become sort + prefix scan + a "
+            "scatter of unique indices (no atomics); ahead of time with Triton gemm fusions off, which the "
+            "compile needs there (the record's flags say so)"),
 }
 
 
@@ -205,24 +250,42 @@ def flag_set(name: str) -> FlagSet:
     return FLAG_SETS[name]
 
 
-def with_flag_set(program, name: str, backend: str | None = None):
+def check_flag_set(name: str, backend: str) -> FlagSet:
+    """The flag set ``name`` if it is meant for ``backend`` (cpu, gpu or tpu); HarnessError saying why
+    not otherwise."""
+    fs = flag_set(name)
+    if backend not in fs.backends:
+        why = f": {fs.refused}" if fs.refused else ""
+        raise HarnessError(f"flag set {name} ({fs.env}) is for {', '.join(fs.backends)}, "
+                           f"but the step compiles for {backend}{why}")
+    return fs
+
+
+def check_variants(names, backend: str) -> None:
+    """Every flag set named in ``names`` (variant names) is meant for ``backend``: checked before the
+    first configuration compiles, so a matrix is refused whole, not after its baseline."""
+    for name in names:
+        _, flags = parse_variant(name)
+        if flags:
+            check_flag_set(flags, backend)
+
+
+def with_flag_set(program, name: str, backend: str | None = None, ahead_of_time: bool = False):
     """``program`` compiled with flag set ``name`` (its jit_kwargs gain ``compiler_options``); the
     set must be meant for ``backend`` (the compile target's: cpu, gpu or tpu; default the backend jax
-    runs on)."""
+    runs on). ``ahead_of_time``: the compile has no device (a tpu:/cuda: target), and the set's
+    ``aot_flags`` are added; the program's options record every flag given."""
     from dataclasses import replace
 
-    fs = flag_set(name)
     if backend is None:
         import jax
 
         backend = jax.default_backend()
-    if backend not in fs.backends:
-        raise HarnessError(f"flag set {name} ({fs.env}) is for {', '.join(fs.backends)}, "
-                           f"but the step compiles for {backend}")
-    options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options()}
+    fs = check_flag_set(name, backend)
+    options = {**program.jit_kwargs.get("compiler_options", {}), **fs.compiler_options(ahead_of_time)}
     return replace(program, name=f"{program.name}+{name}", jit_kwargs={**program.jit_kwargs,
                                                                          "compiler_options": options},
-                   options={**program.options, "flag_set": name, fs.env: fs.env_text()})
+                   options={**program.options, "flag_set": name, fs.env: fs.env_text(ahead_of_time)})
 
 
 def parse_variant(name: str) -> tuple[str, str]:
@@ -237,7 +300,7 @@ def parse_variant(name: str) -> tuple[str, str]:
     return head, flags
 
 
-def variant_program(make, name: str, backend: str | None = None, **options):
+def variant_program(make, name: str, backend: str | None = None, ahead_of_time: bool = False, **options):
     """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
     ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
     This is what each name of a ``stress --variants`` list becomes, one compile per name."""
@@ -246,4 +309,4 @@ def variant_program(make, name: str, backend: str | None = None, **options):
         program = make(**options, variant=head) if head != "baseline" else make(**options)
     except TypeError as e:
         raise HarnessError(f"variant {name!r}: this program does not take program variants ({e})") from e
-    return with_flag_set(program, flags, backend) if flags else program
+    return with_flag_set(program, flags, backend, ahead_of_time) if flags else program

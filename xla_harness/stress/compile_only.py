@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.interrupts import Interrupted
 from xla_harness.programs.interface import program_factory
-from xla_harness.programs.variants import variant_program
+from xla_harness.programs.variants import check_variants, variant_program
 from xla_harness.stress.fingerprint import fingerprint
 from xla_harness.stress.spec import StressSpec
 from xla_harness.targets.spec import Target
@@ -76,7 +77,9 @@ class CompileRecord:
                 f"{fp['alias_size_in_bytes']} B), compiled in {r['compile_cpu_s']:.1f} s CPU; scan ({sc['backend']}): "
                 f"{sc['hazard']} hazard, {sc['decisions']} scatter-fused-with-data-moving-producer, "
                 f"{sc['aliased']} aliased, {sc['layout-preserving-miss']} layout-preserving-miss"
-                + _compiler_alias_text(sc.get("compiler_alias") or {}))
+                + _compiler_alias_text(sc.get("compiler_alias") or {})
+                + (f"; {sc['nondeterministic']} scatter(s) with atomics (non-deterministic)"
+                   if "nondeterministic" in sc else ""))
 
 
 def _compiler_alias_text(summary: dict) -> str:
@@ -95,12 +98,15 @@ def _slug(label: str) -> str:
 
 def _scan_counts(text: str, backend: str, name: str) -> dict:
     from xla_harness.hlo import compiler_alias
+    from xla_harness.hlo.nondeterminism import ASSESSED, nondeterministic_ops
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import CLASSES, scan
 
     module = parse_module(text, name)
     findings, decisions, used = scan(module, backend)
     counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
+    if used in ASSESSED:  # what the target runs non-deterministically (GPU: scatters with atomics)
+        counts["nondeterministic"] = len(nondeterministic_ops(module, used))
     return {"backend": used, **counts, "decisions": len(decisions),
             "compiler_alias": {**compiler_alias.summary(module),
                                "disagreements": sum(f.agreement == "disagree" for f in findings)},
@@ -139,9 +145,10 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
     """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
     append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it)."""
     from xla_harness.targets.compile import compile_step, environment
-    from xla_harness.targets.devices import target_devices
+    from xla_harness.targets.devices import autotune_dump_path, target_devices
 
     devices = target_devices(target)
+    check_variants(spec.variants, target.backend if not target.is_host else devices[0].platform)
     results = out / COMPILE_RESULTS if out is not None else None
     if out is not None and results is not None:
         if results.exists() and not resume:
@@ -156,30 +163,50 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
             continue
         if on_start:
             on_start(label)
-        program = build_for_target(spec, options, devices, target)
-        compiled = compile_step(program, target, devices, program_name=spec.program)
+        stem = out / "hlo" / _slug(f"{target.text}-{label}") if out is not None else None
+        autotune = autotune_dump_path(devices, str(stem)) if stem is not None else None
+        if autotune is not None:
+            Path(autotune).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            program = build_for_target(spec, options, devices, target)
+            compiled = compile_step(program, target, devices, program_name=spec.program, autotune_to=autotune)
+        except Interrupted as exc:
+            exc.where = exc.where or f"compiling {label} for {target.text}"
+            raise
         fp = fingerprint(compiled.compiled)
         fp["donate_argnums"] = list(program.donate_argnums)
+        # the compile's own options: the program's and its flag set's (a deterministic row ahead of time
+        # also names Triton gemm fusions off), the harness's dump options left out
+        compiler_options = _jsonable(dict(program.jit_kwargs.get("compiler_options") or {}))
         used = _device_count(compiled.compiled)
         rules = "auto" if target.is_host else target.backend
         record = {"kind": "compile", "schema": SCHEMA, "label": label, "program": spec.program,
                   "options": _jsonable(options), **env, "devices": used,
                   "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
                   "scan": _scan_counts(compiled.hlo_text, rules, label)}
-        if out is not None and results is not None:
-            stem = out / "hlo" / _slug(f"{target.text}-{label}")
-            stem.parent.mkdir(parents=True, exist_ok=True)
-            Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
-            if compiled.buffer_assignment is not None:
-                Path(f"{stem}.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
-            if compiled.buffer_values is not None:
-                Path(f"{stem}.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
-            record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
-            with open(results, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+        if compiler_options:
+            record["compiler_options"] = compiler_options
+        if out is not None and results is not None and stem is not None:
+            _write(out, results, stem, compiled, record, autotune)
         yield CompileRecord(label, record)
+
+
+def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotune: str | None) -> None:
+    """The HLO, buffer assignment and values file beside ``stem``, and the record appended to
+    ``results`` (flushed and synced: a killed matrix loses at most the compile in progress)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
+    if compiled.buffer_assignment is not None:
+        Path(f"{stem}.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+    if compiled.buffer_values is not None:
+        Path(f"{stem}.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
+    record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
+    if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
+        record["autotune_results"] = str(Path(autotune).relative_to(out))
+    with open(results, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _provenance() -> dict:
@@ -231,7 +258,7 @@ def build_for_target(spec: StressSpec, options: dict, devices: list, target: Tar
     opts = target_options({k: v for k, v in options.items() if k != "variant"}, devices, _takes_devices(make),
                           target)
     if "variant" in options:
-        return variant_program(make, options["variant"], backend=backend, **opts)
+        return variant_program(make, options["variant"], backend=backend, ahead_of_time=not target.is_host, **opts)
     try:
         return make(**opts)
     except TypeError as e:  # a TrainProgram object given options

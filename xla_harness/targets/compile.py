@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.buffers import values_path
 from xla_harness.programs.interface import TrainProgram, guard_user_error
@@ -109,23 +110,34 @@ def lower_step(program: TrainProgram, target: Target, devices: list, program_nam
 
 
 def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_to: Path | None = None,
-                 program_name: str | None = None) -> CompiledStep:
+                 program_name: str | None = None, autotune_to: str | None = None) -> CompiledStep:
     """Lower and compile ``program``'s step for ``target`` (its ``devices``). With ``dump_to`` the
     compiler's own dump (HLO before/after optimizations, buffer assignment and its values file) is
-    written there; either way the buffer assignment and its values file are kept in the result."""
-    from xla_harness.targets.devices import device_kind
+    written there; either way the buffer assignment and its values file are kept in the result. With
+    ``autotune_to`` (a compile on a real GPU) the device's autotuner writes what it chose there
+    (XLA's ``xla_gpu_dump_autotune_results_to``, for this compile only)."""
+    from xla_harness.targets.devices import DUMP_AUTOTUNE_FLAG, device_kind
 
     options = dict(program.jit_kwargs.get("compiler_options") or {})
+    if autotune_to is not None:
+        options[DUMP_AUTOTUNE_FLAG] = autotune_to
     t0 = time.process_time()
     with tempfile.TemporaryDirectory(prefix="xla-harness-aot-") as tmp:
         dump = Path(dump_to) if dump_to is not None else Path(tmp)
         dump.mkdir(parents=True, exist_ok=True)
         options.update({"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         lowered = lower_step(program, target, devices, program_name)
+        where = f"compiling {program_name or program.name} for {target.text}"
         try:
             compiled = lowered.compile(compiler_options=options)
+        except interrupts.Interrupted as exc:
+            exc.where = exc.where or where
+            raise
         except Exception as exc:  # noqa: BLE001 - a compiler refusal is a verdict on this program and target
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
+            signum = interrupts.received()
+            if signum is not None:  # a signal killed the compiler's children (ptxas): the signal's doing
+                raise interrupts.Interrupted(signum, where, f"{type(exc).__name__}: {first}") from exc
             raise HarnessError(f"{target.text}: the compiler failed on {program_name or program.name}: {first}") \
                 from None
         text = compiled.as_text()

@@ -1,27 +1,92 @@
 """A target's devices, the compiler behind them, and the environment that compiler needs.
 
-Ahead-of-time targets need no hardware: libtpu (``pip install 'xla-harness[tpu]'``) describes any
-TPU topology and the CUDA plugin (``pip install 'xla-harness[cuda]'``: jax-cuda12-plugin and
-jax-cuda12-pjrt, no NVIDIA libraries) any GPU of :mod:`xla_harness.targets.gpu`. The host backend
-is pinned to the CPU for them (``JAX_PLATFORMS=cpu`` unless set): nothing runs, and a machine
-without a TPU must not try to open one.
+Ahead-of-time targets need no hardware: libtpu describes any TPU topology and the CUDA plugin
+(jax-cuda12-plugin and jax-cuda12-pjrt, or their CUDA 13 pair; no NVIDIA libraries) any GPU of
+:mod:`xla_harness.targets.gpu`. The host backend is pinned to the CPU for them
+(``JAX_PLATFORMS=cpu`` unless set): nothing runs, and a machine without a TPU must not try to open one.
+
+Where the compilers live. ``make setup-targets`` installs them into a folder of their own,
+``<venv>/xla-harness-targets`` (``pip install --target``), which is not on ``sys.path``: only the
+harness adds it (:func:`use_target_compilers`), and only for a ``tpu:``/``cuda:`` target. Everything
+else in the venv imports jax as before: installed into site-packages, the CUDA plugin prints a
+"cuDNN not found" traceback and libtpu five lines of warnings on every ``import jax`` of a machine
+without the hardware, and jax would try to open a TPU or GPU. ``XLA_HARNESS_TARGET_COMPILERS`` names
+another folder. Installed into site-packages instead (``pip install 'xla-harness[tpu]'``, as on a
+TPU VM, where jax must see libtpu), they are used from there.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import sys
 from importlib import metadata
+from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.targets.spec import Target
 
-# What each ahead-of-time platform needs installed: (importable module, distributions to report).
-_NEEDS = {
-    "tpu": ("libtpu", ("libtpu",), "pip install 'xla-harness[tpu]' (or make setup-targets)"),
-    "cuda": ("jax_plugins.xla_cuda12", ("jax-cuda12-plugin", "jax-cuda12-pjrt"),
-             "pip install 'xla-harness[cuda]' (or make setup-targets)"),
+COMPILERS_ENV = "XLA_HARNESS_TARGET_COMPILERS"
+COMPILERS_DIR = "xla-harness-targets"  # under the venv (sys.prefix)
+_HOW = "make setup-targets (or pip install 'xla-harness[{extra}]')"
+# What each ahead-of-time platform needs: (importable modules, any one will do; distributions to report).
+_NEEDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "tpu": (("libtpu",), ("libtpu",)),
+    "cuda": (("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13"),
+             ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")),
 }
+
+
+def compilers_dir() -> Path | None:
+    """The folder the target compilers were installed into apart from site-packages
+    (``$XLA_HARNESS_TARGET_COMPILERS``, else ``<venv>/xla-harness-targets``); None when there is none."""
+    env = os.environ.get(COMPILERS_ENV, "")
+    path = Path(env) if env else Path(sys.prefix) / COMPILERS_DIR
+    return path if path.is_dir() else None
+
+
+def use_target_compilers() -> None:
+    """Put :func:`compilers_dir` on ``sys.path`` (last, so it shadows nothing), once. Before jax has
+    looked for its plugins this is all it takes (jax finds the CUDA plugin by its entry point and
+    libtpu by import when a topology is asked for); after, the CUDA plugin is registered here."""
+    where = compilers_dir()
+    if where is None or str(where) in sys.path:
+        return
+    sys.path.append(str(where))
+    importlib.invalidate_caches()
+    _register_cuda_plugin_late()
+
+
+def _register_cuda_plugin_late() -> None:
+    """jax looks for plugins once, when its first backend starts: if that already happened without the
+    folder (a library user who ran jax first), initialise the CUDA plugin now. Feature-detected: a jax
+    without these internals is left alone (the topology request then says what is missing)."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is None or not getattr(bridge, "_plugins_registered", False):
+        return
+    factories = getattr(bridge, "_topology_factories", None)
+    if not isinstance(factories, dict) or "cuda" in factories:
+        return
+    for name in _NEEDS["cuda"][0]:
+        if not _find(name):
+            continue
+        # No CUDA runtime is needed to compile; the plugin checks one unless told not to (and jax's
+        # platform setting, which would also skip the check, was read when jax started).
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+        try:
+            importlib.import_module(name).initialize()
+        except Exception as exc:  # noqa: BLE001 - the plugin's refusal: one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise HarnessError(f"the CUDA plugin ({name}) could not be loaded after jax started: {first}") from None
+        return
+
+
+def _find(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def prepare_environment(target: Target) -> None:
@@ -35,6 +100,7 @@ def prepare_environment(target: Target) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if target.platform == "cuda":
         os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    use_target_compilers()
     if target.platform == "tpu":
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         if not _has_tpu_chips():
@@ -54,8 +120,51 @@ def pin_cpu_without_accelerators() -> None:
         return
     if glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/kfd") or _has_tpu_chips():
         return
-    if any(missing(Target(p, "", "")) is None for p in _NEEDS):
+    if any(_find(module) for modules, _ in _NEEDS.values() for module in modules):
         os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+LOAD_AUTOTUNE_FLAG = "xla_gpu_load_autotune_results_from"
+DUMP_AUTOTUNE_FLAG = "xla_gpu_dump_autotune_results_to"
+
+
+def load_autotune_results(path: Path, target: Target) -> None:
+    """Have XLA's GPU compiler load the autotune results in ``path``: ``--xla_gpu_load_autotune_results_from``
+    appended to ``XLA_FLAGS`` (XLA reads it once, before the first compile; it loads the file at most
+    once per process). HarnessError, before anything is compiled, for a file that is not there or
+    cannot be read, a TPU target, a host without a GPU, or XLA_FLAGS already naming a file."""
+    import glob
+
+    if target.platform == "tpu":
+        raise HarnessError(f"--autotune-results: {target.text} has no GPU autotuner; the file is for a cuda: "
+                           "target or a GPU host")
+    if target.is_host and not glob.glob("/dev/nvidia[0-9]*"):
+        raise HarnessError("--autotune-results: this host has no GPU, so its compiler has no GPU autotuner; "
+                           "compile for a cuda: target (--target cuda:h200 ...)")
+    if not path.exists():
+        raise HarnessError(f"--autotune-results {path}: no such file")
+    if not path.is_file():
+        raise HarnessError(f"--autotune-results {path}: not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise HarnessError(f"--autotune-results {path}: cannot read: {exc.strerror or exc}") from None
+    flags = os.environ.get("XLA_FLAGS", "")
+    if LOAD_AUTOTUNE_FLAG in flags:
+        raise HarnessError(f"--autotune-results {path}: XLA_FLAGS already names a file for --{LOAD_AUTOTUNE_FLAG}; "
+                           "give one")
+    os.environ["XLA_FLAGS"] = f"{flags} --{LOAD_AUTOTUNE_FLAG}={path.resolve()}".strip()
+
+
+def autotune_dump_path(devices: list, stem: str) -> str | None:
+    """Where a compile on a real GPU writes the autotune results its device chose (``STEM.autotune.txt``,
+    text), or None when the devices are not a GPU's: ahead of time no autotuner runs."""
+    if not devices or getattr(devices[0], "platform", "") not in ("gpu", "cuda", "rocm"):
+        return None
+    if "CompileOnly" in type(getattr(devices[0], "client", None)).__name__:  # a topology's devices: no device
+        return None
+    return f"{stem}.autotune.txt"
 
 
 def _has_tpu_chips() -> bool:
@@ -77,25 +186,34 @@ def missing(target: Target) -> str | None:
     """Why ``target`` cannot be compiled for here (what to install), or None when it can."""
     if target.is_host:
         return None
-    module, _, how = _NEEDS[target.platform]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else f"--target {target.text} needs {module.split('.')[-1]}: {how}"
+    use_target_compilers()
+    modules, _ = _NEEDS[target.platform]
+    if any(_find(module) for module in modules):
+        return None
+    what = "libtpu" if target.platform == "tpu" else "the CUDA plugin (jax-cuda12-plugin and jax-cuda12-pjrt)"
+    return f"--target {target.text} needs {what}: " + _HOW.format(extra=target.platform)
 
 
 def compiler_versions(target: Target) -> dict[str, str]:
     """The installed versions of what compiles for ``target`` (jaxlib for the host; libtpu or the CUDA
     plugin otherwise), from package metadata."""
-    dists = ("jax", "jaxlib") + (() if target.is_host else _NEEDS[target.platform][1])
     out = {}
-    for dist in dists:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
+    for dist in ("jax", "jaxlib"):
+        out[dist] = _version(dist) or "not installed"
+    if not target.is_host:
+        use_target_compilers()
+        dists = _NEEDS[target.platform][1]
+        found = {d: v for d in dists if (v := _version(d))}
+        # the pair that is installed (CUDA 12 or 13), or every name "not installed"
+        out.update(found or dict.fromkeys(dists[:2], "not installed"))
     return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def target_devices(target: Target) -> list:
@@ -104,6 +222,7 @@ def target_devices(target: Target) -> list:
 
     if target.is_host:
         return list(jax.devices())
+    prepare_environment(target)  # a library caller may not have: libtpu's leave to load beside another process
     why = missing(target)
     if why:
         raise HarnessError(why)

@@ -5,16 +5,38 @@ tiling and the cost model depend on it); each kind below is written from NVIDIA'
 
 * the per-compute-capability limits (threads per block and per SM, registers, shared memory per
   SM and per block with opt-in, grid limits) from the CUDA C++ Programming Guide's table
-  "Technical Specifications per Compute Capability" (8.0 for A100, 9.0 for H100);
+  "Technical Specifications per Compute Capability" (8.0 for A100, 9.0 for H100 and H200);
 * SM count, FP32 units per SM, L2 size, memory size and bandwidth and boost clock from the
-  A100 (SXM4 80GB) and H100 (SXM5 80GB) datasheets and architecture whitepapers;
+  A100 (SXM4 80GB), H100 (SXM5 80GB) and H200 datasheets and architecture whitepapers;
 * the cuDNN version is the oldest the CUDA 12 plugin of jax 0.12 accepts (nvidia-cudnn-cu12
   >= 9.10.2 in its requirements): what a GPU machine running that jax has at least.
 
-Memory size is the nominal 80 GiB; a real device reports somewhat less (the driver keeps some).
-The description is what differs between two GPUs for the compiler; the autotuner is not run
-ahead of time (XLA's defaults stand in for measured choices), so a compile here can differ from
-one on the machine in the algorithm of a dot or convolution, not in fusion decisions.
+Memory size is the nominal 80 GiB for h100 and a100 (a real device reports somewhat less: the
+driver keeps some); the h200's is what one H200 reported (143,771 MiB, results/gpu/).
+
+**What a compile here reproduces of the device's own, and what it does not.** The description is
+what differs between two GPUs for the compiler, but a device's compile also runs its autotuner,
+which picks each dot's backend and tile configuration by timing them; ahead of time none runs
+and XLA's defaults stand in. Measured on the #35409 program (full + remat, one device, jax 0.11.2
+with the CUDA 13 plugin) against an H200's own compile (``make gpu-fidelity``;
+results/gpu/h200-2026-11-26/fidelity/table.md):
+
+* the same: the three scatter fusions and where their in-place operands come from (W's scatter adds
+  into ``wrapped_add``, the sum of the two batches' dense gradients of W, which are cuBLAS outputs on
+  the device and Triton gemm fusions ahead of time; the cross-entropy scatters into a multiply fusion),
+  ``input_output_alias`` (439 entries), argument, output and aliased bytes, the scanner's verdict
+  (0 hazards, 3 aliased), and all 426 dots;
+* not the same: on the device the autotuner sent 348 of the 426 dots to cuBLAS (custom-calls), ahead
+  of time none (390 Triton gemm fusions, 36 native-emitter gemm fusions), and the fusions around
+  those dots change with them: 14,832 instructions ahead of time against 14,226, 1,091 fusions
+  against 779 (718 of the device's 779 have a fusion of the same content ahead of time), 36
+  ``wrapped_transpose`` fusions and 18 copies only on the device, temp 17,141,018,456 B against
+  17,254,300,248 B (113 MB less); 97 fusions the device emitted with Triton, 72 ahead of time, 66 of
+  those 72 with the device's tile configuration, none of the 78 Triton gemm fusions.
+
+So fusion decisions next to dots differ; those next to scatters, and aliasing, did not in this
+program. ``--autotune-results FILE`` loads a device's choices (``stress --compile-only --out`` on a
+GPU writes them) into a compile here.
 """
 
 from __future__ import annotations
@@ -52,6 +74,14 @@ GPU_KINDS: dict[str, GpuKind] = {
         name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), sm_count=132, fp32_units_per_sm=128,
         shared_memory_per_sm=228 * 1024, shared_memory_per_block_optin=227 * 1024,
         l2_cache_bytes=50 * 1024 * 1024, memory_bytes=80 * 1024**3, memory_bandwidth=3_350_000_000_000,
+        clock_ghz=1.98),
+    # As one H200 reported itself (results/gpu/): device_kind "NVIDIA H200", 143,771 MiB of memory;
+    # the rest from NVIDIA's H200 (SXM) datasheet: the H100's Hopper SM (compute capability 9.0, 132
+    # SMs, same limits), 60 MiB of L2 and 4.8 TB/s of HBM3e.
+    "h200": GpuKind(
+        name="NVIDIA H200", compute_capability=(9, 0), sm_count=132, fp32_units_per_sm=128,
+        shared_memory_per_sm=228 * 1024, shared_memory_per_block_optin=227 * 1024,
+        l2_cache_bytes=60 * 1024 * 1024, memory_bytes=143771 * 1024**2, memory_bandwidth=4_800_000_000_000,
         clock_ghz=1.98),
     "a100": GpuKind(
         name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), sm_count=108, fp32_units_per_sm=64,

@@ -6,7 +6,7 @@ Grammar (one of)::
     tpu:GEN:SHAPE        libtpu, ahead of time: GEN one of v4, v5e, v5p, v6e; SHAPE the chips, e.g.
                          2x4 (v5e, v6e: two dimensions) or 2x2x1 (v4, v5p: three)
     cuda:KIND[:TOPO]     the CUDA plugin, ahead of time: KIND a GPU of :mod:`xla_harness.targets.gpu`
-                         (h100, a100); TOPO slices x hosts x GPUs per host (default 1x1x8)
+                         (h100, h200, a100); TOPO slices x hosts x GPUs per host (default 1x1x8)
 """
 
 from __future__ import annotations
