@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 
 from xla_harness.stress.checker import _copy, bucket, pad
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
@@ -167,10 +168,23 @@ def mark_nondeterminism(replayed: list[dict], first_run: list[float]) -> None:
     for rec, first in zip(replayed, first_run, strict=True):
         if not same_loss(rec["loss"], first):
             rec["nondet"] = True
+            rec["nondet_detail"] = [loss_difference(first, rec["loss"])]
             return
         if not rec["finite"]:
             return
     replayed[-1]["nondet"] = True
+
+
+def loss_difference(first: float, again: float | None) -> dict:
+    """The nondeterminism detail of a train step: only its loss is compared (the block run's state is
+    not kept), as the ``aux['loss']`` leaf; None where one of the two is not finite."""
+    gap = ulp = None
+    if again is not None and math.isfinite(first):
+        a, b = np.float32(first), np.float32(again)
+        gap = float(abs(a - b))
+        if (a >= 0) == (b >= 0):  # sign and magnitude: within one sign the bits count ULPs
+            ulp = float(abs(int(a.view(np.int32)) - int(b.view(np.int32))))
+    return {"leaf": "aux['loss']", "elements": 1, "max_abs": gap, "max_ulp": ulp}
 
 
 def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:

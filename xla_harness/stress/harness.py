@@ -76,6 +76,7 @@ class Harnessed:
     summarize: Callable = field(default_factory=make_summarize)  # block protocol: a block's one fetch
     packer: FlagPacker = field(default_factory=FlagPacker)  # per-step protocols: a block's flags, one fetch
     counters: Counters = field(default_factory=Counters)
+    output_names: list[str] | None = None  # frozen: names of the step's output leaves (nondeterminism detail)
     block_size: object = None  # block commit: the block sizer (blocks.BlockSize), carried from seed to seed
 
     @property

@@ -82,6 +82,9 @@ class Step:
     reference: dict | None = None
     injected: str | None = None  # the fault planted at this step, if any
     nondet: bool = False  # outputs (frozen) or loss (train replay) differ from another call on the same inputs
+    # Where a nondet step differed: per output leaf that changed, {"leaf", "elements", "max_abs", "max_ulp"}
+    # (frozen: every leaf of (params, opt_state, aux); train: the loss only). None: not recorded.
+    nondet_detail: tuple[dict, ...] | None = None
 
     def to_json(self) -> dict:
         d: dict[str, object] = {"step": self.step, "finite": self.finite, "first_bad": self.first_bad,
@@ -92,6 +95,8 @@ class Step:
             d["injected"] = self.injected
         if self.nondet:
             d["nondet"] = True
+        if self.nondet_detail is not None:
+            d["nondet_detail"] = list(self.nondet_detail)
         return d
 
 
@@ -214,7 +219,22 @@ def parse_step(obj: Any, what: str) -> Step:
                 max_abs_update=_number_or_null(obj, "max_abs_update", what),
                 loss=_number_or_null(obj, "loss", what), reference=ref,
                 injected=_need(obj, "injected", (str, None), what) if "injected" in obj else None,
-                nondet=_need(obj, "nondet", bool, what) if "nondet" in obj else False)
+                nondet=_need(obj, "nondet", bool, what) if "nondet" in obj else False,
+                nondet_detail=_nondet_detail(obj, what) if "nondet_detail" in obj else None)
+
+
+def _nondet_detail(obj: Mapping, what: str) -> tuple[dict, ...]:
+    rows = _need(obj, "nondet_detail", list, what)
+    if not obj.get("nondet"):
+        raise RecordError(f"{what} has a nondet_detail but is not marked nondet")
+    for i, row in enumerate(rows):
+        where = f"{what} nondet_detail {i}"
+        _typed(row, dict, where)
+        _need(row, "leaf", str, where)
+        _int(row, "elements", where, lo=1)
+        _number_or_null(row, "max_abs", where)
+        _number_or_null(row, "max_ulp", where)
+    return tuple(rows)
 
 
 def parse_block(obj: Mapping) -> Block:

@@ -30,6 +30,10 @@ class Row:
     # first's; train, a replayed step whose loss differs from its first run's, or a clean step whose
     # loss differs when a recompute ran it again.
     nondet_steps: set[tuple[int, int]] = field(default_factory=set)
+    # Per output leaf a nondeterministic step changed: {"steps", "max_elements", "max_abs", "max_ulp"}.
+    nondet_leaves: dict[str, dict] = field(default_factory=dict)
+    nondet_recomputed: int = 0  # nondet steps found by a recompute (their loss only)
+    nondet_detailed: int = 0  # nondet steps whose record says which leaves differed
     protocol: str = "train"
     first_bad: dict[str, int] = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the first block's configuration
@@ -87,7 +91,9 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
             row = rows.setdefault(b.label, Row(b.label, config=dict(b.config), protocol=b.protocol))
             seeds.add(b.seed)
             if b.recompute is not None:
-                row.nondet_steps.update((b.seed, t) for t in b.recompute["nondet"])
+                new = {(b.seed, t) for t in b.recompute["nondet"]} - row.nondet_steps
+                row.nondet_steps |= new
+                row.nondet_recomputed += len(new)
             for s in b.steps:
                 key = (fp, b.label, b.seed, s.step)
                 if key in seen:
@@ -113,6 +119,15 @@ def _count(row: Row, seed: int, s: records.Step) -> None:
     row.injected += s.injected is not None
     if s.nondet:
         row.nondet_steps.add((seed, s.step))
+        row.nondet_detailed += s.nondet_detail is not None
+        for d in s.nondet_detail or ():
+            leaf = row.nondet_leaves.setdefault(d["leaf"], {"steps": 0, "max_elements": 0, "max_abs": None,
+                                                            "max_ulp": None})
+            leaf["steps"] += 1
+            leaf["max_elements"] = max(leaf["max_elements"], d["elements"])
+            for key in ("max_abs", "max_ulp"):
+                if d[key] is not None:
+                    leaf[key] = d[key] if leaf[key] is None else max(leaf[key], d[key])
     if "variant" in row.config:
         row.losses[(seed, s.step)] = s.loss
     if s.first_bad:
@@ -267,12 +282,38 @@ def _notes(t: Table, headers: list[str]) -> list[str]:
                    "its own verdict, k/n <= its one-sided exact 95% upper bound")
     if "nondet" in headers:
         out.append("nondet: steps whose outputs were not a function of their inputs (frozen: a finite call whose "
-                   "outputs differ in any bit from the seed's first finite call; train: a replayed step whose loss "
-                   "differs from its first run, looked for only in blocks replayed after a failure)")
+                   "outputs differ in any bit from the seed's first finite call; train: a replayed or recomputed "
+                   "step whose loss differs from its first run, looked for only around failures)")
+        out += [line for r in t.rows for line in nondet_lines(r)]
     out.append(_finite_errors_note(t))
     if "vs baseline" in headers:
         out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
                    "row; dloss: largest relative loss difference at the same seed and step (both finite)")
+    return out
+
+
+def nondet_lines(r: Row, leaves: int = 5) -> list[str]:
+    """Where a row's nondeterministic steps differed: the leaves most often changed, with how many
+    elements and by how much; the steps recorded without that detail are counted."""
+    if not r.nondet:
+        return []
+    out = [f"  {r.label}: {r.nondet} nondet step(s)"]
+    if r.nondet_leaves:
+        ranked = sorted(r.nondet_leaves.items(), key=lambda kv: (-kv[1]["steps"], -kv[1]["max_elements"]))
+        parts = []
+        for name, d in ranked[:leaves]:
+            size = f"|diff| <= {d['max_abs']:.3g}" if d["max_abs"] is not None else "|diff| not finite"
+            ulp = f", <= {d['max_ulp']:.0f} ULP" if d["max_ulp"] is not None else ""
+            parts.append(f"{name} in {d['steps']} (up to {d['max_elements']} element(s), {size}{ulp})")
+        more = f"; {len(ranked) - leaves} more leaves" if len(ranked) > leaves else ""
+        out[0] += ": " + "; ".join(parts) + more
+    if r.nondet_recomputed:
+        out.append(f"    {r.nondet_recomputed} of them found when steps were recomputed to reach a failed block "
+                   "(their loss differed from the record)")
+    undetailed = r.nondet - r.nondet_recomputed - r.nondet_detailed
+    if undetailed > 0:
+        out.append(f"    {undetailed} of them recorded without the leaves that differed (results written before "
+                   "per-leaf detail; run again with this version)")
     return out
 
 
@@ -317,6 +358,7 @@ def table_json(t: Table) -> dict:
              "first_bad": r.first_bad,
              "silent": r.silent, "referenced": r.referenced,
              "nondet": r.nondet, "protocol": r.protocol,
+             **({"nondet_leaves": r.nondet_leaves, "nondet_recomputed": r.nondet_recomputed} if r.nondet else {}),
              **({"per_seed_upper": {str(s): stats.upper_bound(k, n) for s, (k, n) in sorted(r.per_seed.items())}}
                 if r.protocol == "frozen" else {}),
              **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}

@@ -49,14 +49,35 @@ def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int]) 
     for i, f in enumerate(host_flags):
         first = None if bool(f["ok"]) else (_first_bad(f, h) or "?")
         mx, loss = float(f["max_abs_update"]), float(f["loss"])
-        rec = {"step": start + i, "finite": first is None, "first_bad": first,
+        rec: dict[str, object] = {"step": start + i, "finite": first is None, "first_bad": first,
                "max_abs_update": mx if math.isfinite(mx) else None, "loss": loss if math.isfinite(loss) else None}
         if start + i in planned:
             rec["injected"] = h.spec.inject
         if bool(f.get("nondet", False)):
             rec["nondet"] = True
+            if "nondet_detail" in f and h.output_names is not None:
+                rec["nondet_detail"] = leaf_detail(h.output_names, f["nondet_detail"])
         out.append(rec)
     return out
+
+
+def output_names(outputs) -> list[str]:
+    """Names of the leaves of a step's ``(params, opt_state, aux)``: ``params['embed']``, ..."""
+    return [f"{part}{jax.tree_util.keystr(path)}" for part, tree in zip(("params", "opt_state", "aux"), outputs,
+                                                                        strict=True)
+            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def leaf_detail(names: list[str], detail) -> list[dict]:
+    """The leaves a nondeterministic call changed (rows of ``checker.differences``): name, elements that
+    differ in any bit, the largest absolute and ULP difference; most elements first."""
+    out = []
+    for name, (count, gap, ulp) in zip(names, detail, strict=True):
+        if count > 0:
+            out.append({"leaf": name, "elements": int(count),
+                        "max_abs": float(gap) if math.isfinite(gap) else None,
+                        "max_ulp": float(ulp) if math.isfinite(ulp) else None})
+    return sorted(out, key=lambda d: -d["elements"])
 
 
 def _backup(state: RunState) -> tuple:
@@ -104,12 +125,16 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
     if frozen:
         flags = dict(h.checker(state.params, new_p, new_o, aux))
         h.counters.dispatches += 1
+        outputs = (new_p, new_o, aux)
+        if h.output_names is None:
+            h.output_names = output_names(outputs)
         if state.first is None:
-            state.first, state.first_ok = (new_p, new_o, aux), flags["ok"]
+            state.first, state.first_ok = outputs, flags["ok"]
             flags["nondet"] = jnp.bool_(False)
+            flags["nondet_detail"] = jnp.zeros((len(h.output_names), 3), jnp.float32)
         else:
-            flags["nondet"], state.first, state.first_ok = h.repeat_check(
-                state.first, state.first_ok, (new_p, new_o, aux), flags["ok"])
+            flags["nondet"], flags["nondet_detail"], state.first, state.first_ok = h.repeat_check(
+                state.first, state.first_ok, outputs, flags["ok"])
             h.counters.dispatches += 1
         return flags
     backup_p, backup_o = _backup(state)
