@@ -33,7 +33,6 @@ PROGRAM = textwrap.dedent('''
     import itertools
     import os
     import subprocess
-    from pathlib import Path
 
     import jax
     import jax.numpy as jnp
@@ -46,9 +45,9 @@ PROGRAM = textwrap.dedent('''
         calls = itertools.count()
         inner = step_from_loss(lambda p, b: jnp.mean((b @ p["w"]) ** 2), opt)
 
-        def wait_on_child():
-            Path(os.environ["XLA_HARNESS_TEST_MARKER"]).write_text("waiting")
-            subprocess.run(["sleep", os.environ.get("XLA_HARNESS_TEST_CHILD_S", "600")], check=True)
+        def wait_on_child():  # the child writes the marker itself: a signal sent after it reaches the child
+            subprocess.run(["sh", "-c", 'echo waiting > "$XLA_HARNESS_TEST_MARKER" && exec sleep "$1"', "sh",
+                            os.environ.get("XLA_HARNESS_TEST_CHILD_S", "600")], check=True)
 
         def init(key):
             if where == "init" and next(calls) == 1:  # the real call (the first is jax.eval_shape's)
@@ -145,7 +144,7 @@ def test_guard_user_error_blames_the_program_until_an_interrupt_arrives():
 def test_a_run_starts_and_ends_with_a_clean_record():
     """A signal recorded by one run (the pytest plugin runs several in a process) does not turn a later
     run's program error into an interrupt."""
-    from xla_harness.commands.stress import StopFlag
+    from xla_harness.stress.session import StopFlag
 
     interrupts.record(signal.SIGTERM)
     stop = StopFlag()
