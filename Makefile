@@ -24,6 +24,7 @@ STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,
 
 help:
 	@echo "make stress     run the default tied-embedding stress matrix and print the table"
+	@echo "make triage     every verdict about the #35409 program (scale 1/32) on host, tpu:v6e:2x4 and cuda:h100, in one report (TRIAGE_ARGS=, TRIAGE_TARGETS=)"
 	@echo "make test       make lint, then the test suite (what CI runs)"
 	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"

@@ -21,7 +21,7 @@ SWEEP       ?= jit=bare dtype=bf16 donate=False embed_spec=data,model embed_spec
 SWEEP_CELLS ?= full:True
 SWEEP_OUT   ?= results/tpu-aot/sweep
 
-.PHONY: tpu-matrix tpu-sweep
+.PHONY: tpu-matrix tpu-sweep triage
 tpu-matrix:
 	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
 	  MATRIX_VARIANTS="$(MATRIX_VARIANTS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" MATRIX_OUT="$(MATRIX_OUT)" \
@@ -50,3 +50,11 @@ gpu-fidelity:
 	$(MAKE) --no-print-directory setup-targets JAX_PIN=$(FIDELITY_PIN) CUDA_MAJOR=$(FIDELITY_CUDA)
 	$(FIDELITY_VENV)/bin/python tools/gpu_fidelity.py --device $(FIDELITY_DEVICE) --out $(FIDELITY_OUT) \
 	  --target $(FIDELITY_TARGET) $(if $(AUTOTUNE),--autotune-results $(AUTOTUNE))
+
+# Every verdict about the #35409 program at scale 1/32, per compiler (this machine's, libtpu for
+# v6e:2x4, the CUDA plugin for an H100), in one report: OUT/triage/<time>/report.{md,html}.
+TRIAGE_OUT     ?= $(OUT)/triage/$(shell date +%Y%m%d-%H%M%S)
+TRIAGE_TARGETS ?= host,tpu:v6e:2x4,cuda:h100
+TRIAGE_ARGS    ?= --program issue-35409 --program-option scale=0.03125 --budget 20
+triage: setup-targets
+	$(VENV)/bin/xla-harness triage $(TRIAGE_ARGS) --target $(TRIAGE_TARGETS) --out $(TRIAGE_OUT) || [ $$? -eq 1 ]

@@ -26,6 +26,7 @@ from xla_harness.interrupts import Interrupted
 # (subcommand module) in the order shown by --help.
 SUBCOMMANDS = (
     "xla_harness.commands.stress",
+    "xla_harness.commands.triage",
     "xla_harness.commands.report",
     "xla_harness.commands.compare",
     "xla_harness.commands.merge",

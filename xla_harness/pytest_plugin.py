@@ -23,6 +23,14 @@ Everything it adds is prefixed, so it never collides with a project's own names:
   ``xla_harness_steps``, ``xla_harness_rate`` (non-finite / total steps, all configurations and
   seeds pooled), ``xla_harness_rate_upper95`` (its one-sided exact 95% upper bound,
   :func:`xla_harness.stress.stats.upper_bound`) and ``xla_harness_results`` (the results file).
+* the ``xla_harness_triage`` fixture runs ``xla-harness triage`` (every verdict about a step, per
+  compiler: :mod:`xla_harness.triage`) in ``tmp_path`` and fails the test, with the answer paragraph
+  in its message, when the triage finds anything (a hazard, non-finite steps, nondeterminism);
+  opt-in like the stress fixture. It takes the command's options as keywords and returns the answer::
+
+      def test_no_hazard_on_tpu(xla_harness_triage):
+          xla_harness_triage(program="my_model.py:make", target="host,tpu:v6e:2x4", budget=5)
+
 * options ``--xla-harness-steps``, ``--xla-harness-seeds`` size every fixture run;
   ``--xla-harness-program`` sets the program of every run that names none.
 
@@ -38,6 +46,7 @@ import pytest
 PREFIX = "xla_harness"
 BACKENDS = ("cpu", "gpu", "tpu")
 STRESS = f"{PREFIX}_stress"  # marker, fixture and ini option
+TRIAGE = f"{PREFIX}_triage"  # fixture (opted in as the stress fixture)
 OPT_IN = "--xla-harness-stress"
 SKIP_REASON = f"xla-harness stress test: opt in with {OPT_IN} (or ini option {STRESS} = true)"
 CONFIDENCE = 0.95
@@ -83,7 +92,8 @@ def _has_backend(name: str) -> bool:
 def pytest_collection_modifyitems(config, items) -> None:
     # Tests that use the fixture carry the marker too, so -m / -m "not xla_harness_stress" select them.
     for item in items:
-        if STRESS in getattr(item, "fixturenames", ()) and item.get_closest_marker(STRESS) is None:
+        uses = set(getattr(item, "fixturenames", ()))
+        if uses & {STRESS, TRIAGE} and item.get_closest_marker(STRESS) is None:
             item.add_marker(STRESS)
 
 
@@ -142,5 +152,35 @@ def xla_harness_stress(request, tmp_path):
         if k:
             pytest.fail(f"{k} non-finite step(s):\n{report.format_table(table)}", pytrace=False)
         return table
+
+    return run
+
+
+@pytest.fixture
+def xla_harness_triage(request, tmp_path):
+    """Run ``xla-harness triage`` (keywords: its options, ``program_option`` a list of ``KEY=VALUE``);
+    fail with the answer when it finds anything. Returns the answer
+    (:class:`xla_harness.triage.answer.Answer`). Skips unless --xla-harness-stress."""
+    if not _stress_enabled(request.config):
+        pytest.skip(SKIP_REASON)
+    from xla_harness.triage.render import write_report
+    from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
+
+    calls = 0
+
+    def run(program: str, target: str = "host", budget: float = 10.0, program_option=(), hlo=(),
+            rate_of_interest: float = 0.05):
+        nonlocal calls
+        out = tmp_path / f"{TRIAGE}{calls}"
+        calls += 1
+        spec = TriageSpec(program=program, options=list(program_option),
+                          targets=[t.strip() for t in target.split(",") if t.strip()], hlo=[str(h) for h in hlo],
+                          budget_s=budget_seconds(budget), rate_of_interest=rate_of_interest)
+        state, _ = Triage(spec, out).run()
+        ans = write_report(out, state)
+        request.node.user_properties.append((f"{PREFIX}_triage_report", str(out / "report.html")))
+        if ans.exit_code:
+            pytest.fail(f"xla-harness triage found: {ans.paragraph}", pytrace=False)
+        return ans
 
     return run

@@ -28,6 +28,9 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", type=Path, metavar="PNG",
                    help="also write a PNG plot (an existing file only with --force; never a results file)")
     flags.add_force_argument(p, "the --plot file")
+    p.add_argument("--html", action="store_true",
+                   help="a triage folder (xla-harness triage --out DIR): draw DIR/report.md and DIR/report.html again "
+                        "from DIR and print its answer")
     p.add_argument("--allow-mixed-specs", action="store_true",
                    help="pool steps of one configuration label recorded by runs with different options "
                         "(refused by default: their steps are different trials)")
@@ -73,7 +76,24 @@ def show_compile(args) -> int:
     return 1 if any(r["scan"].get("hazard") or r["scan"].get("decisions") for r in records) else 0
 
 
+def show_triage(args) -> int:
+    from xla_harness.errors import HarnessError
+    from xla_harness.triage.render import write_report
+
+    if len(args.folders) != 1 or args.plot or args.json:
+        raise HarnessError("--html draws one triage folder's report; give one folder, without --plot or --json")
+    folder = args.folders[0]
+    if not (folder / "triage.json").is_file():
+        raise HarnessError(f"{folder} is not a triage folder (no triage.json); --html draws a triage's report")
+    ans = write_report(folder)
+    print(ans.paragraph)
+    print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
+    return ans.exit_code
+
+
 def run(args) -> int:
+    if args.html:
+        return show_triage(args)
     if all(Path(f).is_dir() for f in args.folders) and _compile_folders(args.folders):
         return show_compile(args)
     show(args)

@@ -186,6 +186,9 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
                   "scan": _scan_counts(compiled.hlo_text, rules, label)}
         if compiler_options:
             record["compiler_options"] = compiler_options
+        leaf = _target_leaf(compiled.compiled, program.target_leaf)
+        if leaf is not None:
+            record["target_leaf"] = leaf
         if out is not None and results is not None and stem is not None:
             _write(out, results, stem, compiled, record, autotune)
         yield CompileRecord(label, record)
@@ -219,6 +222,32 @@ def _provenance() -> dict:
     return {"harness_version": harness_version(), "repo_commit": repo_commit(),
             "python": platform.python_version(), "host_cpus": os.cpu_count(),
             "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}}
+
+
+def _target_leaf(compiled, target_leaf: str | None) -> dict | None:
+    """The parameter faults are injected into (the tied matrix W of the built-in programs): its path and
+    shape, from the executable's arguments (what ``triage`` reads W's scatter by)."""
+    import jax
+
+    from xla_harness.stress.inject import _floating
+
+    try:
+        params = compiled.args_info[0][0]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    leaves = [(jax.tree_util.keystr(path), tuple(x.shape))
+              for path, x in jax.tree_util.tree_flatten_with_path(params)[0] if _floating(x)]
+    if not leaves:
+        return None
+    name, shape = next(((n, s) for n, s in leaves if n == target_leaf), max(leaves, key=lambda ns: _size(ns[1])))
+    return {"name": name, "shape": list(shape)}
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _device_count(compiled) -> int:

@@ -1,0 +1,186 @@
+"""xla-harness triage: the stopping rules, the answer and its exit code, and the report, on real runs of
+small programs: a clean step (exit 0, a self-contained HTML report whose every image is an inline PNG
+that decodes), planted NaNs and a planted nondeterministic leaf (each changes the answer and the exit
+code), a hazard in a compiled module fed to the scan, and a kill -9 in each stage followed by
+--resume (the same answer and verdicts as an uninterrupted triage)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from xla_harness.hlo.parser import parse_file
+from xla_harness.stress import stats
+from xla_harness.triage import plan
+from xla_harness.triage.answer import answer
+from xla_harness.triage.compiled import target_verdict
+
+from .test_nondet_detail import PERTURBED
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = "examples/quickstart/my_model.py:make"
+HAZARD_HLO = ROOT / "tests/hlo/transpose_moves_data.hlo"
+
+
+# ----------------------------------------------------------------------------- pure
+
+
+def test_steps_to_bound_is_the_fewest_clean_trials_below_the_rate():
+    for rate in (0.05, 0.01, 0.2):
+        n = plan.steps_to_bound(rate)
+        assert stats.upper_bound(0, n) < rate <= stats.upper_bound(0, n - 1)
+    assert plan.steps_to_bound(0.05) == 59
+    assert plan.round_steps(0.05, 2) == 4 * 59
+    with pytest.raises(ValueError):
+        plan.steps_to_bound(0.0)
+
+
+def test_a_stage_stops_as_soon_as_its_question_is_answered():
+    assert plan.rate_answer(0, 58, 0.05) is None  # not yet bounded
+    assert plan.rate_answer(0, 59, 0.05) == "bounded"
+    assert plan.rate_answer(1, 3, 0.05) == "fails"
+    assert plan.rate_answer(0, 3, 0.05, nondet=1) == "nondeterministic"
+    rows = [("baseline", 0, 59), ("barrier", 0, 59)]
+    assert plan.variants_answer(rows, 0.05) == "bounded"
+    assert plan.variants_answer([("baseline", 20, 59), ("barrier", 0, 59)], 0.05) == "differs"
+    assert plan.variants_answer([("baseline", 2, 59), ("barrier", 1, 59)], 0.05) is None  # keep measuring
+
+
+def test_a_hazard_in_a_module_fed_to_the_scan_is_the_answer():
+    verdict = target_verdict(parse_file(HAZARD_HLO), f"hlo:{HAZARD_HLO.name}")
+    state = {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": verdict.to_json()}}}
+    ans = answer(state, ROOT)
+    assert ans.exit_code == 1 and "the #35409 hazard is present" in ans.paragraph
+    clean = target_verdict(parse_file(ROOT / "tests/hlo/transpose_layout_preserving.hlo"), "hlo:clean")
+    state = {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": clean.to_json()}}}
+    ans = answer(state, ROOT)
+    assert ans.exit_code == 0 and "hazard is absent" in ans.paragraph
+
+
+# ----------------------------------------------------------------------------- real runs
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _triage(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "xla_harness", "triage", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _answer_line(stdout: str) -> str:
+    return stdout.strip().splitlines()[0]
+
+
+@pytest.mark.slow
+def test_a_clean_step_answers_exit_0_with_a_self_contained_report(tmp_path):
+    out = tmp_path / "t"
+    done = _triage("--program", QUICKSTART, "--out", str(out), "--budget", "10")
+    assert done.returncode == 0, done.stderr
+    paragraph = _answer_line(done.stdout)
+    assert paragraph.startswith("On host cpu") and "the #35409 hazard is absent" in paragraph
+    assert "train 0/59 non-finite steps" in paragraph and "deterministic" in paragraph
+    assert "triage [" in done.stderr and "left]" in done.stderr  # progress, with the time left
+    page = _Page()
+    text = (out / "report.html").read_text(encoding="utf-8")
+    page.feed(text)
+    images = [a for t, a in page.tags if t == "img"]
+    assert len(images) >= 4  # the scatters' neighbourhoods and the rates of each local stage
+    for a in images:
+        assert a["src"].startswith("data:image/png;base64,") and a.get("alt")
+        assert base64.b64decode(a["src"].split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert not [a for t, a in page.tags if t in ("link", "script") or (t == "a" and "href" in a)]
+    assert "http://" not in text and "https://" not in text
+    assert paragraph in text.replace("&#x27;", "'")
+    # report DIR --html draws the same report again from the folder
+    md = (out / "report.md").read_text()
+    (out / "report.md").unlink()
+    from xla_harness.cli import main
+
+    assert main(["report", str(out), "--html"]) == 0
+    assert (out / "report.md").read_text() == md
+
+
+@pytest.mark.slow
+def test_planted_nans_change_the_answer_and_the_exit_code(tmp_path):
+    done = _triage("--program", QUICKSTART, "--out", str(tmp_path / "t"), "--budget", "10", "--inject-rate", "0.1")
+    assert done.returncode == 1, done.stderr
+    paragraph = _answer_line(done.stdout)
+    assert "train 0/" not in paragraph and "non-finite steps (at most" in paragraph
+    state = json.loads((tmp_path / "t" / "triage.json").read_text())
+    assert state["stages"]["train"]["answer"] == "fails"
+    # something failed here: the passes were bisected (the planted faults do not come from a pass, so the
+    # bisection cannot conclude) and a bundle was written
+    assert "bisect" in state["stages"] and "Pass bisection: " in paragraph
+    assert state["stages"]["bundle"]["ok"] and (tmp_path / "t" / "repro.tar.gz").is_file()
+
+
+@pytest.mark.slow
+def test_a_planted_nondeterministic_leaf_changes_the_answer_and_the_exit_code(tmp_path):
+    (tmp_path / "perturbed.py").write_text(PERTURBED)
+    done = _triage("--program", f"{tmp_path}/perturbed.py:make", "--out", str(tmp_path / "t"), "--budget", "10")
+    assert done.returncode == 1, done.stderr
+    paragraph = _answer_line(done.stdout)
+    assert "nondeterministic:" in paragraph and "params['b']" in paragraph
+
+
+@pytest.mark.slow
+def test_a_hazard_fed_to_the_scan_shows_in_the_answer(tmp_path):
+    done = _triage("--program", QUICKSTART, "--hlo", str(HAZARD_HLO), "--out", str(tmp_path / "t"), "--budget", "10")
+    assert done.returncode == 1, done.stderr
+    assert f"On hlo:{HAZARD_HLO}" in _answer_line(done.stdout) and "hazard is present" in _answer_line(done.stdout)
+
+
+def _comparable(out: Path) -> dict:
+    """triage.json without what differs between two runs of the same triage: timings and commands."""
+    state = json.loads((out / "triage.json").read_text())
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()
+                    if k not in ("seconds", "elapsed_s", "commands", "compile_cpu_s", "record", "per_step_s")}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    return strip(state)
+
+
+@pytest.mark.slow
+def test_kill_9_in_each_stage_then_resume_gives_the_same_answer(tmp_path):
+    whole = tmp_path / "whole"
+    ref = _triage("--program", QUICKSTART, "--out", str(whole), "--budget", "30")
+    assert ref.returncode == 0, ref.stderr
+    out = tmp_path / "cut"
+    for stage in ("compile-host/compile", "frozen/round-1", "train/round-1", "variants/round-1"):
+        argv = [sys.executable, "-m", "xla_harness", "triage", "--program", QUICKSTART, "--out", str(out),
+                "--budget", "30", *(["--resume"] if out.exists() else [])]
+        proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not (out / "stages" / stage).exists():
+            assert proc.poll() is None, f"the triage ended before {stage} began"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # polling a folder, not timing anything
+        time.sleep(1.0)  # into the stage's child: a compile or a round under way
+        os.kill(proc.pid, signal.SIGKILL)  # the triage only: its children die with it (PR_SET_PDEATHSIG)
+        proc.wait()
+    done = _triage("--program", QUICKSTART, "--out", str(out), "--budget", "30", "--resume")
+    assert done.returncode == 0, done.stderr
+    assert _answer_line(done.stdout) == _answer_line(ref.stdout)
+    assert _comparable(out) == _comparable(whole)

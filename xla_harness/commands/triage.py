@@ -1,0 +1,106 @@
+"""xla-harness triage: every verdict the harness can draw about a step, per compiler, in one report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from xla_harness.commands import flags
+from xla_harness.errors import HarnessError
+
+NAME = "triage"
+HELP = "every verdict about a step, per compiler, in one report (compile, scan, frozen, train, variants, bisect)"
+DESCRIPTION = """\
+One command for a step that turns NaN, or a fix that must be shown to work:
+
+1. compile the step once per --target (host: this machine's backend; tpu:GEN:SHAPE with libtpu and
+   cuda:KIND with the CUDA plugin compile ahead of time, after `make setup-targets`) and scan each
+   with that compiler's own aliasing as the truth: the #35409 hazard, scatters fused with a
+   data-moving producer, every in-place scatter fusion (the one writing the tied matrix W's
+   gradient named) with its producers and source line; --hlo FILE adds a compiled module you have
+   (a TPU dump, say) to the scan;
+2. run the step on this machine's backend: the frozen protocol (the same inputs every call:
+   non-finite calls, nondeterminism localized to leaves), the train protocol (the non-finite rate
+   with its exact bound) and every workaround variant the program takes and every compiler-flag
+   variant for the backend against the baseline. Each runs in rounds and stops once its question
+   is answered (a failure seen, nondeterminism seen, the exact 95% upper bound below
+   --rate-of-interest, a variant significantly different from the baseline) or its share of
+   --budget is spent; progress and the time left go to stderr;
+3. when a step failed here: bisect the compiler's passes and write a repro bundle (OUT/repro.tar.gz);
+4. write OUT/report.md and a self-contained OUT/report.html (figures inline; no network), the answer
+   first in one paragraph, which is also printed. `xla-harness report OUT --html` draws them again.
+
+Every stage runs as a child xla-harness process in its own folder under OUT/stages; after an
+interrupt or a kill, --resume continues (finished stages are kept, the others resume where their
+children stopped); nothing is overwritten. Exit 0: nothing found; 1: a hazard, a fused data-moving
+producer, non-finite steps or nondeterminism; 2: bad input.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--program", required=True,
+                   help="the step: FILE.py:NAME, MODULE:NAME or a built-in name (issue-35409, tied-embedding)")
+    p.add_argument("--program-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the program's factory (repeatable), as stress takes it")
+    p.add_argument("--target", default="host", type=flags.csv("target", str), metavar="LIST",
+                   help="comma-separated compilers to compile for: host (this machine's backend), tpu:GEN:SHAPE "
+                        "(libtpu), cuda:KIND (the CUDA plugin) (default host)")
+    p.add_argument("--hlo", action="append", type=Path, default=[], metavar="FILE",
+                   help="also scan this compiled module (optimized HLO text, as a compiler dumped it; repeatable)")
+    p.add_argument("--budget", type=float, default=20.0, metavar="MINUTES",
+                   help="time for the whole triage; the compiles come first, the runs share the rest (default 20)")
+    p.add_argument("--rate-of-interest", type=flags.rate, default=0.05, metavar="P",
+                   help="a run with no failure stops once its exact 95%% upper bound is below P (default 0.05)")
+    p.add_argument("--inject", choices=("nan", "nan-opt", "inf-opt"), default="nan",
+                   help="with --inject-rate: the fault stress plants in the step's outputs (proves the detector)")
+    p.add_argument("--inject-rate", type=flags.rate, default=0.0, metavar="P",
+                   help="plant --inject faults with probability P per step in the local runs (default 0: none)")
+    p.add_argument("--out", type=Path, required=True, help="the triage folder (new, or with --resume its own)")
+    p.add_argument("--resume", action="store_true", help="continue the triage in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _targets(texts: tuple[str, ...]) -> list[str]:
+    from xla_harness.targets.spec import parse_target
+
+    out = []
+    for text in texts:
+        target = parse_target(text)  # HarnessError for a bad one, before anything runs
+        out.append("host" if target.is_host else target.text)
+    if len(set(out)) != len(out):
+        raise HarnessError(f"--target names a compiler twice: {','.join(texts)}")
+    return out
+
+
+def run(args) -> int:
+    from xla_harness.files import read_regular
+    from xla_harness.triage.render import write_report
+    from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
+
+    if not math.isfinite(args.budget):
+        raise HarnessError(f"--budget must be a finite number of minutes, got {args.budget}")
+    if not 0 < args.rate_of_interest < 1:
+        raise HarnessError(f"--rate-of-interest must be in (0, 1), got {args.rate_of_interest:g}")
+    for path in args.hlo:
+        read_regular(path)  # a missing, unreadable or special file: one error line, before anything runs
+    for option in args.program_option:
+        if "=" not in option:
+            raise HarnessError(f"--program-option must be KEY=VALUE, got {option!r}")
+    spec = TriageSpec(program=args.program, options=list(args.program_option), targets=_targets(args.target),
+                      hlo=[str(p) for p in args.hlo], budget_s=budget_seconds(args.budget),
+                      rate_of_interest=args.rate_of_interest, inject=args.inject if args.inject_rate else None,
+                      inject_rate=args.inject_rate)
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    triage = Triage(spec, args.out, resume=args.resume, log=log)
+    state, _ = triage.run()
+    ans = write_report(args.out, state)
+    print(ans.paragraph)
+    print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
+    return ans.exit_code

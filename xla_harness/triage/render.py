@@ -1,0 +1,344 @@
+"""The triage report: ``report.md`` and a self-contained ``report.html`` (no network, no external file:
+every figure a PNG inline as a data URL), drawn from ``triage.json`` and the stage folders alone, so
+``xla-harness report DIR --html`` draws it again.
+
+The answer comes first, in one paragraph; then per target a table of what its compiler made of the
+step, its in-place scatter fusions and a small graph of each one's compiled neighbourhood; then the
+local runs (rates with their exact intervals per configuration and variant, nondeterminism per
+leaf), the pass bisection and the bundle, the command behind each figure, and the versions.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_harness.files import shown
+from xla_harness.stress import stats
+from xla_harness.triage.answer import Answer, answer
+from xla_harness.triage.compiled import Neighbourhood, TargetVerdict
+
+
+@dataclass
+class Figure:
+    title: str
+    png: bytes
+    command: str = ""
+
+
+@dataclass
+class Block:
+    kind: str  # heading | paragraph | table | figure | code
+    text: str = ""
+    rows: list[list[str]] | None = None
+    figure: Figure | None = None
+    level: int = 2
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def rates_figure(rows: list[tuple[str, int, int]]) -> bytes:
+    """Non-finite rate per row (stage, configuration or variant) with its exact 95% interval."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    for i, (_, k, n) in enumerate(rows):
+        lo, hi = stats.clopper_pearson(k, n) if n else (0.0, 1.0)
+        rate = k / n if n else 0.0
+        ax.plot([lo, hi], [i, i], color="tab:blue", lw=2)
+        ax.plot([rate], [i], "o", color="tab:red" if k else "tab:blue")
+        ax.text(hi, i, f"  {k}/{n}", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.set_xlabel("non-finite rate (95% exact interval)")
+    ax.set_xlim(0, max(0.05, max((stats.clopper_pearson(k, n)[1] if n else 0.0) for _, k, n in rows) * 1.25))
+    ax.invert_yaxis()
+    return _png(fig)
+
+
+def nondet_figure(leaves: dict[str, dict]) -> bytes:
+    """Per output leaf: how many nondeterministic steps changed it."""
+    plt = _pyplot()
+    ranked = sorted(leaves.items(), key=lambda kv: -kv[1]["steps"])[:20]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(ranked) + 1.2))
+    ax.barh(range(len(ranked)), [d["steps"] for _, d in ranked], color="tab:orange")
+    ax.set_yticks(range(len(ranked)), [name for name, _ in ranked], fontsize=8)
+    for i, (_, d) in enumerate(ranked):
+        ulp = f", <= {d['max_ulp']:.0f} ULP" if d.get("max_ulp") is not None else ""
+        ax.text(d["steps"], i, f"  {d['max_elements']} el.{ulp}", va="center", fontsize=7)
+    ax.set_xlabel("nondeterministic steps that changed the leaf")
+    ax.invert_yaxis()
+    return _png(fig)
+
+
+def neighbourhood_figure(g: Neighbourhood) -> bytes:
+    """The in-place scatter fusion (centre), its operands and their producers (left) and its users
+    (right); the in-place operand's edge in red."""
+    plt = _pyplot()
+    columns = {"producer": 0, "operand": 1, "fusion": 2, "user": 3}
+    placed: dict[str, tuple[float, float]] = {}
+    per_col: dict[int, list[str]] = {}
+    for node in g.nodes:
+        per_col.setdefault(columns.get(node.role, 1), []).append(node.name)
+    height = max(len(v) for v in per_col.values())
+    for col, names in per_col.items():
+        for i, name in enumerate(names):
+            placed[name] = (col * 3.2, (height - 1) / 2 - i + (len(names) - 1) / 2 - (height - 1) / 2)
+    fig, ax = plt.subplots(figsize=(11, 1.1 * height + 1))
+    for src, dst, label in g.edges:
+        if src in placed and dst in placed:
+            (x0, y0), (x1, y1) = placed[src], placed[dst]
+            hot = label == "in place"
+            ax.annotate("", xy=(x1 - 0.9, y1), xytext=(x0 + 0.9, y0),
+                        arrowprops={"arrowstyle": "->", "color": "tab:red" if hot else "0.5", "lw": 2 if hot else 1})
+            if label:
+                ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.12, label, fontsize=7, ha="center",
+                        color="tab:red" if hot else "0.3")
+    for node in g.nodes:
+        x, y = placed[node.name]
+        face = {"fusion": "#ffe0b0", "operand": "#e0ecff", "producer": "#f0f0f0", "user": "#e8ffe0"}[node.role]
+        lines = node.label.split("\n")
+        text = "\n".join(line if len(line) <= 34 else line[:31] + "..." for line in lines)
+        ax.text(x, y, text, ha="center", va="center", fontsize=6.5, family="monospace",
+                bbox={"boxstyle": "round", "fc": face, "ec": "0.4"})
+    ax.set_xlim(-1.6, 3 * 3.2 + 1.6)
+    ax.set_ylim(-height / 2 - 0.6, height / 2 + 0.6)
+    ax.axis("off")
+    ax.set_title(f"{g.fusion}: compiled neighbourhood (red: the in-place operand)", fontsize=9)
+    return _png(fig)
+
+
+# ----------------------------------------------------------------------------- content
+
+
+def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
+    rows = [["target", "compiler", "instructions", "hazard", "fused data-moving producer", "in-place scatters",
+             "W's scatter writes into", "aliasing truth", "non-deterministic ops", "compile CPU s"]]
+    for v in targets:
+        w = v.w_scatter()
+        compiler = ", ".join(f"{k} {val}" for k, val in v.versions.items()) or "-"
+        rows.append([v.target, compiler, str(v.instructions), str(v.hazard), str(v.fused_producer),
+                     str(len(v.scatters)), f"{w.writes_w} ({w.fusion})" if w else "-",
+                     "compiler" if v.compiler_states_aliasing else "scanner walk",
+                     "-" if v.nondeterministic is None else str(len(v.nondeterministic)),
+                     f"{v.compile_cpu_s:.0f}" if v.compile_cpu_s is not None else "-"])
+    return rows
+
+
+def source_shown(source: str) -> str:
+    """A scatter's innermost source frame, with no path of this machine in it."""
+    frame = source.split(" <- ")[0]
+    return shown(re.sub(r"\S*/site-packages/", "<site-packages>/", frame)) if frame else "-"
+
+
+def _scatter_rows(v: TargetVerdict) -> list[list[str]]:
+    rows = [["fusion", "scatter", "in-place operand", "class", "compiler", "writes W's gradient into", "source"]]
+    for s in v.scatters:
+        rows.append([s.fusion, s.scatter, f"parameter {s.in_place_parameter} <- " + (" <- ".join(s.path) or "itself"),
+                     s.cls, s.compiler or "-", s.writes_w or "-", source_shown(s.source)])
+    return rows
+
+
+def _table_rows(table) -> list[list[str]]:
+    from xla_harness.stress.report import baseline_comparisons
+
+    comps = baseline_comparisons(table)
+    rows = [["configuration", "non-finite", "rate", "95% interval", "nondet", "vs baseline"]]
+    for r in table.rows:
+        lo, hi = stats.clopper_pearson(r.k, r.n) if r.n else (0.0, 1.0)
+        c = comps.get(r.label)
+        rows.append([r.label, f"{r.k}/{r.n}", f"{r.k / r.n:.3f}" if r.n else "-", f"[{lo:.3f}, {hi:.3f}]",
+                     str(r.nondet), f"p={c['p_value']:.2g}" if c else "-"])
+    return rows
+
+
+def _target_blocks(v: TargetVerdict, commands: list[str], figures: bool) -> list[Block]:
+    out = [Block("heading", f"{v.target}: in-place scatter fusions", level=3), Block("paragraph", _target_note(v))]
+    if v.scatters:
+        out.append(Block("table", rows=_scatter_rows(v)))
+    if v.nondeterministic:
+        out.append(Block("paragraph", "Run non-deterministically on this target: " + "; ".join(
+            f"{op['fusion'] or op['instruction']} ({op['shape']})" for op in v.nondeterministic[:6])))
+    for g in v.neighbourhoods if figures else []:
+        out.append(Block("figure", figure=Figure(f"{v.target}: {g.fusion}", neighbourhood_figure(g),
+                                                 commands[0] if commands else "")))
+    return out
+
+
+LOCAL_TITLES = {"frozen": "Frozen protocol (the reporter's: the same inputs every call)",
+                "train": "Train protocol (a trajectory)", "variants": "Workaround variants"}
+
+
+def _local_blocks(name: str, run, commands: list[str], figures: bool) -> list[Block]:
+    out = [Block("heading", LOCAL_TITLES[name]), Block("table", rows=_table_rows(run.table)),
+           Block("paragraph", f"Question answered: {run.answer or 'not within the budget'}; rounds: "
+                              f"{', '.join(run.rounds)}.")]
+    command = commands[-1] if commands else ""
+    rows = [(r.label, r.k, r.n) for r in run.table.rows]
+    if figures and rows:
+        out.append(Block("figure", figure=Figure(f"{name}: non-finite rates", rates_figure(rows), command)))
+    leaves = {leaf: d for r in run.table.rows for leaf, d in r.nondet_leaves.items()}
+    if figures and leaves:
+        out.append(Block("figure", figure=Figure(f"{name}: nondeterminism per leaf", nondet_figure(leaves), command)))
+    return out
+
+
+def _closing_blocks(stages: dict, ans: Answer) -> list[Block]:
+    out = []
+    for name in ("bisect", "bundle"):
+        s = stages.get(name)
+        if s:
+            out += [Block("heading", {"bisect": "Pass bisection", "bundle": "Repro bundle"}[name]),
+                    Block("paragraph", json.dumps(s.get("result") or s.get("bundle") or s.get("error"), default=str))]
+    out.append(Block("heading", "Commands"))
+    out.append(Block("code", "\n".join(f"# {name}\n" + "\n".join(s.get("commands", []))
+                                       for name, s in stages.items() if s.get("commands"))))
+    out.append(Block("heading", "Stages and versions"))
+    rows = [["stage", "seconds", "result"]]
+    for name, s in stages.items():
+        result = s.get("answer") or ("ok" if s.get("ok") else s.get("error", "-"))
+        rows.append([name, str(s.get("seconds", "-")), str(result)])
+    out.append(Block("table", rows=rows))
+    envs = {json.dumps(run.table.env, sort_keys=True) for run in ans.local.values() if run.table.env}
+    for e in sorted(envs):
+        env = json.loads(e)
+        out.append(Block("paragraph", "Local runs: " + ", ".join(
+            f"{k} {env.get(k)}" for k in ("jax", "jaxlib", "backend", "device_kind", "device_count") if env.get(k))))
+    return out
+
+
+def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
+    """The report's content, in order (the same for Markdown and HTML)."""
+    spec = state.get("spec", {})
+    stages = state.get("stages", {})
+    out = [Block("heading", f"Triage of {spec.get('program')} {' '.join(spec.get('options', []))}".strip(), level=1),
+           Block("paragraph", ans.paragraph),
+           Block("paragraph", f"Exit {ans.exit_code}: " + ("; ".join(ans.findings) if ans.findings
+                                                           else "nothing found") + ".")]
+    if ans.targets:
+        out += [Block("heading", "What each compiler made of the step"), Block("table", rows=_target_rows(ans.targets))]
+        for v in ans.targets:
+            out += _target_blocks(v, stages.get(f"compile:{v.target}", {}).get("commands", []), figures)
+    for name in LOCAL_TITLES:
+        if name in ans.local:
+            out += _local_blocks(name, ans.local[name], stages.get(name, {}).get("commands", []), figures)
+    return out + _closing_blocks(stages, ans)
+
+
+def _target_note(v: TargetVerdict) -> str:
+    from xla_harness.triage.answer import target_sentence
+
+    sentence = target_sentence(v)
+    text = sentence[0].upper() + sentence[1:] + "."
+    if v.w_dims:
+        text += f" W is the {v.w_dims[0]}x{v.w_dims[1]} parameter the program names."
+    if v.disagreements:
+        text += f" The compiler's aliasing disagrees with the scanner's walk on {v.disagreements} output(s)."
+    return text
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def markdown(content: list[Block], figure_dir: str = "") -> str:
+    lines = []
+    n = 0
+    for b in content:
+        if b.kind == "heading":
+            lines += ["#" * b.level + " " + b.text, ""]
+        elif b.kind == "paragraph":
+            lines += [b.text, ""]
+        elif b.kind == "table" and b.rows:
+            head, *body = b.rows
+            lines.append("| " + " | ".join(head) + " |")
+            lines.append("|" + "---|" * len(head))
+            lines += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in body]
+            lines.append("")
+        elif b.kind == "figure" and b.figure is not None:
+            n += 1
+            lines.append(f"*Figure {n}: {b.figure.title}* (in report.html)")
+            if b.figure.command:
+                lines.append(f"`{b.figure.command}`")
+            lines.append("")
+        elif b.kind == "code":
+            lines += ["```", b.text, "```", ""]
+    return "\n".join(lines)
+
+
+def html_page(content: list[Block]) -> str:
+    esc = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             "<title>xla-harness triage</title>",
+             "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;padding:.2em .5em;"
+             "font-size:.9em}th{background:#eee}pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
+             "figure{margin:1em 0}figcaption{font-size:.9em;color:#444}</style></head><body>"]
+    n = 0
+    for b in content:
+        if b.kind == "heading":
+            parts.append(f"<h{b.level}>{esc(b.text)}</h{b.level}>")
+        elif b.kind == "paragraph":
+            parts.append(f"<p>{esc(b.text)}</p>")
+        elif b.kind == "table" and b.rows:
+            head, *body = b.rows
+            parts.append("<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in head) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in body]
+            parts.append("</table>")
+        elif b.kind == "figure" and b.figure is not None:
+            n += 1
+            data = base64.b64encode(b.figure.png).decode("ascii")
+            cmd = f"<br><code>{esc(b.figure.command)}</code>" if b.figure.command else ""
+            parts.append(f'<figure><img alt="{esc(b.figure.title)}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>Figure {n}: {esc(b.figure.title)}{cmd}</figcaption></figure>")
+        elif b.kind == "code":
+            parts.append(f"<pre>{esc(b.text)}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(out: Path, state: dict | None = None) -> Answer:
+    """Write ``out/report.md`` and ``out/report.html`` from ``out/triage.json`` (or ``state``)."""
+    from xla_harness.files import read_regular
+
+    out = Path(out)
+    if state is None:
+        from xla_harness.errors import HarnessError
+
+        path = out / "triage.json"
+        try:
+            state = json.loads(read_regular(path).decode("utf-8"))
+        except ValueError:
+            raise HarnessError(f"{path}: not a triage record (not JSON)") from None
+        if not isinstance(state, dict) or state.get("kind") != "triage":
+            raise HarnessError(f"{path}: not a triage record")
+    ans = answer(state, out)
+    content = blocks(state, ans)
+    _atomic(out / "report.md", markdown(content))
+    _atomic(out / "report.html", html_page(content))
+    return ans
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,425 @@
+"""``triage``: run every stage of :func:`~xla_harness.triage.plan.plan` against a step, each as a child
+``xla-harness`` process in its own folder under ``OUT/stages``, and gather the verdicts into
+``OUT/triage.json`` and the report (:mod:`~xla_harness.triage.render`).
+
+Stages run as children so that each compiles for its own target in a process of its own (libtpu and
+the CUDA plugin need their environment before jax starts), a crash or a hang of one is one stage's
+failure, and every stage is resumable by the child's own ``--resume``. A stage's ``stage.json`` is
+written (atomically) when it is done; ``--resume`` skips those and resumes the rest where their
+children left off. Children are killed with this process (``PR_SET_PDEATHSIG``), so a ``kill -9``
+leaves no child writing. This process imports no jax and starts no device: the children own them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xla_harness import subproc
+from xla_harness.errors import HarnessError
+from xla_harness.triage import plan as plan_mod
+from xla_harness.triage.answer import Answer, answer
+from xla_harness.triage.compiled import TargetVerdict, target_verdict
+from xla_harness.triage.plan import Stage
+
+STATE = "triage.json"
+CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
+STRESS_GRACE_S = 60.0  # after its SIGTERM at the budget, for a stress round to finish its step and flush
+MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
+
+
+@dataclass
+class TriageSpec:
+    """What the user asked: the program, its options, the targets, the budget and the rate of interest."""
+
+    program: str
+    options: list[str]  # KEY=VALUE, as given to --program-option
+    targets: list[str]  # target texts, "host" for the local backend's own compile
+    hlo: list[str] = field(default_factory=list)  # extra compiled modules to scan
+    budget_s: float = 20 * 60.0
+    rate_of_interest: float = 0.05
+    inject: str | None = None
+    inject_rate: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"program": self.program, "options": self.options, "targets": self.targets, "hlo": self.hlo,
+                "budget_s": self.budget_s, "rate_of_interest": self.rate_of_interest, "inject": self.inject,
+                "inject_rate": self.inject_rate}
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class Triage:
+    """One triage into ``out``; ``log`` gets the progress lines (stderr)."""
+
+    def __init__(self, spec: TriageSpec, out: Path, resume: bool = False,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.spec, self.out, self.resume = spec, Path(out), resume
+        self.log = log or (lambda line: None)
+        self.stages = plan_mod.plan(spec.targets, spec.hlo)
+        self.t0 = time.monotonic()
+        self.spent_before = 0.0  # seconds spent by earlier runs of this triage (resumed)
+        self.commands: dict[str, list[str]] = {}
+        self.per_step: float | None = None  # seconds a step of the local runs took (the shortest round's)
+
+    # -- bookkeeping
+
+    @property
+    def state_path(self) -> Path:
+        return self.out / STATE
+
+    def stage_dir(self, stage: Stage) -> Path:
+        return self.out / "stages" / stage.folder
+
+    def _done(self, stage: Stage) -> dict | None:
+        path = self.stage_dir(stage) / "stage.json"
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # a stage whose record is unreadable runs again (its children resume)
+
+    def _finish(self, stage: Stage, summary: dict, seconds: float) -> dict:
+        summary = {"stage": stage.name, "seconds": round(seconds, 1), **summary}
+        self.stage_dir(stage).mkdir(parents=True, exist_ok=True)
+        _write_json(self.stage_dir(stage) / "stage.json", summary)
+        return summary
+
+    def elapsed(self) -> float:
+        return self.spent_before + time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return max(0.0, self.spec.budget_s - self.elapsed())
+
+    def _progress(self, text: str) -> None:
+        e, b = self.elapsed(), self.spec.budget_s
+        self.log(f"triage [{_mmss(e)} of {_mmss(b)}, at most {_mmss(max(0.0, b - e))} left] {text}")
+
+    # -- children
+
+    def _program_args(self) -> list[str]:
+        out = ["--program", self.spec.program]
+        for o in self.spec.options:
+            out += ["--program-option", o]
+        return out
+
+    def _child(self, stage: Stage, name: str, argv: list[str], timeout: float,
+               grace: float = subproc.GRACE_S) -> subproc.subprocess.CompletedProcess:
+        """Run ``xla-harness ARGV`` for ``stage``; its output kept in the stage's folder."""
+        folder = self.stage_dir(stage)
+        folder.mkdir(parents=True, exist_ok=True)
+        full = [sys.executable, "-m", "xla_harness", *argv]
+        self.commands.setdefault(stage.name, []).append("xla-harness " + subproc.shown(argv))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(folder / f"{name}.stdout.txt", "wb") as out, open(folder / f"{name}.stderr.txt", "wb") as err:
+            try:
+                return subproc.run(full, timeout=max(timeout, 30.0), what=f"triage stage {stage.name}",
+                                   stdout=out, stderr=err, env=env, preexec_fn=_die_with_parent, grace=grace)
+            except subproc.ChildTimeout:
+                return subproc.subprocess.CompletedProcess(full, 124, b"", b"")
+
+    def _child_error(self, stage: Stage, name: str) -> str:
+        path = self.stage_dir(stage) / f"{name}.stderr.txt"
+        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()] \
+            if path.is_file() else []
+        said = [ln for ln in lines if ln.startswith(("error:", "interrupted"))]
+        return (said or lines or ["(no output)"])[-1][:300]
+
+    # -- stages
+
+    def compile_stage(self, stage: Stage) -> dict:
+        from xla_harness.stress.compile_only import COMPILE_RESULTS, read_compile_records
+
+        folder = self.stage_dir(stage) / "compile"
+        argv = ["stress", *self._program_args(), "--compile-only", "--target", stage.target, "--quiet",
+                "--out", str(folder)]
+        if folder.exists():  # a compile cut short may have left its HLO: resumed, not overwritten
+            argv.append("--resume")
+        self._progress(f"compiling for {stage.target}")
+        done = self._child(stage, "compile", argv, timeout=max(self.left(), 60.0) + CHILD_GRACE_S)
+        records = read_compile_records(folder / COMPILE_RESULTS) if (folder / COMPILE_RESULTS).is_file() else []
+        if done.returncode not in (0, 1) or not records:
+            why = "did not finish in its time" if done.returncode == 124 else self._child_error(stage, "compile")
+            return {"ok": False, "error": f"the compile for {stage.target} failed: {why}"}
+        verdict = _verdict_of_record(records[-1], folder, stage.target)
+        return {"ok": True, "verdict": verdict.to_json(), "record": _record_summary(records[-1])}
+
+    def hlo_stage(self, stage: Stage) -> dict:
+        from xla_harness.hlo.parser import parse_file
+
+        module = parse_file(Path(stage.target))
+        return {"ok": True, "verdict": target_verdict(module, f"hlo:{stage.target}").to_json()}
+
+    def _rounds(self, stage: Stage, budget: float, extra: list[str], configs: int, judge) -> dict:
+        """Rounds of ``stress`` (``extra``: the stage's own flags) until ``judge(table)`` answers the
+        stage's question or its ``budget`` is spent. Each round runs a new seed and twice the steps of
+        the one before, sized down to the time left once a step's time is known (``configs``: the
+        configurations each step runs); a round cut off by the budget (SIGTERM: stress finishes its
+        step and keeps what ran) still counts."""
+        from xla_harness.stress import report
+
+        rounds: list[str] = []
+        started = time.monotonic()
+        per_step = self.per_step
+        answer_now = None
+        for r in range(plan_mod.ROUNDS):
+            left = budget - (time.monotonic() - started)
+            steps = plan_mod.round_steps(self.spec.rate_of_interest, r)
+            if per_step is not None:
+                steps = min(steps, int(left / max(per_step * configs, 1e-9)))
+            if rounds and steps < MIN_ROUND_STEPS or left <= 0:
+                break
+            steps = max(steps, MIN_ROUND_STEPS)
+            folder = self.stage_dir(stage) / f"round-{r + 1}"
+            argv = ["stress", *self._program_args(), *extra, "--seeds", str(r + 1), "--steps", str(steps),
+                    "--progress", "--out", str(folder), *self._inject_args()]
+            if (folder / "stress.jsonl").is_file():
+                argv.append("--resume")
+            self._progress(f"{stage.name}: round {r + 1}, {steps} steps x {configs} configuration(s) (seed {r + 1})")
+            t = time.monotonic()
+            done = self._child(stage, f"round-{r + 1}", argv, timeout=max(left, 30.0), grace=STRESS_GRACE_S)
+            ran = (folder / "stress.jsonl").is_file() and done.returncode in (0, 1, 124, 143)
+            if not ran:
+                if rounds:
+                    break  # what the earlier rounds answered stands
+                return {"ok": False, "error": f"stress {' '.join(extra)} failed: "
+                                              f"{self._child_error(stage, f'round-{r + 1}')}"}
+            rounds.append(str(folder.relative_to(self.out)))
+            table = report.load_table([self.out / f for f in rounds])
+            done_steps = sum(row.n for row in table.rows)
+            per_step = (time.monotonic() - t) / max(steps * configs, 1)  # its startup included: conservative
+            self.per_step = per_step if self.per_step is None else min(self.per_step, per_step)
+            answer_now = judge(table)
+            if answer_now is not None or done.returncode in (124, 143) or not done_steps:
+                break
+        return {"ok": True, "rounds": rounds, "answer": answer_now, "per_step_s": per_step}
+
+    def rate_stage(self, stage: Stage, budget: float) -> dict:
+        def judge(table):
+            row = table.rows[0]
+            return plan_mod.rate_answer(row.k, row.n, self.spec.rate_of_interest, row.nondet)
+
+        return self._rounds(stage, budget, ["--protocol", stage.kind], 1, judge)
+
+    def variants_stage(self, stage: Stage, budget: float, backend: str) -> dict:
+        names = _variants(self.spec.program, backend)
+        if len(names) < 2:
+            return {"ok": True, "skipped": f"no workaround variant applies to this program on {backend}"}
+
+        def judge(table):
+            rows = [(r.config.get("variant", "?"), r.k, r.n) for r in table.rows]
+            return plan_mod.variants_answer(rows, self.spec.rate_of_interest)
+
+        return {**self._rounds(stage, budget, ["--variants", ",".join(names)], len(names), judge), "variants": names}
+
+    def bisect_stage(self, stage: Stage, budget: float) -> dict:
+        folder = self.stage_dir(stage) / "bisect"
+        argv = ["bisect-passes", "--oracle", "stress", *self._program_args(), "--out", str(folder), "--json",
+                "--quiet"]
+        if (folder / "bisect.jsonl").is_file():
+            argv.append("--resume")
+        self._progress("bisecting the compiler's passes (the failure seen on the local backend)")
+        done = self._child(stage, "bisect", argv, timeout=budget)
+        out = (self.stage_dir(stage) / "bisect.stdout.txt").read_text(encoding="utf-8", errors="replace")
+        try:
+            result = json.loads(out) if done.returncode == 0 and out.strip() else None
+        except ValueError:
+            result = None
+        if done.returncode == 124:
+            return {"ok": False, "error": f"the bisection did not finish within its {budget:.0f} s"}
+        if result is None:
+            return {"ok": False, "error": f"bisect-passes: {self._child_error(stage, 'bisect')}"}
+        return {"ok": True, "result": result, "folder": str(folder.relative_to(self.out))}
+
+    def bundle_stage(self, stage: Stage, failing_rounds: list[str], bisect_folder: str | None) -> dict:
+        path = self.out / "repro.tar.gz"
+        if path.is_file():
+            return {"ok": True, "bundle": path.name}
+        Path(f"{path}.partial").unlink(missing_ok=True)  # this triage's own bundle, cut short
+        argv = ["bundle", *self._program_args(), "--out", str(path), "--results", str(self.out / failing_rounds[-1])]
+        if bisect_folder:
+            argv += ["--bisect", str(self.out / bisect_folder)]
+        self._progress("writing the repro bundle")
+        done = self._child(stage, "bundle", argv, timeout=max(self.left(), 120.0) + CHILD_GRACE_S)
+        if done.returncode != 0 or not path.is_file():
+            return {"ok": False, "error": f"bundle: {self._child_error(stage, 'bundle')}"}
+        return {"ok": True, "bundle": path.name}
+
+    def _inject_args(self) -> list[str]:
+        if not self.spec.inject_rate:
+            return []
+        return ["--inject", self.spec.inject or "nan", "--inject-rate", repr(self.spec.inject_rate)]
+
+    # -- the whole triage
+
+    def run(self) -> tuple[dict, Answer]:
+        self._open()
+        summaries: dict[str, dict] = {}
+        for stage in self.stages:
+            if stage.kind in ("bisect", "bundle", "variants"):
+                continue
+            summaries[stage.name] = self._stage(stage, summaries)
+        backend = _local_backend(self.out, summaries)
+        for stage in self.stages:
+            if stage.kind == "variants":
+                summaries[stage.name] = self._stage(stage, summaries, backend=backend)
+        failing = [s for s in ("frozen", "train") if summaries.get(s, {}).get("answer") == "fails"]
+        if failing:
+            for stage in self.stages:
+                if stage.kind in ("bisect", "bundle"):
+                    summaries[stage.name] = self._stage(stage, summaries, failing=failing)
+        state = self._state(summaries, backend)
+        _write_json(self.state_path, state)
+        return state, answer(state, self.out)
+
+    def _stage(self, stage: Stage, summaries: dict, backend: str = "", failing: list[str] | None = None) -> dict:
+        done = self._done(stage)
+        if done is not None and done.get("per_step_s"):  # what sizes the later stages' rounds, as before
+            self.per_step = min(self.per_step or math.inf, float(done["per_step_s"]))
+        if done is not None:
+            said = done.get("answer") or ("ok" if done.get("ok") else "failed")
+            self._progress(f"{stage.name}: done earlier ({said})")
+            return done
+        t = time.monotonic()
+        budget = plan_mod.budget_for(stage.kind, self.left(), max(self.spec.budget_s - self._compile_seconds(), 60.0))
+        if stage.kind == "compile":
+            summary = self.compile_stage(stage)
+        elif stage.kind == "hlo":
+            summary = self.hlo_stage(stage)
+        elif stage.kind in ("frozen", "train"):
+            summary = self.rate_stage(stage, budget)
+        elif stage.kind == "variants":
+            summary = self.variants_stage(stage, budget, backend)
+        elif stage.kind == "bisect":
+            summary = self.bisect_stage(stage, max(budget, 60.0))
+        else:
+            failing_rounds = [r for s in failing or [] for r in summaries[s].get("rounds", [])]
+            bisect = summaries.get("bisect", {})
+            summary = self.bundle_stage(stage, failing_rounds, bisect.get("folder") if bisect.get("ok") else None)
+        summary["commands"] = self.commands.get(stage.name, [])
+        return self._finish(stage, summary, time.monotonic() - t)
+
+    def _compile_seconds(self) -> float:
+        total = 0.0
+        for s in self.stages:
+            d = self._done(s) if s.kind == "compile" else None
+            total += float(d.get("seconds", 0.0)) if d else 0.0
+        return total
+
+    def _open(self) -> None:
+        """Check ``out`` before anything runs: a new folder, or with ``--resume`` one this triage (same
+        program, options, targets) started."""
+        if self.state_path.exists() or (self.out / "stages").exists():
+            if not self.resume:
+                raise HarnessError(f"{self.out} holds a triage already; pass --resume to continue it, or choose "
+                                   "another --out")
+            begun = self.out / "triage-spec.json"
+            if begun.is_file():
+                old = json.loads(begun.read_text(encoding="utf-8"))
+                if old.get("spec") != self.spec.to_json():
+                    diff = [k for k in self.spec.to_json() if old.get("spec", {}).get(k) != self.spec.to_json()[k]]
+                    raise HarnessError(f"{self.out} holds a triage of another request (differs in {', '.join(diff)}); "
+                                       "choose another --out")
+                self.spent_before = float(old.get("spent_s", 0.0))
+        elif self.out.exists() and any(self.out.iterdir()):
+            raise HarnessError(f"{self.out} exists and is not a triage folder; choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": self.spent_before})
+
+    def _state(self, summaries: dict, backend: str) -> dict:
+        _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": round(self.elapsed(), 1)})
+        return {"kind": "triage", "schema": 1, "spec": self.spec.to_json(), "backend": backend,
+                "stages": summaries, "elapsed_s": round(self.elapsed(), 1)}
+
+
+def _mmss(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict:
+    from xla_harness.hlo.buffers import load_buffer_assignment
+    from xla_harness.hlo.parser import parse_file
+
+    hlo = folder / record["hlo"]
+    module = parse_file(hlo)
+    ba_path = Path(str(hlo).replace(".after_optimizations.txt", ".after_optimizations-buffer-assignment.txt"))
+    buffers = load_buffer_assignment(ba_path) if ba_path.is_file() else None
+    shape = (record.get("target_leaf") or {}).get("shape")
+    w_dims = (int(shape[0]), int(shape[1])) if isinstance(shape, list) and len(shape) == 2 else None
+    return target_verdict(module, target, _rules(record), record, w_dims, buffers)
+
+
+def _rules(record: dict) -> str:
+    """The alias rules of the compiler that made ``record``: the target's, or for the host its device's."""
+    if record.get("target") != "host":
+        return str(record.get("scan", {}).get("backend", "auto"))
+    kind = str(record.get("device_kind", "")).lower()
+    return "cpu" if kind == "cpu" else "tpu" if "tpu" in kind else "gpu"
+
+
+def _record_summary(record: dict) -> dict:
+    return {k: record.get(k) for k in ("label", "target", "versions", "device_kind", "devices", "compile_cpu_s",
+                                       "fingerprint", "target_leaf", "hlo")}
+
+
+def _local_backend(out: Path, summaries: dict) -> str:
+    """The backend the local stages ran on (their results' header), "" when none ran."""
+    from xla_harness.stress import store
+
+    for name in ("frozen", "train"):
+        for folder in summaries.get(name, {}).get("rounds", []):
+            for path in store.results_files(out / folder):
+                return str(store.read_results(path).header.env.get("backend", ""))
+    return ""
+
+
+def _variants(program: str, backend: str) -> list[str]:
+    """``baseline`` and every workaround that applies: the program variants when the program's factory
+    takes ``variant=``, and the compiler-flag sets meant for ``backend``."""
+    import inspect
+
+    from xla_harness.programs.interface import program_factory
+    from xla_harness.programs.variants import FLAG_SETS, VARIANTS
+
+    names = ["baseline"]
+    try:
+        make = program_factory(program)
+        params = inspect.signature(getattr(make, "__wrapped__", make)).parameters
+        if "variant" in params:
+            names += [v for v in VARIANTS if v != "baseline"]
+    except (HarnessError, TypeError, ValueError):
+        pass
+    names += [n for n, fs in FLAG_SETS.items() if backend in fs.backends]
+    return names
+
+
+def budget_seconds(minutes: float) -> float:
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise HarnessError(f"--budget must be a positive number of minutes, got {minutes:g}")
+    return minutes * 60.0
