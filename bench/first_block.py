@@ -77,10 +77,10 @@ def main() -> int:
 
     def stress(checkout: Path) -> tuple[Path, list[str]]:
         argv = [sys.executable, "-m", "xla_harness.cli", "stress", "--program", args.program, "--seeds", "1",
-                "--steps", "1", "--quiet", "--out", "(a fresh folder each round)"]
+                "--steps", "1", "--quiet"]
         for o in options:
             argv += ["--program-option", o]
-        return checkout, argv
+        return checkout, [*argv, "--out", "(a fresh folder each round)"]
 
     runs["stress"] = stress(ROOT)
     for checkout in args.checkout:
