@@ -205,12 +205,12 @@ def test_train_replay_that_does_not_reproduce_a_nan_is_marked_nondeterministic()
 def test_block_size_grows_with_cost_and_shrinks_with_failures():
     size = BlockSize()
     assert size.size == 1 and not size.measured
-    size.update(10, 0, step_seconds=0.1, cost_seconds=0.5)  # a block's costs: 5 steps -> K 500, capped 8x
+    size.update(10, 0, step_seconds=0.1, cost_seconds=0.5)  # a block costs 5 steps: K 1000, capped 8x
     assert size.size == 8
     size.update(8, 0, step_seconds=0.1, cost_seconds=0.5)
     assert size.size == 64
     size.update(64, 0, step_seconds=0.1, cost_seconds=0.5)
-    assert size.size == 512  # a power of two: ceil(5 / 0.01) = 500
+    assert size.size == 512  # ceil(5 / 0.005) = 1000 -> 1024 (a power of two), capped at 8 x 64
     size.update(118, 8, step_seconds=0.1, cost_seconds=0.5)  # r = 8/200: K = sqrt(5 * 200 / 8) = 11.2 -> 16
     assert size.size == 16
     fixed = BlockSize(fixed=7)

@@ -219,8 +219,11 @@ def run_seed(h: Harnessed, seed: int, state: RunState, store, out: Path, env: di
     if h.spec.protocol == "train" and jax.process_count() == 1:
         checkpointer = Checkpointer(h, _checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
                                     getattr(store, "drain", lambda: None))
+    measure = getattr(store, "line_cpu_seconds", None)
     for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer):
         store.append(block_line(block, h, env))
+        if measure is not None:
+            h.counters.line_cpu_s = measure()
         yield block
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 
 from xla_harness.errors import HarnessError
 
@@ -25,6 +26,8 @@ class ResultsSink:
         self.writer = writer
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
+        self.lines = 0  # written by the thread, and its CPU time for them (what a line costs the process)
+        self.cpu_seconds = 0.0
         self._thread = threading.Thread(target=self._work, name="xla-harness-results-writer", daemon=True)
         self._thread.start()
 
@@ -35,7 +38,10 @@ class ResultsSink:
                 if record is None:
                     return
                 if self._error is None:
+                    t0 = time.thread_time()
                     self.writer.append(record)
+                    self.cpu_seconds += time.thread_time() - t0
+                    self.lines += 1
             except BaseException as exc:  # noqa: BLE001 - handed to the loop at its next call
                 self._error = exc
             finally:
@@ -53,6 +59,10 @@ class ResultsSink:
         if not self._thread.is_alive():
             raise HarnessError("internal: a results line appended after the results sink was closed")
         self._queue.put(record)
+
+    def line_cpu_seconds(self) -> float:
+        """The writer thread's CPU time per line so far (0 before the first)."""
+        return self.cpu_seconds / self.lines if self.lines else 0.0
 
     def drain(self) -> None:
         """Wait until every line appended so far is written and fsynced."""
