@@ -6,6 +6,8 @@ call's; train: a replayed block's losses compared with the block run's); the lim
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -289,3 +291,34 @@ def test_frequent_failures_move_the_restore_point_and_keep_the_per_step_trajecto
     assert len(recomputed) == len(bad)
     assert max(r["from"] for r in recomputed) > 100  # the restore point moved along
     assert sum(r["steps"] for r in recomputed) < 2 * 160  # not a recompute from init per failure (~2000 steps)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_is_a_restore_point_and_a_stop_writes_one(tmp_path):
+    """With a checkpoint due at every block, a failed block is recomputed from the newest checkpoint
+    (nothing to run again), and the records stay the per-step commit's; a stop writes the
+    checkpoint --resume starts from."""
+    from xla_harness.stress.checkpoint import _checkpoint_path, load_checkpoint
+    from xla_harness.stress.runner import run_seed
+
+    class Lines(list):
+        def append(self, line):
+            super().append(line)
+
+    program = poisoned(bad_steps=(27,))
+    spec = StressSpec(program="poisoned", seeds=(1,), steps=30, block=5, checkpoint_seconds=0.0)
+    h = prepare(spec, {}, program)
+    blocks = list(run_seed(h, 1, initial_state(h, 1), Lines(), tmp_path, {}))
+    (failed,) = [b for b in blocks if b.recompute is not None]
+    assert (failed.start, failed.recompute) == (25, {"from": 25, "steps": 0, "nondet": []})
+    step_recs, _ = _run(program, "step", steps=30, block=5)
+    assert [_key(r) for b in blocks for r in b.records] == [_key(r) for b in step_recs for r in b.records]
+    # a stop after step 12: the checkpoint holds the state at the last recorded step
+    stops = iter(range(1000))
+    h = prepare(replace(spec, checkpoint_seconds=1e9), {}, program)
+    state = initial_state(h, 1)
+    got = list(run_seed(h, 1, state, Lines(), tmp_path / "stop", {}, should_stop=lambda: next(stops) >= 12))
+    end = got[-1].end
+    assert end < 30 and state.next_step == end
+    ck = load_checkpoint(_checkpoint_path(tmp_path / "stop", h.label, 1), (state.params, state.opt_state))
+    assert ck is not None and ck[0] == end

@@ -217,6 +217,7 @@ class _Blocks:
         self.fed = None  # the state's signature as the step returns it (taken at the first step)
         self.last_resolved = time.perf_counter()
         self.warmed = 0
+        self.saved_at = -1  # the step of the last checkpoint this run wrote
 
     # -- records
 
@@ -247,7 +248,11 @@ class _Blocks:
                     self._at_drain(s)
                 continue
             if not can:
+                if stopped:  # a stop with nothing in flight: the checkpoint --resume starts from
+                    self._at_drain(s)
                 return
+            if self._wants_drain(s):  # nothing in flight: the state at s is verified
+                self._at_drain(s)
             if stepwise:
                 yield from self._stepwise(s, end)
                 stopped = state.next_step < end
@@ -276,9 +281,10 @@ class _Blocks:
         """Nothing in flight, the state at ``s`` verified: a checkpoint when one is due (a stop
         request makes one due), a host copy when failures make one pay."""
         state = self.state
-        if s >= self.steps:
+        if s >= self.steps or s == self.saved_at:
             return
         if self.checkpointer is not None and self.checkpointer.due():
+            self.saved_at = s
             self._move_point(self.checkpointer.save(s, state.params, state.opt_state))
         elif self.policy.due(s - self.point.step) and not self.should_stop():
             t0 = time.perf_counter()
