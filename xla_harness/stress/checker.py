@@ -169,7 +169,9 @@ def make_repeat_check() -> Callable:
 
     def repeat(first, first_ok, outputs, ok):
         differs = first_ok & ok & ~_bitwise_equal(first, outputs)
-        detail = jnp.where(differs, differences(first, outputs), 0.0)
+        n = len(jax.tree_util.tree_leaves(outputs))
+        # computed only when the call differs (a conditional: no extra pass over the outputs otherwise)
+        detail = jax.lax.cond(differs, lambda: differences(first, outputs), lambda: jnp.zeros((n, 3), jnp.float32))
         kept = jax.tree_util.tree_map(lambda f, o: jnp.where(first_ok, f, o), first, outputs)
         return differs, detail, kept, first_ok | ok
 
