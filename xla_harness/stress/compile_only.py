@@ -240,7 +240,14 @@ def _target_leaf(compiled, target_leaf: str | None) -> dict | None:
     if not leaves:
         return None
     name, shape = next(((n, s) for n, s in leaves if n == target_leaf), max(leaves, key=lambda ns: _size(ns[1])))
-    return {"name": name, "shape": list(shape)}
+    out = {"name": name, "shape": list(shape)}
+    try:  # the shape of one device's shard: what a sharded step's HLO holds
+        flat = jax.tree_util.tree_flatten_with_path(compiled.input_shardings[0][0])[0]
+        sharding = next(sh for path, sh in flat if jax.tree_util.keystr(path) == name)
+        out["shard_shape"] = list(sharding.shard_shape(shape))
+    except (AttributeError, IndexError, KeyError, StopIteration, TypeError, ValueError):
+        pass
+    return out
 
 
 def _size(shape: tuple) -> int:

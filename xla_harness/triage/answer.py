@@ -21,6 +21,7 @@ class LocalRun:
     table: Table
     answer: str | None
     rounds: list[str]
+    variants: list[str] = field(default_factory=list)  # the variants stage: every variant it asked for
 
 
 @dataclass
@@ -53,7 +54,8 @@ def target_sentence(v: TargetVerdict) -> str:
     w = v.w_scatter()
     if w is not None:
         into = {"dense": "onto the dense (dot) gradient", "broadcast": "into a fresh zero buffer",
-                "barrier": "into an optimization barrier's output", "parameter": "into a parameter"}.get(
+                "barrier": "into an optimization barrier's output", "parameter": "into a parameter",
+                "other": "into a buffer the scanner does not trace to a dot or a zero"}.get(
             w.writes_w, f"into a value from {w.writes_w}")
         how = "in place" if w.compiler in ("aliased", "") else "not in place"
         via = " through a transpose" if "transpose" in w.path else " with no data-moving producer"
@@ -107,6 +109,10 @@ def _variants_sentence(run: LocalRun) -> str:
         names = ", ".join(n for n, _, _ in same)
         parts.append(f"the {names} variant{'s' if len(same) > 1 else ''} change{'' if len(same) > 1 else 's'} "
                      "nothing measurable")
+    measured = {r.config.get("variant") for r in table.rows if r.n}
+    missing = [v for v in run.variants if v not in measured]
+    if missing:
+        parts.append(f"{', '.join(missing)}: not run within the budget")
     return "; ".join(parts)
 
 
@@ -128,7 +134,7 @@ def _local(stages: dict, out: Path) -> tuple[dict[str, LocalRun], list[str]]:
         s = stages.get(name) or {}
         if s.get("ok") and s.get("rounds"):
             local[name] = LocalRun(name, load_table([out / f for f in s["rounds"]]), s.get("answer"),
-                                   list(s["rounds"]))
+                                   list(s["rounds"]), list(s.get("variants", [])))
         elif s and not s.get("ok"):
             errors.append(s.get("error", f"{name} failed"))
     return local, errors

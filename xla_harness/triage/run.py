@@ -370,9 +370,16 @@ def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict
     module = parse_file(hlo)
     ba_path = Path(str(hlo).replace(".after_optimizations.txt", ".after_optimizations-buffer-assignment.txt"))
     buffers = load_buffer_assignment(ba_path) if ba_path.is_file() else None
-    shape = (record.get("target_leaf") or {}).get("shape")
-    w_dims = (int(shape[0]), int(shape[1])) if isinstance(shape, list) and len(shape) == 2 else None
-    return target_verdict(module, target, _rules(record), record, w_dims, buffers)
+    leaf = record.get("target_leaf") or {}
+    verdict = None
+    for key in ("shard_shape", "shape"):  # a sharded step holds one device's shard of W
+        shape = leaf.get(key)
+        w_dims = (int(shape[0]), int(shape[1])) if isinstance(shape, list) and len(shape) == 2 else None
+        verdict = target_verdict(module, target, _rules(record), record, w_dims, buffers)
+        if verdict.w_scatter() is not None:
+            break
+    assert verdict is not None
+    return verdict
 
 
 def _rules(record: dict) -> str:
