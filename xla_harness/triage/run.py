@@ -66,7 +66,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, default=str)
+        json.dump(data, fh, indent=2, default=str)  # in the order the stages ran
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
