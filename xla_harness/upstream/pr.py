@@ -282,6 +282,8 @@ _XLA_LOG_KIND = {
     "xla-blast-radius.log": "stock and patched fusion decisions over CPU pre-fusion modules",
     "xla-blast-radius-tpu.log": "stock and patched fusion decisions over the modules entering libtpu's tpu_fusion "
                                 "(tpu:v6e:2x4, compiled ahead of time)",
+    "xla-blast-radius-tpu-main-fusion.log": "the same over the TPU modules entering tpu_fusion from libtpu's "
+                                            "Main_fusion pipeline alone (one entry per compile)",
     "xla-blast-radius-cuda.log": "stock and patched fusion decisions over the modules entering the CUDA plugin's "
                                  "priority-fusion (cuda:h100, compiled ahead of time)",
 }
