@@ -40,7 +40,11 @@ def test_xla_pr_evidence_sections(tmp_path):
         assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`" in evidence.split("Other pre-fusion")[1]
         assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`: xla-blast-radius: " in evidence
     limits = evidence.split("### Known limits")[1].split("###")[0]
-    assert "slice of a larger buffer" in limits and "broadcast of a non-constant" in limits
+    assert "slice of a larger buffer" in limits and "inside a nested fusion" in limits
+    # a test that passes on stock and under every mutant is named a regression test, never evidence
+    stock_list = evidence.split("The new tests that fail on stock sources")[1].split("Blast radius")[0]
+    assert "ShouldFuseInPlaceOpAllowsElementwiseIntoScatter" not in stock_list
+    assert "`ShouldFuseInPlaceOpAllowsElementwiseIntoScatter` is a regression test, not evidence" in desc
     tpu = evidence.split("### TPU")[1]
     assert "not established" in tpu and "closed libtpu" in tpu
     assert "seed 1" not in desc and "cpu/stress" not in desc and "Stress tables" not in desc

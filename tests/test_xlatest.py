@@ -136,7 +136,7 @@ def test_every_guard_is_in_its_patch_once_and_every_default_patch_has_guards(tmp
     for g in (g for g in guards if g.patch in files):  # a variant's guards: tests/test_xla_variants.py
         text = (tree / g.file).read_text()
         mutant = xlatest.mutate(text, g)
-        assert mutant != text and len(mutant) < len(text), g.name
+        assert mutant != text, g.name
         # the guard's text is code the patch adds, not upstream context
         added = "".join(ln[1:] + "\n" for ln in Path(SERIES.root / g.patch).read_text().splitlines()
                         if ln.startswith("+") and not ln.startswith("+++"))

@@ -46,60 +46,93 @@ CONTEXT = {
             "in-place consumer unless the consumer holds a dynamic-update-slice (`if "
             "(dus_ops.empty()) return Allow();`, under a TODO asking which other in-place ops need "
             "the same care). A scatter whose in-place operand is `transpose(w)` is therefore fused "
-            "with the transpose: the scatter writes into `w`'s buffer while the transpose still "
-            "reads it, in an unrelated order. GPU refuses that fusion in its own pass; CPU does not "
-            "fuse scatter with producers; TPU's compiler is closed."),
+            "with the transpose, and that fusion cannot run in place: element i of its in-place "
+            "operand is not element i of `w`, so `AliasInfo` gives it no in-place pair, and giving it "
+            "one (openxla/xla#38607) would let the scatter overwrite elements the transpose has yet to "
+            "read. No miscompile through the in-place operand is claimed for open XLA: CPU does not "
+            "fuse scatter with producers, GPU's priority fusion leaves the transpose outside the "
+            "scatter fusion, and ahead-of-time compiles of the #35409 program for TPU v6e (libtpu) "
+            "and H100 (the CUDA plugin) never formed the fusion. The race the generic decision does "
+            "allow is through another operand: fused `scatter(w, idx, negate(w))` writes into `w`'s "
+            "buffer (its in-place pair) while `negate(w)` still reads `w` for the updates; GPU's "
+            "`CanEmitInputFusedScatter` refuses it, the generic decision did not."),
         "why": (
             "Tracing the in-place pair through a data-moving transpose (openxla/xla#38607) is "
             "unsound: element i of `transpose(p)` is not the bytes of element i of `p`, so the "
-            "emitter would overwrite elements it has yet to read. Refusing the fusion keeps the "
-            "scatter's in-place operand a real buffer and leaves alias analysis as it is. "
-            "A data-moving producer is one whose element i is not element i of the buffer it "
-            "reads: a transpose or reshape that is not a bitcast under its layouts "
-            "(`ShapeUtil::TransposeIsBitcast` / `ReshapeIsBitcast`), or an elementwise op such as "
-            "a layout-changing `kCopy` (the non-elementwise test alone misses it). No-ops for "
-            "alias analysis (`AliasInfo::IsNoOpForAliasAnalysis`, which backends override; at bases "
-            "without it, such as the XLA jax 0.9.0.1 pins, bitcasts: what `AliasInfo` follows there), iota "
-            "and broadcasts of a constant (they read no buffer) still fuse, and a "
-            "dynamic-update-slice keeps its own index checks. A producer that reads the in-place "
-            "operand from another operand (the updates) is refused too, as GPU's "
-            "`CanEmitInputFusedScatter` refuses it."),
+            "emitter would overwrite elements it has yet to read. Refusing the fusion leaves alias "
+            "analysis as it is. The rule, for every in-place op but a dynamic-update-slice its index "
+            "checks examine: the fused op can still write its output over what it reads (its "
+            "in-place operand is a fusion parameter reached through no-ops, or is computed element "
+            "for element from the buffers it reads, or reads only buffers with fewer elements than "
+            "the output), and no other operand reads its in-place buffer. Data-moving, in the "
+            "producer or in a fusion nested in it: a transpose or reshape that is not a bitcast "
+            "under its layouts (`ShapeUtil::TransposeIsBitcast` / `ReshapeIsBitcast`), an "
+            "elementwise op whose operand layout puts elements elsewhere (a layout-changing `kCopy`, "
+            "which the non-elementwise test alone misses), a broadcast of as many elements as it "
+            "makes (it can permute them), and any other non-elementwise op the backend's "
+            "`AliasInfo::IsNoOpForAliasAnalysis` does not call a no-op. Transposes, reshapes and "
+            "elementwise ops are decided before that hook is asked (GPU's calls every reshape a "
+            "no-op, which holds there only because its pipeline makes reshapes bitcasts before "
+            "fusion). Iota and a broadcast of fewer elements than it makes (a scalar, the "
+            "zero-initialised gradient buffer) still fuse. The in-place op of a consumer fusion is "
+            "found as `AliasInfo` finds it (tuples, no-ops, nested fusions); a dynamic-update-slice "
+            "in a nested fusion gets the rule above, since the index checks do not look there (stock "
+            "fused any slice there, whatever its index). At bases without the hook (the XLA jax "
+            "0.9.0.1 pins) the no-ops are bitcasts, what `AliasInfo` follows there."),
         "risk": (
             "Fewer fusions where an in-place op other than dynamic-update-slice (scatter in "
             "practice) has a data-moving producer, or updates that read its in-place operand: an "
             "extra materialized buffer for such producers. Blast radius, measured with the generic "
-            "decision function over the 53 pre-fusion modules XLA's CPU pipeline dumps for 18 JAX "
-            "programs (embedding and segment-sum gradients, scatter-add, scans, cache updates, MLP, "
-            "sort, conv): 83 (producer, in-place consumer) pairs, 2 decisions change, both the "
-            "#35409 shape after layout assignment (`scatter(copy(transpose(w)))`, the copy the "
-            "physical transpose); 0 needless refusals (the zero-initialised `broadcast(constant)` "
-            "gradient buffers still fuse). No TPU pre-fusion modules were available to measure."),
+            "decision function over the pre-fusion modules of 18 JAX programs (embedding and "
+            "segment-sum gradients, scatter-add, scans, cache updates, MLP, sort, conv): on XLA's "
+            "CPU pipeline 53 modules, 83 (producer, in-place consumer) pairs, 2 decisions change, "
+            "both the #35409 shape after layout assignment (`scatter(copy(transpose(w)))`, the copy "
+            "the physical transpose), 0 needless refusals (the zero-initialised "
+            "`broadcast(constant)` gradient buffers still fuse); as they enter libtpu's "
+            "`tpu_fusion` (v6e:2x4, ahead of time, plus the #35409 program at scale 1/32) 95 "
+            "modules, 1100 pairs, 10 changes, all wanted: one pair in each of two programs (the tied "
+            "model with remat on and off; a layout-changing copy of W's dense gradient into the "
+            "scatter's in-place operand) at each of libtpu's five entries into the pass; as they "
+            "enter the CUDA plugin's `priority-fusion` (H100) 19 modules, 95 pairs, 3 changes: 2 "
+            "wanted (`transpose(w)` into a scatter-add) and 1 "
+            "needless but inert (a reduce-scatter into the #35409 program's second scatter, which "
+            "no fusion pass fuses)."),
         "tests_note": (
-            "New `InstructionFusionTest` cases (HLO text): the #35409 shape and a layout-changing "
-            "copy through the pass; transpose, layout-changing copy, `copy(bitcast)` producer "
-            "fusion, transpose into the updates, elementwise updates reading the in-place operand, "
-            "operand 1 of a variadic scatter, a scatter at tuple index 0 and 1 of a multi-output "
-            "consumer fusion and an aliasing custom-call are forbidden; elementwise producers, "
-            "copies that keep element positions, iota, broadcast of a constant (plain and in a "
-            "producer fusion), bitcast-equivalent transpose and reshape, producers a backend calls "
-            "no-ops and a same-index slice into a dynamic-update-slice fusion are still allowed; "
-            "fusions rooted at `bitcast(dus)` or with the DUS at tuple index 1 are decided by the "
-            "DUS checks. The existing dynamic-update-slice tests pass unchanged."),
+            "New `InstructionFusionTest` cases (HLO text). Forbidden now and allowed on stock (each "
+            "fails on stock sources, listed under Evidence): the #35409 shape and a layout-changing "
+            "copy through the pass; a transpose, a transpose in a fusion nested in the producer, a "
+            "reshape that is not a bitcast though the backend calls reshapes no-ops, a "
+            "layout-changing copy, a `copy(bitcast)` producer fusion, a permuting broadcast, a "
+            "transpose into the updates, elementwise updates reading the in-place operand, a "
+            "transpose into operand 1 of a variadic scatter, into a scatter at tuple index 0 and 1 "
+            "of a multi-output consumer fusion and into an aliasing custom-call, and a shifted slice "
+            "into a nested dynamic-update-slice. Allowed as on stock, each failing when the "
+            "exemption it covers is deleted (`make xla-mutants`): copies that keep element "
+            "positions, iota, broadcasts of a constant and of a scalar parameter, bitcast-equivalent "
+            "transposes and reshapes, a backend's own no-op, and a same-index slice into a "
+            "dynamic-update-slice fusion; fusions rooted at `bitcast(dus)` or with the DUS at tuple "
+            "index 1 are decided by the DUS checks. `ShouldFuseInPlaceOpAllowsElementwiseIntoScatter` "
+            "is a regression test, not evidence: it passes on stock and under every mutant. The "
+            "existing dynamic-update-slice tests pass unchanged."),
         "run_where": (
             "`make xla-test` (xla-harness) compiled the patched `instruction_fusion.cc` and "
             "XLA's `instruction_fusion_test.cc` with g++ against the XLA inside the tf-nightly "
             "2.23.0.dev20261026 wheel (headers and libtensorflow_framework.so.2; a small stand-in "
             "for the hardware-independent test base) and ran them on x86-64 CPU, on the XLA "
-            "sources of the bases listed below. The new tests fail on stock sources and pass "
-            "patched; `make xla-mutants` deletes each guard of the change in turn and every mutant "
-            "fails a test. Not run: Bazel, GPU, TPU (libtpu carries its own XLA)."),
+            "sources of the bases listed below. The tests that need the change fail on stock "
+            "sources and pass patched; `make xla-mutants` deletes each guard of the change in turn "
+            "(and asks the backend's no-op hook first, for the hook order) and every mutant fails a "
+            "test. Not run: Bazel, GPU, TPU (libtpu carries its own XLA)."),
         "limits": (
-            "What the change still refuses though it could be allowed (conservative, the same answer "
-            "the first version gave, while stock refuses nothing here): a slice of a larger buffer and "
-            "a broadcast of a non-constant as the in-place operand; neither can share the output's "
-            "buffer, and neither occurs among the pairs of the blast radius. The change is to the "
-            "generic decision only: GPU's own fusion rules and TPU's closed compiler decide for "
-            "themselves, and backends that do not call `ShouldFuseInPlaceOp` are not affected."),
+            "What the change still refuses though it could be allowed (stock refuses nothing here): "
+            "a slice of a larger buffer and a reduce-scatter as the in-place operand (what they read "
+            "has more elements than the output, so it cannot be the output's buffer), and a "
+            "same-index slice into a dynamic-update-slice inside a nested fusion (the index checks "
+            "do not look into nested fusions, so the generic rule decides there). The only such pair "
+            "in the blast radius is the GPU's reduce-scatter into the #35409 program's second "
+            "scatter, which no fusion pass fuses. The change is to the generic decision only: GPU's "
+            "own fusion rules and TPU's closed compiler decide for themselves, and backends that do "
+            "not call `ShouldFuseInPlaceOp` are not affected."),
         "tpu": (
             "What is known, not assumed. The report (jax-ml/jax#35409) saw non-finite updates on TPU "
             "v6e-8 and an optimized HLO with a fusion whose root is a scatter into "
@@ -243,10 +276,14 @@ _XLA_LOG_KIND = {
     "xla-test.log": "the patched source and its tests",
     "xla-test-stock.log": "the patch's tests over stock sources: the tests that need the patch fail",
     "xla-test-v1-source.log": "the patch's tests over its first version's source: what that version got wrong",
+    "xla-test-v2-source.log": "the patch's tests over its second version's source, the one the project's review "
+                              "read: what that version got wrong",
     "xla-mutants.log": "each guard deleted in turn: every mutant must fail a test",
     "xla-blast-radius.log": "stock and patched fusion decisions over CPU pre-fusion modules",
     "xla-blast-radius-tpu.log": "stock and patched fusion decisions over the modules entering libtpu's tpu_fusion "
                                 "(tpu:v6e:2x4, compiled ahead of time)",
+    "xla-blast-radius-tpu-main-fusion.log": "the same over the TPU modules entering tpu_fusion from libtpu's "
+                                            "Main_fusion pipeline alone (one entry per compile)",
     "xla-blast-radius-cuda.log": "stock and patched fusion decisions over the modules entering the CUDA plugin's "
                                  "priority-fusion (cuda:h100, compiled ahead of time)",
 }
