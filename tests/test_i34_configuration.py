@@ -189,6 +189,22 @@ def test_compile_only_devices_on_a_tpu_target(capsys):
 
 
 @pytest.mark.slow
+def test_scan_model_devices_reaches_the_program_on_a_target(tmp_path, capsys):
+    """scan --model the same: --devices 2 on tpu:v6e:2x4 compiles the #35409 program for 2 chips."""
+    from xla_harness.targets import parse_target
+    from xla_harness.targets.devices import missing
+
+    why = missing(parse_target("tpu:v6e:2x4"))
+    if why:
+        pytest.skip(why)
+    saved = tmp_path / "m.hlo"
+    assert main(["scan", "--model", "issue-35409", *TINY_35409, "--target", "tpu:v6e:2x4", "--devices", "2",
+                 "--save-hlo", str(saved)]) in (0, 1)
+    header = saved.read_text().split("\n", 1)[0]
+    assert "num_partitions=2" in header, header
+
+
+@pytest.mark.slow
 def test_compile_only_frozen_compiles_the_step_without_donation(tmp_path):
     """The frozen protocol calls the step on the same inputs every time, so it donates nothing; the
     compile-only record of a frozen matrix is that step (it was the donated train step)."""

@@ -59,8 +59,9 @@ def add_arguments(p) -> None:
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
     p.add_argument("--devices", type=flags.positive, default=None,
-                   help="built-in: shard the model over N devices (default 1; with --target tpu:/cuda:, all of "
-                        "the target's devices)")
+                   help="with --model: shard the built-in over N devices, or give a program devices=N (its "
+                        "factory must take devices=; a --program-option devices= that differs is refused) "
+                        "(default 1; with --target tpu:/cuda:, all of the target's devices)")
     flags.add_target_argument(p)
     flags.add_autotune_argument(p)
     p.add_argument("--save-hlo", type=Path, metavar="FILE",

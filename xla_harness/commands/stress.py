@@ -69,9 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated integer seeds (default 1,2,3,4)")
     p.add_argument("--steps", type=flags.positive, default=20, help="calls of the step per (config, seed) (default 20)")
     p.add_argument("--devices", type=flags.positive, default=None,
-                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); on CPU "
-                        "the host platform is split into N devices for any program (default 1; with "
-                        "--target tpu:/cuda:, all of the target's devices)")
+                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); the #35409 "
+                        "preset, and with --compile-only any program whose factory takes devices=, gets "
+                        "devices=N (a --program-option devices= that differs is refused); on CPU the host "
+                        "platform is split into N devices for any program (default 1; with --target tpu:/cuda:, "
+                        "all of the target's devices)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default out/stress; with --compile-only, none unless given); refuses to "
                         "overwrite existing results")
