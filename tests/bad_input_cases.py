@@ -1312,6 +1312,18 @@ BAD_HLO: dict[str, bytes] = {
 }
 
 
+# The committed hazard fixture with one thing XLA refuses planted where the scan reads it (as the
+# issue found them: a layout the scanner indexed by, "could not be scanned (IndexError ...)"; a
+# transpose that is no permutation, read and reported as a hazard, exit 1).
+_FIXTURE = (Path(__file__).parent / "hlo" / "transpose_moves_data.hlo").read_bytes()
+BAD_HLO["fixture-transpose-out-of-range"] = _FIXTURE.replace(b"%p0), dimensions={1,0}", b"%p0), dimensions={5,9}")
+BAD_HLO["fixture-transpose-repeated"] = _FIXTURE.replace(b"%p0), dimensions={1,0}", b"%p0), dimensions={0,0}")
+BAD_HLO["fixture-layout-out-of-range"] = _FIXTURE.replace(b"%t = f32[64,32]{1,0} transpose",
+                                                          b"%t = f32[64,32]{7,9} transpose")
+BAD_HLO["fixture-layout-of-parameter"] = _FIXTURE.replace(b"%p0 = f32[32,64]{1,0} parameter(0)",
+                                                          b"%p0 = f32[32,64]{9,7} parameter(0)")
+
+
 def _scan_cases() -> list[Case]:
     """Items 10 and 14: scan refuses what XLA refuses (one line naming FILE:LINE), and a folder's
     FIFOs and other files that are no regular file are refused one by one, never opened."""
