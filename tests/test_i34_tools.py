@@ -118,8 +118,8 @@ def test_the_sweep_checks_every_entry_before_it_starts(sweep, cells, says, tmp_p
     case = Case("sweep", [], entry="sweep", env={**SWEEP_ENV, "SWEEP": sweep, "SWEEP_CELLS": cells})
     (tmp_path / "case").mkdir()
     code, _, _, err, seconds = run_process(case, tmp_path / "case", ROOT, 600)
-    assert code == 2 and err.strip().splitlines() == [f"error: {says}" if "option" not in says else
-                                                      f"error: --program issue-35409: {says}"], err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], err
     assert list((tmp_path / "case").iterdir()) == []
     assert seconds < 15, seconds
 
