@@ -184,7 +184,7 @@ def test_an_interrupt_inside_an_import_waits_for_the_import(tmp_path):
 def test_a_compiler_setting_it_refuses_is_one_error_line(argv, env, says, tmp_path):
     case = Case("env", argv, entry="process", env=env)
     code, _, _, err, _ = run_process(case, tmp_path, ROOT, 300)
-    assert code == 2 and err.strip().splitlines()[-1].startswith(says), err
+    assert code == 2 and says in err.strip().splitlines()[-1], err
     assert err.count("error:") == 1 and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
