@@ -22,14 +22,14 @@ SWEEP_CELLS ?= full:True
 SWEEP_OUT   ?= results/tpu-aot/sweep
 
 .PHONY: tpu-matrix tpu-sweep triage
-tpu-matrix:
-	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
+tpu-matrix: setup
+	CHECK_PY="$(PY)" TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
 	  MATRIX_VARIANTS="$(MATRIX_VARIANTS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" MATRIX_OUT="$(MATRIX_OUT)" \
 	  DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-matrix
 	$(VENV)/bin/xla-harness report $(MATRIX_OUT) || [ $$? -eq 1 ]
 
-tpu-sweep:
-	TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" SWEEP="$(SWEEP)" \
+tpu-sweep: setup
+	CHECK_PY="$(PY)" TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" SWEEP="$(SWEEP)" \
 	  SWEEP_CELLS="$(SWEEP_CELLS)" SWEEP_OUT="$(SWEEP_OUT)" DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" tools/tpu-sweep
 	$(VENV)/bin/xla-harness report $(SWEEP_OUT) || [ $$? -eq 1 ]
 

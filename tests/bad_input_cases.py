@@ -1,13 +1,18 @@
-"""Generated bad-input cases for every subcommand and build/build_jaxlib.py.
+"""Generated bad-input cases for every subcommand, build/build_jaxlib.py and the tools.
 
 Each case is an argv (``{tmp}`` is replaced by the case's own folder) and a setup that
-writes the files the argv names. Every case must end with exit 2, exactly one ``error:``
-line on stderr, no traceback and no file that existed before changed. Used by
-tests/test_bad_input.py and by tools/bad_input_census.py (which counts outcomes).
+writes the files the argv names. A refused input (``expect`` 2, the default) must end with
+exit 2, exactly one ``error:`` line on stderr, no traceback, no file that existed before
+changed and, on the surfaces of round 4, no file created (a new lock beside an existing results
+file aside); a case may
+instead expect the command to work (0, ``check`` then says whether what it did is right) or
+to be interrupted (130/143, ``signal``). :func:`verdict` sorts an outcome into one class.
+Used by tests/test_bad_input.py and by tools/bad_input_census.py (which counts outcomes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -31,12 +36,181 @@ class Case:
     id: str
     argv: list[str]
     setup: Callable[[Path], None] = lambda tmp: None
-    entry: str = "cli"  # "cli": xla_harness.cli.main; "build": build/build_jaxlib.py
+    # "cli": xla_harness.cli.main in this process (the census: a forked child); "build":
+    # build/build_jaxlib.py; "publish": tools/publish_hlo.py's main; "process": python -m
+    # xla_harness.cli in a fresh interpreter (signals, standard input, what kills a process);
+    # "sweep": tools/tpu-sweep (bash), with a stand-in make (the venvs are not what it measures).
+    entry: str = "cli"
     needs_nonroot: bool = False
     tags: set[str] = field(default_factory=set)
+    env: dict[str, str] = field(default_factory=dict)  # set for the run ({tmp} replaced)
+    expect: int = 2  # 2: a refusal; 0: the command must work (check says whether right); 130/143: interrupted
+    signal: tuple[int, float] | None = None  # process: (signum, seconds after start; -1: pending from before exec)
+    stdin: str | None = None  # process: this path ({tmp}) as standard input
+    check: Callable[[Path, str], str | None] | None = None  # after a run that must work: what is wrong, or None
+    needle: str = ""  # a refusal's error line must name this (the cause, not a symptom)
+    lock: str | None = None  # a file ({tmp}) another process holds an exclusive flock on during the run
+    late: float | None = None  # a refusal after more seconds than this came after work it could not use
+    timeout: float | None = None  # the census's own limit for this case, when longer than its default
 
     def args(self, tmp: Path) -> list[str]:
         return [a.replace("{tmp}", str(tmp)) for a in self.argv]
+
+    def environ(self, tmp: Path) -> dict[str, str]:
+        return {k: v.replace("{tmp}", str(tmp)) for k, v in self.env.items()}
+
+
+CLASSES = ("clear", "traceback", "wrong-exit", "error-lines", "internal", "vague", "silent", "late", "hang",
+           "killed", "changed-files", "python-startup")
+
+
+def _python_startup_only(err: str) -> bool:
+    """The interpreter's own start-up failed, before any harness code ran: a traceback entirely inside
+    site (a signal there), or CPython refusing to start at all (standard input a folder)."""
+    if "Fatal Python error: init_sys_streams" in err:
+        return True
+    frames = [ln for ln in err.splitlines() if ln.lstrip().startswith("File ")]
+    return bool(frames) and all("<frozen site>" in f or "<frozen importlib" in f or '"<string>"' in f
+                                for f in frames)
+
+
+def changed_paths(before: dict, after: dict) -> list[str]:
+    """Files that existed and changed or went, and paths that appeared (a lock file beside an existing
+    results file aside: a run's lock, by design)."""
+    out = sorted(k for k, v in before.items() if after.get(k) != v)
+    for k in sorted(set(after) - set(before)):
+        if k.endswith(".jsonl.lock") and k[:-len(".lock")] in before:
+            continue
+        out.append(f"{k} (created)")
+    return out
+
+
+def verdict(case: Case, code: int | None, out: str, err: str, before: dict, after: dict,
+            seconds: float, tmp: Path, signum: int | None = None) -> tuple[str, str]:
+    """The class of one outcome (:data:`CLASSES`) and a detail: ``code`` the exit status (None when
+    killed by ``signum``)."""
+    if code is None:
+        return ("hang", f"still running after {seconds:.0f} s") if signum is None else ("killed", f"signal {signum}")
+    if _python_startup_only(err) and case.entry == "process":
+        return "python-startup", (err.strip().splitlines() or [""])[0]
+    if "Traceback" in err or "MemoryError" in err:
+        return "traceback", err.strip().splitlines()[-1] if err.strip() else ""
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    if code == 0 and case.expect != 0:  # taken (and whatever it wrote with it): a silent wrong result
+        return "silent", f"exit 0 ({'the signal was not acted on' if case.expect >= 128 else 'the input was taken'})"
+    changed = _changed(case, before, after)
+    if changed:
+        return "changed-files", ", ".join(changed)
+    if case.expect == 0 and code == 0 and case.check is not None:
+        problem = case.check(tmp, out)
+        if problem:
+            return "silent", problem
+    if code != case.expect:
+        return "wrong-exit", f"exit {code}, not {case.expect}: " + (errors[-1] if errors else err.strip()[-200:])
+    if case.expect >= 128:
+        return ("internal", errors[0]) if errors else ("clear", err.strip()[-200:])
+    if case.expect == 0:
+        return ("error-lines", errors[0]) if errors else ("clear", "")
+    return _refusal(case, errors, seconds)
+
+
+def _changed(case: Case, before: dict, after: dict) -> list[str]:
+    """What a refusal or an interrupted run changed that it must not have: a refusal nothing that was
+    there, and on the surfaces of round 4 (tagged ``round4``) nothing created either; an interrupted
+    run nothing that was there (what it wrote before the signal it keeps). The earlier rounds'
+    cases promise the first only: a stress run whose program fails when it is first traced has
+    written its results header by then."""
+    if case.expect == 0:
+        return []
+    changed = changed_paths(before, after)
+    if case.expect >= 128 or "round4" not in case.tags:
+        changed = [c for c in changed if not c.endswith("(created)")]
+    return changed
+
+
+def _refusal(case: Case, errors: list[str], seconds: float) -> tuple[str, str]:
+    """The class of a refusal that exited 2: one line, the user's mistake, naming the cause, in time."""
+    if len(errors) != 1:
+        return "error-lines", f"{len(errors)} error: lines"
+    # a user's mistake reported as the harness's own bug (a scanner's unforeseen exception included)
+    if errors[0].startswith("error: internal:") or "could not be scanned (" in errors[0]:
+        return "internal", errors[0]
+    if case.needle and case.needle not in errors[0]:
+        return "vague", errors[0]
+    if case.late is not None and seconds > case.late:
+        return "late", f"{seconds:.1f} s: {errors[0]}"
+    return "clear", errors[0]
+
+
+@contextlib.contextmanager
+def held_lock(case: Case, tmp: Path):
+    """While the case runs, another holder's exclusive flock on ``case.lock`` (a run already writing)."""
+    if case.lock is None:
+        yield
+        return
+    import fcntl
+
+    path = Path(case.lock.replace("{tmp}", str(tmp)))
+    with open(path, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+STUB_MAKE = "#!/bin/sh\n# the census's stand-in: making the venvs is not what a sweep case measures\nexit 0\n"
+
+
+def process_command(case: Case, tmp: Path, root: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a case run as its own process (entries ``process`` and ``sweep``)."""
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(root), **case.environ(tmp)}
+    if case.entry == "sweep":
+        stub = tmp.parent / "bin"
+        stub.mkdir(exist_ok=True)
+        (stub / "make").write_text(STUB_MAKE)
+        (stub / "make").chmod(0o755)
+        env["PATH"] = f"{stub}{os.pathsep}{env.get('PATH', '')}"
+        env.setdefault("CHECK_PY", sys.executable)
+        return ["bash", str(root / "tools" / "tpu-sweep")], env
+    return [sys.executable, "-m", "xla_harness.cli", *case.args(tmp)], env
+
+
+def run_process(case: Case, tmp: Path, root: Path, timeout: float) -> tuple[int | None, int | None, str, str, float]:
+    """Run a ``process``/``sweep`` case: (exit code or None, the signal that killed it, stdout, stderr,
+    seconds); (None, None, ..) after ``timeout`` (it was killed: a hang)."""
+    import signal as _signal
+    import subprocess
+    import time
+
+    argv, env = process_command(case, tmp, root)
+    # standard input: the case's path (a folder too: opened as a descriptor), else nothing
+    stdin = os.open(case.stdin.replace("{tmp}", str(tmp)), os.O_RDONLY) if case.stdin else subprocess.DEVNULL
+    pending = case.signal is not None and case.signal[1] < 0
+    blocked = {case.signal[0]} if case.signal is not None else set()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=(lambda: _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)) if pending
+                            else None)
+    try:
+        if case.signal is not None:
+            signum, after = case.signal
+            if after > 0:
+                time.sleep(after)  # the moment the signal arrives is what the case is about
+            proc.send_signal(signum)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, _signal.SIGKILL)
+            out, err = proc.communicate()
+            return None, None, out, err, time.monotonic() - t0
+    finally:
+        if case.stdin:
+            os.close(stdin)
+    seconds = time.monotonic() - t0
+    if proc.returncode < 0:
+        return None, -proc.returncode, out, err, seconds
+    return proc.returncode, None, out, err, seconds
 
 
 def header() -> dict:
@@ -677,7 +851,8 @@ def red_team_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     cases = (results_cases() + stress_cases() + scan_cases() + gradcheck_cases() + compare_cases() + report_cases()
-             + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases() + red_team_cases())
+             + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases() + red_team_cases()
+             + round4_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     return cases
@@ -701,3 +876,589 @@ def tree_hashes(root: Path) -> dict[str, str]:
             else:
                 out[rel] = f"mode {stat.S_IFMT(st.st_mode):o}"
     return out
+
+
+# --------------------------------------------------------------------------- round 4 (#34)
+# The newest surfaces held to the promises of stress: the #35409 program's options, compile-only
+# records and their folder, targets and the flags that go with them, start-up signals, the
+# compiler's environment, bisect-passes' children, scan's reader, tools/publish_hlo.py,
+# make tpu-sweep, bundle. Tagged "round4" and by class ("r4-options", ...): the census counts them
+# per class (``--tag``).
+
+TINY_35409 = ["--program-option", "scale=0.015625", "--program-option", "seq_scale=0.125",
+              "--program-option", "layers=(1,2)"]
+ONE_CONFIG = ["--modes", "full", "--remat", "on"]
+# The environment a compile-only case runs in, so a synthetic record can say it was compiled in it
+# (XLA_FLAGS as this process has it: the case's own process inherits it; a test suite's CPU split
+# must stay, or a jax started by the case would have one device for the rest of the session).
+COMPILE_ENV = {"LIBTPU_INIT_ARGS": "", "JAX_PLATFORMS": "cpu", "TPU_NAME": ""}
+
+
+def compile_env() -> dict[str, str]:
+    return {**COMPILE_ENV, "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
+TINY_CONFIG = {"mode": "full", "remat": True, "dtype": "f32", "vocab": 64, "d_model": 32, "layers": 1, "heads": 2,
+               "seq": 8, "batch": 8, "devices": 1, "learning_rate": 0.001}
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    return {d: metadata.version(d) for d in ("jax", "jaxlib")}
+
+
+def compile_record(label: str = "full/remat=on/f32", **changes) -> dict:
+    """A compile record of the tiny built-in as stress --compile-only --target host writes it (in
+    COMPILE_ENV, with this environment's jax); ``changes`` replace top-level fields."""
+    options = dict(TINY_CONFIG)
+    mode, remat, _ = label.split("/")
+    options.update(mode=mode, remat=remat == "remat=on")
+    rec = {"kind": "compile", "schema": 1, "label": label, "program": "tied-embedding", "options": options,
+           "target": "host", "device_kind": "cpu", "target_devices": 1, "versions": _versions(),
+           "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "env": compile_env(),
+           "devices": 1, "protocol": "train", "compile_cpu_s": 2.5,
+           "fingerprint": {"id": "0123456789abcdef", "instructions": 2498, "temp_size_in_bytes": 1,
+                           "alias_size_in_bytes": 1, "donate_argnums": [0, 1]},
+           "scan": {"backend": "cpu", "hazard": 0, "decisions": 0, "aliased": 4, "layout-preserving-miss": 0,
+                    "compiler_alias": {}, "decision_fusions": [], "hazard_fusions": []}}
+    rec.update(changes)
+    return rec
+
+
+def stem(label: str, target: str = "host") -> str:
+    """The hlo/ name of a configuration's files (xla_harness.stress.compile_only._slug)."""
+    import hashlib
+    import re
+
+    text = f"{target}-{label}"
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)[:80] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _json_check(fn) -> Callable[[Path, str], str | None]:
+    """A check over the JSON document a command printed on stdout."""
+    def check(tmp: Path, out: str) -> str | None:
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            return f"stdout is not one JSON document: {out[:120]!r}"
+        return fn(doc)
+    return check
+
+
+def _records_check(folder: str, labels: set[str]) -> Callable[[Path, str], str | None]:
+    """compile.jsonl in ``folder`` holds whole lines only, one record per label in ``labels``."""
+    def check(tmp: Path, out: str) -> str | None:
+        data = (tmp / folder / "compile.jsonl").read_bytes()
+        if not data.endswith(b"\n"):
+            return "compile.jsonl does not end with a whole line"
+        try:
+            got = [json.loads(ln)["label"] for ln in data.splitlines() if ln.strip()]
+        except (ValueError, KeyError, TypeError):
+            return "compile.jsonl holds a line that is not a record"
+        return None if sorted(got) == sorted(labels) else f"records {got}, expected one each of {sorted(labels)}"
+    return check
+
+
+def _options_cases() -> list[Case]:
+    """Item 1: every option of the #35409 program checked by type and value (refused, never read as
+    something else): through scan --model, stress, stress --compile-only and bundle."""
+    bad = {
+        "remat-off": "remat=off", "remat-maybe": "remat=maybe", "remat-zero": "remat=0",
+        "remat-text-true": "remat='True'",
+        "layers-float": "layers=(1.5,2)", "layers-reversed": "layers=(3,2)", "layers-zero": "layers=(0,2)",
+        "layers-one": "layers=[1]", "layers-word": "layers=two",
+        "mesh-negative": "mesh_shape=(-1,-1)", "mesh-one-axis": "mesh_shape=(2,)", "mesh-float": "mesh_shape=(1.0,1)",
+        "embed-trailing-comma": "embed_spec=model,", "embed-one-axis": "embed_spec=model",
+        "embed-twice": "embed_spec=model,model", "embed-unknown-axis": "embed_spec=x,y", "embed-number": "embed_spec=3",
+        "scale-zero": "scale=0", "scale-two": "scale=2", "scale-nan": "scale=float('nan')", "scale-bool": "scale=True",
+        "scale-word": "scale=small", "seq-scale-zero": "seq_scale=0", "seq-scale-big": "seq_scale=1.5",
+        "lr-negative": "lr=-1", "lr-inf": "lr=1e999", "lr-word": "lr=fast",
+        "donate-word": "donate=maybe", "donate-zero": "donate=0", "donate-text": "donate='False'",
+        "jit-unknown": "jit=bogus", "jit-number": "jit=1", "specs-unknown": "specs=mine",
+        "axis-types-unknown": "axis_types=manual", "dtype-f64": "dtype=f64", "mode-unknown": "mode=tied",
+        "variant-unknown": "variant=bogus", "devices-zero": "devices=0", "devices-negative": "devices=-1",
+        "devices-list-of-ints": "devices=[1,2]", "devices-float": "devices=1.5", "devices-bool": "devices=True",
+        "unknown-key": "frobnicate=1",
+    }
+    out = []
+    for name, option in bad.items():
+        key = option.split("=", 1)[0]
+        out.append(Case(f"r4-option-{name}-scan", ["scan", "--model", "issue-35409", *TINY_35409, "--program-option",
+                                                   option], needle=key, tags={"round4", "r4-options"}, timeout=300))
+    for name in ("remat-off", "layers-float", "mesh-negative", "embed-trailing-comma", "unknown-key"):
+        option = bad[name]
+        key = option.split("=", 1)[0]
+        out.append(Case(f"r4-option-{name}-stress", ["stress", "--quiet", "--out", "{tmp}/o", "--program",
+                                                     "issue-35409", *TINY_35409, "--program-option", option,
+                                                     "--seeds", "1", "--steps", "1"], needle=key,
+                        tags={"round4", "r4-options"}, timeout=300))
+        out.append(Case(f"r4-option-{name}-compile-only", ["stress", "--compile-only", "--quiet", "--out", "{tmp}/o",
+                                                           "--program", "issue-35409", *TINY_35409,
+                                                           "--program-option", option], needle=key,
+                        tags={"round4", "r4-options"}, timeout=300))
+    out.append(Case("r4-option-twice-differing-scan", ["scan", "--model", "issue-35409", *TINY_35409,
+                                                       "--program-option", "remat=True", "--program-option",
+                                                       "remat=False"], needle="remat", tags={"round4", "r4-options"},
+                    timeout=300))
+    out.append(Case("r4-option-remat-off-bundle", ["bundle", "--out", "{tmp}/b.tar.gz", "--program", "issue-35409",
+                                                   *TINY_35409, "--program-option", "remat=off", "--steps", "1"],
+                    needle="remat", tags={"round4", "r4-options"}, timeout=300))
+    return out
+
+
+def _resume_cases() -> list[Case]:
+    """Item 2: compile-only --resume continues only what was compiled from the same inputs, and never a
+    folder of the other kind."""
+    tags = {"round4", "r4-resume"}
+    base = ["stress", "--compile-only", "--quiet", "--resume", "--out", "{tmp}/co", *ONE_CONFIG, *TINY_ARGS]
+    rec = lines([compile_record()])
+    differ = {
+        "vocab": (["--vocab", "128"], COMPILE_ENV, rec, "vocab"),
+        "d-model": (["--d-model", "64"], COMPILE_ENV, rec, "d_model"),
+        "devices": (["--devices", "2"], COMPILE_ENV, rec, "devices"),
+        "xla-flags": ([], {**COMPILE_ENV, "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "")
+                                                         + " --xla_cpu_enable_fast_math=false").strip()},
+                      rec, "XLA_FLAGS"),
+        "versions": ([], COMPILE_ENV, lines([compile_record(versions={"jax": "0.0.1", "jaxlib": "0.0.1"})]),
+                     "versions.jax"),
+        "protocol": (["--protocol", "frozen"], COMPILE_ENV, rec, "protocol"),
+    }
+    # the XLA_FLAGS case is tried in a child first (a flag the compiler might refuse): it spawns
+    out = [Case(f"r4-resume-other-{name}", [*base, *extra], _files(co__compile__jsonl=data), env=env, needle=needle,
+                tags=tags | ({"spawns"} if name == "xla-flags" else set()), timeout=300)
+           for name, (extra, env, data, needle) in differ.items()]
+    out += [
+        Case("r4-resume-stress-on-compile-folder", ["stress", "--quiet", "--resume", "--out", "{tmp}/co", *RUN_ARGS],
+             _files(co__compile__jsonl=rec), needle="compile-only records", tags=tags, timeout=300),
+        Case("r4-new-stress-on-compile-folder", ["stress", "--quiet", "--out", "{tmp}/co", *RUN_ARGS],
+             _files(co__compile__jsonl=rec), needle="compile-only records", tags=tags, timeout=300),
+        Case("r4-resume-compile-only-on-stress-folder", [*base[:5], "{tmp}/res", *ONE_CONFIG, *TINY_ARGS],
+             _files(res__stress__jsonl=GOOD), needle="stress results", tags=tags, timeout=300),
+        Case("r4-resume-compile-only-without-out", ["stress", "--compile-only", "--quiet", "--resume", *ONE_CONFIG,
+                                                    *TINY_ARGS], needle="--resume", tags=tags, timeout=300),
+    ]
+    return out
+
+
+def _protect_cases() -> list[Case]:
+    """Item 3: compile.jsonl, hlo/ and lock files are protected like stress results: one writer, every
+    line validated, a torn tail repaired, never overwritten."""
+    tags = {"round4", "r4-protect"}
+    rec = lines([compile_record()])
+    hlo = f"co__hlo__{stem('full/remat=on/f32')}.after_optimizations.txt"
+    folder = {"a__stress__jsonl": GOOD, "co__compile__jsonl": rec, hlo: SMALL_HLO}
+    out = [
+        Case("r4-report-plot-onto-compile-jsonl", ["report", "{tmp}/a", "--plot", "{tmp}/co/compile.jsonl", "--force"],
+             _files(**folder), needle="results file", tags=tags),
+        Case("r4-report-plot-onto-compiled-hlo", ["report", "{tmp}/a", "--plot",
+                                                  "{tmp}/co/hlo/" + hlo.split("__")[-1], "--force"],
+             _files(**folder), needle="compiled module", tags=tags),
+        Case("r4-report-plot-onto-stress-lock", ["report", "{tmp}/a", "--plot", "{tmp}/a/stress.jsonl.lock", "--force"],
+             _files(a__stress__jsonl=GOOD, **{"a/stress.jsonl.lock": b""}), needle="lock", tags=tags),
+        Case("r4-report-plot-onto-compile-lock", ["report", "{tmp}/a", "--plot", "{tmp}/co/compile.jsonl.lock",
+                                                  "--force"], _files(**folder, **{"co/compile.jsonl.lock": b""}),
+             needle="lock", tags=tags),
+        Case("r4-report-plot-onto-checkpoint", ["report", "{tmp}/a", "--plot", "{tmp}/a/ckpt/x_seed1.npz", "--force"],
+             _files(a__stress__jsonl=GOOD, **{"a/ckpt/x_seed1.npz": b"state"}), needle="checkpoint", tags=tags),
+        Case("r4-scan-save-hlo-onto-compiled-hlo", ["scan", "--model", "--save-hlo",
+                                                    "{tmp}/co/hlo/" + hlo.split("__")[-1], "--force", *TINY_ARGS],
+             _files(**folder), needle="compiled module", tags=tags),
+        Case("r4-scan-save-hlo-onto-compile-jsonl", ["scan", "--model", "--save-hlo", "{tmp}/co/compile.jsonl",
+                                                     "--force", *TINY_ARGS], _files(**folder), needle="results file",
+             tags=tags),
+        Case("r4-compile-only-out-holds-its-hlo", ["stress", "--compile-only", "--quiet", "--out", "{tmp}/co",
+                                                   *ONE_CONFIG, *TINY_ARGS], _files(**{hlo: SMALL_HLO}),
+             env=COMPILE_ENV, needle="already exists", tags=tags, timeout=300),
+        Case("r4-compile-only-resume-hlo-without-record", ["stress", "--compile-only", "--quiet", "--resume", "--out",
+                                                           "{tmp}/co", *ONE_CONFIG, *TINY_ARGS],
+             _files(co__compile__jsonl=lines([compile_record("sparse_only/remat=on/f32")]), **{hlo: SMALL_HLO}),
+             env=COMPILE_ENV, needle="already exists", tags=tags, timeout=300),
+        Case("r4-compile-only-second-writer", ["stress", "--compile-only", "--quiet", "--resume", "--out", "{tmp}/co",
+                                               "--modes", "sparse_only", "--remat", "on", *TINY_ARGS],
+             _files(co__compile__jsonl=rec, **{"co/compile.jsonl.lock": b""}), env=COMPILE_ENV,
+             lock="{tmp}/co/compile.jsonl.lock", needle="another", tags=tags, timeout=300),
+        Case("r4-compile-only-resume-repairs-torn-tail", ["stress", "--compile-only", "--quiet", "--resume", "--out",
+                                                          "{tmp}/co", *ONE_CONFIG, *TINY_ARGS],
+             _files(co__compile__jsonl=lines([compile_record("sparse_only/remat=on/f32")])
+                    + b'{"kind": "compile", "la'),
+             env=COMPILE_ENV, expect=0, tags=tags | {"compiles"}, timeout=300,
+             check=_records_check("co", {"sparse_only/remat=on/f32", "full/remat=on/f32"})),
+    ]
+    bad_records = {
+        "cpu-seconds-word": compile_record(compile_cpu_s="slow"),
+        "label-number": {**compile_record(), "label": 3},
+        "versions-list": compile_record(versions=["0.12"]),
+        "hazard-word": {**compile_record(), "scan": {**compile_record()["scan"], "hazard": "many"}},
+        "instructions-null": {**compile_record(), "fingerprint": {"id": "x", "instructions": None}},
+        "compiler-alias-list": {**compile_record(), "scan": {**compile_record()["scan"], "compiler_alias": [1]}},
+        "hlo-escapes": compile_record(hlo="../../etc/passwd"),
+    }
+    for name, bad in bad_records.items():
+        data = lines([compile_record("sparse_only/remat=on/f32"), bad, compile_record("full/remat=off/f32")])
+        out.append(Case(f"r4-compile-record-{name}-report", ["report", "{tmp}/co"], _files(co__compile__jsonl=data),
+                        needle="compile.jsonl:2", tags=tags))
+        out.append(Case(f"r4-compile-record-{name}-resume", ["stress", "--compile-only", "--quiet", "--resume", "--out",
+                                                             "{tmp}/co", *ONE_CONFIG, *TINY_ARGS],
+                        _files(co__compile__jsonl=data), env=COMPILE_ENV, needle="compile.jsonl:2", tags=tags,
+                        timeout=300))
+    return out
+
+
+def _flag_cases() -> list[Case]:
+    """Item 4: flags honoured or refused, never ignored: --devices with a program and a target,
+    --program-option devices= against --devices, --protocol frozen with --compile-only, scan's model
+    flags without --model."""
+    tags = {"round4", "r4-flags"}
+    co = ["stress", "--compile-only", "--quiet", "--json", "--program", "issue-35409", *TINY_35409]
+
+    def devices_are(n):
+        return _json_check(lambda doc: None if [c["devices"] for c in doc["configurations"]] == [n]
+                           else f"compiled on {[c['devices'] for c in doc['configurations']]} device(s), asked for {n}")
+
+    return [
+        Case("r4-compile-only-devices-honoured", [*co, "--devices", "2"], expect=0, check=devices_are(2),
+             tags=tags | {"compiles"}, timeout=300),
+        Case("r4-compile-only-tpu-devices-honoured", [*co, "--target", "tpu:v6e:2x4", "--devices", "2"], expect=0,
+             check=devices_are(2), tags=tags | {"compiles", "tpu"}, timeout=600),
+        Case("r4-compile-only-devices-disagree", [*co, "--devices", "2", "--program-option", "devices=4"],
+             needle="disagree", tags=tags),
+        Case("r4-stress-devices-disagree", ["stress", "--quiet", "--out", "{tmp}/o", "--program", "issue-35409",
+                                            *TINY_35409, "--devices", "2", "--program-option", "devices=1"],
+             needle="disagree", tags=tags),
+        Case("r4-scan-devices-disagree", ["scan", "--model", "issue-35409", *TINY_35409, "--devices", "2",
+                                          "--program-option", "devices=4"], needle="disagree", tags=tags),
+        Case("r4-compile-only-frozen-donates-nothing", ["stress", "--compile-only", "--quiet", "--json", "--protocol",
+                                                        "frozen", *ONE_CONFIG, *TINY_ARGS], expect=0,
+             check=_json_check(lambda doc: None if doc["configurations"][0]["fingerprint"]["donate_argnums"] == []
+                               else "the frozen protocol's step was compiled with donation "
+                                    f"{doc['configurations'][0]['fingerprint']['donate_argnums']}"),
+             tags=tags | {"compiles"}, timeout=300),
+        Case("r4-scan-file-with-devices", ["scan", "{tmp}/m.hlo", "--devices", "2"], _files(**{"m.hlo": SMALL_HLO}),
+             needle="--devices", tags=tags),
+        Case("r4-scan-file-with-program-option", ["scan", "{tmp}/m.hlo", "--program-option", "remat=False"],
+             _files(**{"m.hlo": SMALL_HLO}), needle="--program-option", tags=tags),
+        Case("r4-compile-only-resume-without-out", ["stress", "--compile-only", "--quiet", "--resume", *ONE_CONFIG,
+                                                    *TINY_ARGS], needle="--out", tags=tags),
+    ]
+
+
+def _plot_cases() -> list[Case]:
+    """Item 5: stress --plot checked before anything runs, never over a file without --force."""
+    tags = {"round4", "r4-plot"}
+    run = ["stress", "--quiet", "--out", "{tmp}/o", *RUN_ARGS]
+    return [
+        Case("r4-stress-plot-existing", [*run, "--plot", "{tmp}/keep.png"], _files(**{"keep.png": b"mine"}),
+             needle="already exists", tags=tags, late=30),
+        Case("r4-stress-plot-is-dir", [*run, "--plot", "{tmp}/d"], _files(d="/"), needle="folder", tags=tags, late=30),
+        Case("r4-stress-plot-under-file", [*run, "--plot", "{tmp}/f/x.png"], _files(f=b"x"), needle="not a folder",
+             tags=tags, late=30),
+        Case("r4-stress-resume-plot-existing", ["stress", "--quiet", "--resume", "--out", "{tmp}/res", *RUN_ARGS,
+                                                "--plot", "{tmp}/res/rates.png"],
+             _files(res__stress__jsonl=GOOD, res__rates__png=b"earlier plot"), needle="already exists", tags=tags,
+             late=30),
+        Case("r4-stress-plot-onto-lock-force", [*run, "--plot", "{tmp}/res/stress.jsonl.lock", "--force"],
+             _files(res__stress__jsonl=GOOD, **{"res/stress.jsonl.lock": b""}), needle="lock", tags=tags, late=30),
+    ]
+
+
+STRESS_TINY = ["stress", "--quiet", "--out", "{tmp}/o", "--modes", "full", "--remat", "on", "--seeds", "1", "--steps",
+               "2", *TINY_ARGS]
+
+
+def _signal_cases() -> list[Case]:
+    """Item 6: SIGINT/SIGTERM from the first instruction on end the command with 130/143, no traceback,
+    no ``error: internal:``, never swallowed. -1: pending from before the interpreter starts."""
+    import signal as _signal
+
+    tags = {"round4", "r4-signals"}
+    out = []
+    for sig, name in ((_signal.SIGINT, "sigint"), (_signal.SIGTERM, "sigterm")):
+        for at in (-1, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.7, 1.0):
+            when = "pending" if at < 0 else f"{int(at * 1000)}ms"
+            out.append(Case(f"r4-{name}-{when}-stress", STRESS_TINY, entry="process", expect=128 + sig,
+                            signal=(sig, at), tags=tags, timeout=300))
+        for cmd, argv in (("scan-model", ["scan", "--model", *TINY_ARGS]),
+                          ("compile-only", ["stress", "--compile-only", "--quiet", *ONE_CONFIG, *TINY_ARGS]),
+                          ("report", ["report", "{tmp}/a"]), ("version", ["--version"])):
+            out.append(Case(f"r4-{name}-pending-{cmd}", argv, _files(a__stress__jsonl=GOOD), entry="process",
+                            expect=128 + sig, signal=(sig, -1), tags=tags, timeout=300))
+        for at in (0.2, 0.4):
+            out.append(Case(f"r4-{name}-{int(at * 1000)}ms-scan-model", ["scan", "--model", *TINY_ARGS],
+                            entry="process", expect=128 + sig, signal=(sig, at), tags=tags, timeout=300))
+    return out
+
+
+def _compiler_env_cases() -> list[Case]:
+    """Item 7: a flag the compiler does not know, or a platform jax does not have, is one error line
+    naming it (exit 2), never the compiler's exit 1 or an internal error."""
+    tags = {"round4", "r4-compiler-env"}
+    commands = {"stress": STRESS_TINY, "scan": ["scan", "--model", *TINY_ARGS],
+                "compile-only": ["stress", "--compile-only", "--quiet", *ONE_CONFIG, *TINY_ARGS],
+                "gradcheck": ["gradcheck", "--cases", "sqrt"],
+                "bisect": ["bisect-passes", "--quiet", "--oracle", "hlo", "--out", "{tmp}/b", *TINY_ARGS]}
+    out = []
+    for cmd, argv in commands.items():
+        out.append(Case(f"r4-xla-flags-unknown-{cmd}", argv, entry="process", env={"XLA_FLAGS": "--xla_bogus_flag=1"},
+                        needle="--xla_bogus_flag", tags=tags, timeout=300))
+        out.append(Case(f"r4-jax-platforms-bogus-{cmd}", argv, entry="process", env={"JAX_PLATFORMS": "bogus"},
+                        needle="JAX_PLATFORMS", tags=tags, timeout=300))
+    out.append(Case("r4-xla-flags-unknown-among-good-scan", ["scan", "--model", *TINY_ARGS], entry="process",
+                    env={"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_typo_flag=3"},
+                    needle="--xla_typo_flag", tags=tags, timeout=300))
+    for cmd, argv in (("scan", ["scan", "--model", "--target", "tpu:v6e:2x4", *TINY_ARGS]),
+                      ("compile-only", ["stress", "--compile-only", "--quiet", "--target", "tpu:v6e:2x4", *ONE_CONFIG,
+                                        *TINY_ARGS])):
+        out.append(Case(f"r4-libtpu-args-unknown-{cmd}", argv, entry="process",
+                        env={"LIBTPU_INIT_ARGS": "--xla_tpu_bogus_flag=1"}, needle="--xla_tpu_bogus_flag",
+                        tags=tags | {"tpu"}, timeout=300))
+    return out
+
+
+def _number_cases() -> list[Case]:
+    """Item 8: every numeric flag is a finite number in range, checked as the command line is read."""
+    tags = {"round4", "r4-numbers"}
+    run = ["stress", "--quiet", "--out", "{tmp}/o", *RUN_ARGS]
+    flags = {
+        "checkpoint-seconds-nan": ["--checkpoint-seconds", "nan"],
+        "checkpoint-seconds-inf": ["--checkpoint-seconds", "inf"],
+        "checkpoint-seconds-minus-inf": ["--checkpoint-seconds", "-inf"],
+        "checkpoint-seconds-negative": ["--checkpoint-seconds", "-1"],
+        "checkpoint-seconds-overflow": ["--checkpoint-seconds", "1e400"],
+        "stop-grace-nan": ["--stop-grace", "nan"], "stop-grace-inf": ["--stop-grace", "inf"],
+        "stop-grace-negative": ["--stop-grace", "-1"], "lr-overflow": ["--lr", "1e400"],
+        "seeds-negative-in-list": ["--seeds", "1,-2"], "steps-huge-float": ["--steps", "1e3"],
+    }
+    out = [Case(f"r4-stress-{k}", [*run, *v], needle=v[0], tags=tags) for k, v in flags.items()]
+    check = ["bundle", "--check", "{tmp}/b.tar.gz"]
+    for k, v in {"timeout-nan": ["--timeout", "nan"], "timeout-inf": ["--timeout", "inf"],
+                 "timeout-zero": ["--timeout", "0"], "timeout-negative": ["--timeout", "-5"],
+                 "max-steps-negative": ["--max-steps", "-1"], "max-steps-word": ["--max-steps", "many"]}.items():
+        out.append(Case(f"r4-bundle-check-{k}", [*check, *v], _files(**{"b.tar.gz": b"not checked"}), needle=v[0],
+                        tags=tags))
+    out += [
+        Case("r4-bundle-seeds-negative", ["bundle", "--out", "{tmp}/o.tar.gz", *TINY_ARGS, "--seeds", "-1"],
+             needle="--seeds", tags=tags),
+        Case("r4-bundle-seeds-huge", ["bundle", "--out", "{tmp}/o.tar.gz", *TINY_ARGS, "--seeds", str(2**40)],
+             needle="--seeds", tags=tags),
+        Case("r4-compare-alpha-overflow", ["compare", "{tmp}/a", "{tmp}/b", "--alpha", "1e400"],
+             _files(a__stress__jsonl=GOOD, b__stress__jsonl=GOOD), needle="--alpha", tags=tags),
+        Case("r4-bisect-inject-rate-inf", ["bisect-passes", "--quiet", "--out", "{tmp}/b", *TINY_ARGS,
+                                           "--inject-pass", "fusion", "--inject-rate", "inf"], needle="--inject-rate",
+             tags=tags),
+        Case("r4-bisect-baseline-steps-negative", ["bisect-passes", "--quiet", "--out", "{tmp}/b", *TINY_ARGS,
+                                                   "--baseline-steps", "-1"], needle="--baseline-steps", tags=tags),
+    ]
+    return out
+
+
+FAILING_FACTORY = "def make(**options):\n    raise ValueError('planted: this program cannot be built')\n"
+
+
+def _bisect_cases() -> list[Case]:
+    """Item 9: bisect-passes --target passes on why the program could not be listed (the probe's own
+    error line), and starts nothing for input it can check itself."""
+    tags = {"round4", "r4-bisect"}
+    base = ["bisect-passes", "--quiet", "--oracle", "hlo", "--target", "tpu:v6e:2x4", "--out", "{tmp}/b"]
+    return [
+        Case("r4-bisect-target-missing-program", [*base, "--program", "{tmp}/nothere.py:make"], needle="no such file",
+             tags=tags, timeout=300),
+        Case("r4-bisect-target-bad-option", [*base, "--program", "issue-35409", *TINY_35409, "--program-option",
+                                             "jit=bogus"], needle="jit", tags=tags, timeout=300),
+        Case("r4-bisect-target-no-libtpu", [*base, *TINY_ARGS], env={"XLA_HARNESS_TARGET_COMPILERS": "{tmp}/none"},
+             needle="libtpu", tags=tags | {"spawns"}, timeout=300),
+        Case("r4-bisect-target-program-raises", [*base, "--program", "{tmp}/prog.py:make"],
+             _files(**{"prog.py": FAILING_FACTORY}), needle="planted", tags=tags | {"spawns"}, timeout=300),
+    ]
+
+
+BAD_HLO: dict[str, bytes] = {
+    "layout-out-of-range": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{7,9} parameter(0)\n"
+                           b"  ROOT n = f32[2,3]{1,0} negate(p)\n}\n",
+    "layout-repeated": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{0,0} parameter(0)\n"
+                       b"  ROOT n = f32[2,3]{1,0} negate(p)\n}\n",
+    "layout-short": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{0} parameter(0)\n"
+                    b"  ROOT n = f32[2,3]{1,0} negate(p)\n}\n",
+    "transpose-out-of-range": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{1,0} parameter(0)\n"
+                              b"  ROOT t = f32[3,2]{1,0} transpose(p), dimensions={5,9}\n}\n",
+    "transpose-repeated": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{1,0} parameter(0)\n"
+                          b"  ROOT t = f32[3,2]{1,0} transpose(p), dimensions={0,0}\n}\n",
+    "transpose-wrong-result": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{1,0} parameter(0)\n"
+                              b"  ROOT t = f32[2,3]{1,0} transpose(p), dimensions={1,0}\n}\n",
+    "transpose-no-dimensions": b"HloModule m\n\nENTRY e {\n  p = f32[2,3]{1,0} parameter(0)\n"
+                               b"  ROOT t = f32[3,2]{1,0} transpose(p)\n}\n",
+    "fusion-without-calls": b"HloModule m\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                            b"  ROOT f = f32[4]{0} fusion(p), kind=kLoop\n}\n",
+    "constant-nesting": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[2,2]{1,0} constant({1, 2, 3, 4})\n}\n",
+    "constant-too-many": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[2]{0} constant({1, 2, 3})\n}\n",
+    "constant-too-few": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[3]{0} constant({1, 2})\n}\n",
+    "constant-scalar-as-list": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant({1})\n}\n",
+    "constant-f16-range": b"HloModule m\n\nENTRY e {\n  ROOT c = f16[] constant(70000)\n}\n",
+    "constant-bf16-nan-payload": b"HloModule m\n\nENTRY e {\n  ROOT c = bf16[] constant(nan(0x7fffff))\n}\n",
+    "constant-f32-range": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(1e39)\n}\n",
+    "constant-s8-range": b"HloModule m\n\nENTRY e {\n  ROOT c = s8[] constant(300)\n}\n",
+    "constant-u8-negative": b"HloModule m\n\nENTRY e {\n  ROOT c = u8[] constant(-1)\n}\n",
+    "constant-int-as-float": b"HloModule m\n\nENTRY e {\n  ROOT c = s32[] constant(2.5)\n}\n",
+    "constant-word": b"HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(hello)\n}\n",
+    "opcode-unknown": b"HloModule m\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                      b"  ROOT n = f32[4]{0} frobnicate(p)\n}\n",
+    "async-done-no-operand": b"HloModule m\n\n%w (p: f32[4]) -> f32[4] {\n  p = f32[4]{0} parameter(0)\n"
+                             b"  ROOT n = f32[4]{0} negate(p)\n}\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                             b"  s = ((f32[4]{0}), f32[4]{0}, s32[]) call-start(p), to_apply=%w\n"
+                             b"  ROOT d = f32[4]{0} call-done()\n}\n",
+    "async-update-no-operand": b"HloModule m\n\n%w (p: f32[4]) -> f32[4] {\n  p = f32[4]{0} parameter(0)\n"
+                               b"  ROOT n = f32[4]{0} negate(p)\n}\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                               b"  s = ((f32[4]{0}), f32[4]{0}, s32[]) call-start(p), to_apply=%w\n"
+                               b"  u = ((f32[4]{0}), f32[4]{0}, s32[]) call-update()\n"
+                               b"  ROOT d = f32[4]{0} call-done(u)\n}\n",
+}
+
+
+# The committed hazard fixture with one thing XLA refuses planted where the scan reads it (as the
+# issue found them: a layout the scanner indexed by, "could not be scanned (IndexError ...)"; a
+# transpose that is no permutation, read and reported as a hazard, exit 1).
+_FIXTURE = (Path(__file__).parent / "hlo" / "transpose_moves_data.hlo").read_bytes()
+BAD_HLO["fixture-transpose-out-of-range"] = _FIXTURE.replace(b"%p0), dimensions={1,0}", b"%p0), dimensions={5,9}")
+BAD_HLO["fixture-transpose-repeated"] = _FIXTURE.replace(b"%p0), dimensions={1,0}", b"%p0), dimensions={0,0}")
+BAD_HLO["fixture-layout-out-of-range"] = _FIXTURE.replace(b"%t = f32[64,32]{1,0} transpose",
+                                                          b"%t = f32[64,32]{7,9} transpose")
+BAD_HLO["fixture-layout-of-parameter"] = _FIXTURE.replace(b"%p0 = f32[32,64]{1,0} parameter(0)",
+                                                          b"%p0 = f32[32,64]{9,7} parameter(0)")
+
+
+def _scan_cases() -> list[Case]:
+    """Items 10 and 14: scan refuses what XLA refuses (one line naming FILE:LINE), and a folder's
+    FIFOs and other files that are no regular file are refused one by one, never opened."""
+    tags = {"round4", "r4-scan"}
+    out = [Case(f"r4-scan-hlo-{name}", ["scan", "{tmp}/m.hlo"], _files(**{"m.hlo": text}), needle="m.hlo:",
+                tags=tags) for name, text in BAD_HLO.items()]
+    out.append(Case("r4-scan-stdin-is-a-folder", ["scan", "-"], _files(d="/"), entry="process", stdin="{tmp}/d",
+                    tags=tags | {"python-refuses"}, timeout=300))
+    dump = "d__module_0001.jit_step.after_optimizations.txt"
+    ba = "d__module_0001.jit_step.after_optimizations-buffer-assignment.txt"
+    values = "d__module_0001.jit_step.after_optimizations-buffer-assignment-values.txt"
+    good_ba = (b"allocation 0: size 16, parameter 0, shape |f32[4]| at ShapeIndex {}:\n"
+               b" value: <0 p @0> (size=16,offset=0): f32[4]{0}\n")
+    fifo_layouts = {
+        "values-file": {dump: SMALL_HLO, ba: good_ba, values: None},
+        "buffer-assignment": {dump: SMALL_HLO, ba: None},
+        "hlo-beside-a-dump": {dump: SMALL_HLO, "d__other.after_optimizations.txt": None},
+        "hlo-in-subfolder": {"d__a.hlo": SMALL_HLO, "d__sub__b.hlo": None},
+        "txt-beside-hlo-text": {"d__a.txt": SMALL_HLO, "d__b.txt": None},
+    }
+    for name, files in fifo_layouts.items():
+        out.append(Case(f"r4-scan-dir-fifo-{name}", ["scan", "{tmp}/d"], _files(**files), needle="not a regular file",
+                        tags={"round4", "r4-fifo"}, timeout=120))
+    out.append(Case("r4-scan-dir-link-to-dev-zero-values", ["scan", "{tmp}/d"], _dump_with_values_linked("/dev/zero"),
+                    needle="not a regular file", tags={"round4", "r4-fifo"}, timeout=120))
+    return out
+
+
+def _dump_with_values_linked(target: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / "d").mkdir()
+        (tmp / "d" / "module_0001.jit_step.after_optimizations.txt").write_bytes(SMALL_HLO)
+        (tmp / "d" / "module_0001.jit_step.after_optimizations-buffer-assignment.txt").write_bytes(
+            b"allocation 0: size 16, parameter 0, shape |f32[4]| at ShapeIndex {}:\n"
+            b" value: <0 p @0> (size=16,offset=0): f32[4]{0}\n")
+        os.symlink(target, tmp / "d" / "module_0001.jit_step.after_optimizations-buffer-assignment-values.txt")
+    return setup
+
+
+def _publish_cases() -> list[Case]:
+    """Item 11: tools/publish_hlo.py keeps the CLI's promises on a user's own folders."""
+    import gzip
+
+    tags = {"round4", "r4-publish"}
+    dump = "x.after_optimizations.txt"
+    good = gzip.compress(SMALL_HLO, mtime=0)
+
+    def link(name: str, target: str) -> Callable[[Path], None]:
+        def setup(tmp: Path) -> None:
+            (tmp / "d").mkdir()
+            os.symlink(target, tmp / "d" / name)
+        return setup
+
+    return [
+        Case("r4-publish-readme", ["{tmp}/README.md"], _files(**{"README.md": b"# notes\n"}), entry="publish",
+             needle="not named like a compiler dump", tags=tags),
+        Case("r4-publish-gz-exists", ["{tmp}/" + dump], _files(**{dump: SMALL_HLO, dump + ".gz": good}),
+             entry="publish", needle="already exists", tags=tags),
+        Case("r4-publish-fifo-in-folder", ["{tmp}/d"], _files(**{"d/" + dump: None}), entry="publish",
+             needle="not a regular file", tags=tags, timeout=60),
+        Case("r4-publish-fifo-given", ["{tmp}/" + dump], _files(**{dump: None}), entry="publish",
+             needle="not a regular file", tags=tags, timeout=60),
+        Case("r4-publish-binary", ["{tmp}/" + dump], _files(**{dump: bytes(range(256)) * 4}), entry="publish",
+             needle="not UTF-8", tags=tags),
+        Case("r4-publish-corrupt-gz", ["{tmp}/" + dump + ".gz"], _files(**{dump + ".gz": b"\x1f\x8b\x08\x00garbage"}),
+             entry="publish", needle="gzip", tags=tags),
+        Case("r4-publish-truncated-gz", ["{tmp}/" + dump + ".gz"], _files(**{dump + ".gz": good[:-12]}),
+             entry="publish", needle="gzip", tags=tags),
+        Case("r4-publish-not-gzip-at-all", ["{tmp}/" + dump + ".gz"], _files(**{dump + ".gz": SMALL_HLO}),
+             entry="publish", needle="gzip", tags=tags),
+        Case("r4-publish-gz-of-binary", ["{tmp}/" + dump + ".gz"],
+             _files(**{dump + ".gz": gzip.compress(bytes(range(256)), mtime=0)}), entry="publish", needle="not UTF-8",
+             tags=tags),
+        Case("r4-publish-folder-named-like-a-dump", ["{tmp}/d"], _files(**{"d/" + dump: "/"}), entry="publish",
+             needle="not a regular file", tags=tags),
+        Case("r4-publish-link-to-dev-zero", ["{tmp}/d"], link(dump, "/dev/zero"), entry="publish",
+             needle="not a regular file", tags=tags, timeout=60),
+        Case("r4-publish-one-bad-among-good", ["{tmp}/d"],
+             _files(**{"d/a.after_optimizations.txt": SMALL_HLO, "d/b.after_optimizations.txt": b"\xff\xfe"}),
+             entry="publish", needle="not UTF-8", tags=tags),
+        Case("r4-publish-missing", ["{tmp}/nothere"], entry="publish", needle="no such file", tags=tags),
+        Case("r4-publish-nothing", [], entry="publish", needle="usage", tags=tags),
+    ]
+
+
+SWEEP_ENV = {"MATRIX_PINS": "0.12.0.1", "DEFAULT_JAX_PIN": "0.12.0.1", "TPU_TARGET": "host", "SWEEP_CELLS": "full:True",
+             "MATRIX_OPTIONS": "scale=0.015625 seq_scale=0.125 layers=(1,2)", "SWEEP_OUT": "{tmp}/sweep"}
+
+
+def _sweep_cases() -> list[Case]:
+    """Item 12: make tpu-sweep checks every entry before it creates a folder or starts a compile."""
+    tags = {"round4", "r4-sweep"}
+    entries = {"later-bad-value": "jit=bare jit=bogus", "bad-value": "jit=bogus",
+               "later-not-key-value": "jit=bare bogus", "bad-layers": "layers=(1.5,2)", "empty-value": "jit=",
+               "empty": " "}
+    out = [Case(f"r4-sweep-{name}", [], entry="sweep", env={**SWEEP_ENV, "SWEEP": sweep}, tags=tags, timeout=600)
+           for name, sweep in entries.items()]
+    out.append(Case("r4-sweep-bad-cell", [], entry="sweep", env={**SWEEP_ENV, "SWEEP": "jit=bare",
+                                                                 "SWEEP_CELLS": "full:maybe"}, tags=tags, timeout=600))
+    out.append(Case("r4-sweep-cell-not-mode-remat", [], entry="sweep", env={**SWEEP_ENV, "SWEEP": "jit=bare",
+                                                                            "SWEEP_CELLS": "full"}, tags=tags,
+                    timeout=600))
+    return out
+
+
+BISECT_LOG = b'{"kind": "task", "task": {"oracle": "hlo"}}\n{"kind": "probe", "disabled": [], "failing": true}\n'
+
+
+def _bundle_cases() -> list[Case]:
+    """Item 13: bundle checks its inputs and outputs before it compiles or runs anything, and never
+    replaces a file (its .partial included)."""
+    tags = {"round4", "r4-bundle"}
+    base = ["bundle", "--out", "{tmp}/o.tar.gz", *TINY_ARGS, "--steps", "2"]
+    return [
+        Case("r4-bundle-bisect-empty-dir", [*base, "--bisect", "{tmp}/b"], _files(b="/"), needle="bisect.jsonl",
+             late=10, tags=tags, timeout=300),
+        Case("r4-bundle-bisect-not-a-log", [*base, "--bisect", "{tmp}/b"], _files(b__bisect__jsonl=b"my notes\n"),
+             needle="bisect", late=10, tags=tags, timeout=300),
+        Case("r4-bundle-bisect-log-is-fifo", [*base, "--bisect", "{tmp}/b"], _files(b__bisect__jsonl=None),
+             needle="not a regular file", late=10, tags=tags, timeout=300),
+        Case("r4-bundle-partial-exists", base, _files(**{"o.tar.gz.partial": b"an earlier attempt"}),
+             needle="partial", late=10, tags=tags, timeout=300),
+        Case("r4-bundle-out-not-tar-gz", ["bundle", "--out", "{tmp}/o.zip", *TINY_ARGS], needle=".tar.gz", late=10,
+             tags=tags, timeout=300),
+        Case("r4-bundle-dump-without-step", [*base, "--dump", "{tmp}/dump"], _files(dump="/"), needle="jit_step",
+             late=10, tags=tags, timeout=300),
+        Case("r4-bundle-out-under-file", ["bundle", "--out", "{tmp}/f/o.tar.gz", *TINY_ARGS], _files(f=b"x"),
+             needle="not a folder", late=10, tags=tags, timeout=300),
+        Case("r4-bundle-ok-bisect-log-but-partial", [*base, "--bisect", "{tmp}/b"],
+             _files(b__bisect__jsonl=BISECT_LOG, **{"o.tar.gz.partial": b"x"}), needle="partial", late=10, tags=tags,
+             timeout=300),
+    ]
+
+
+def round4_cases() -> list[Case]:
+    return (_options_cases() + _resume_cases() + _protect_cases() + _flag_cases() + _plot_cases() + _signal_cases()
+            + _compiler_env_cases() + _number_cases() + _bisect_cases() + _scan_cases() + _publish_cases()
+            + _sweep_cases() + _bundle_cases())

@@ -1,10 +1,14 @@
-"""Bad input never crashes: every generated case (tests/bad_input_cases.py) ends with exit 2,
-exactly one ``error:`` line on stderr, no traceback, no file that existed before changed,
-and within a time limit (a hang fails the case).
+"""Bad input never crashes: every generated case (tests/bad_input_cases.py) ends as it promises
+(a refusal: exit 2, exactly one ``error:`` line on stderr naming the cause, no traceback, no
+file that existed before changed and none created; a case that must work: exit 0 and a right
+result; a signal: 130/143), within a time limit (a hang fails the case). ``verdict`` says
+which class an outcome falls in; every case must be ``clear``.
 
-The cases run in-process (xla_harness.cli.main / the build entry's main) so several hundred
-take seconds; a few run as real subprocesses (marked slow) to check the entry points
-themselves: the console script, ``python -m xla_harness.cli`` and build/build_jaxlib.py.
+The cases run in-process (xla_harness.cli.main / the build entry's main / tools/publish_hlo.py's
+main) so several hundred take seconds; those about a process itself (signals, standard input,
+make tpu-sweep) run as real subprocesses, marked slow, and so do a few others to check the
+entry points themselves: the console script, ``python -m xla_harness.cli`` and
+build/build_jaxlib.py.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from .bad_input_cases import ODD_VALID_HLO, Case, all_cases, tree_hashes
+from .bad_input_cases import ODD_VALID_HLO, Case, all_cases, held_lock, run_process, tree_hashes, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = all_cases()
@@ -48,10 +53,20 @@ def _build_entry():
     return mod
 
 
+def _publish_main():
+    """tools/publish_hlo.py's main (a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("publish_hlo", ROOT / "tools" / "publish_hlo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
 def _run_in_process(case: Case, tmp: Path) -> int:
-    entry = _build_entry().entry if case.entry == "build" else _cli_main()
+    entry = {"build": lambda: _build_entry().entry, "publish": _publish_main}.get(case.entry, _cli_main)()
     old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, CASE_LIMIT_S)
+    signal.setitimer(signal.ITIMER_REAL, max(CASE_LIMIT_S, case.timeout or 0))
     try:
         return entry(case.args(tmp))
     except SystemExit as exc:
@@ -81,24 +96,51 @@ def test_enough_cases_over_every_entry_point():
 
 # Cases whose command starts a subprocess (bisect's probes, the build's git and tool checks):
 # slow, so `make test-fast` stays fast (tests/subprocess_guard.py fails any case missing here).
+# So are the cases run as a process of their own, and those tagged as compiling a program or
+# starting a child.
 SPAWNING_CASES = {
     "bisect-program-unknown", "bisect-mode-unknown", "bisect-dtype-f64", "bisect-seed-negative",
     "bisect-seed-huge", "bisect-heads-indivisible", "build-from-after-to", "build-stamp-non-utf8",
     "build-stamp-not-json", "build-stamp-array", "build-stamp-no-outputs", "build-stamp-outputs-list",
     "build-stamp-deep", "build-stamp-fifo",
 }
+SLOW_TAGS = {"spawns", "compiles", "tpu"}
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=(pytest.mark.slow,) if c.id in SPAWNING_CASES else ())
+def _slow(c: Case) -> bool:
+    return c.id in SPAWNING_CASES or c.entry in ("process", "sweep") or bool(SLOW_TAGS & c.tags)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=(pytest.mark.slow,) if _slow(c) else ())
                                   for c in CASES])
 def test_bad_input(case: Case, tmp_path, monkeypatch, capsys):
+    if "tpu" in case.tags:
+        from xla_harness.targets import parse_target
+        from xla_harness.targets.devices import missing
+
+        why = missing(parse_target("tpu:v6e:2x4"))
+        if why:
+            pytest.skip(why)
     work = tmp_path / "case"
     work.mkdir()
     case.setup(work)
     before = tree_hashes(work)
-    monkeypatch.chdir(work)
-    code = _run_in_process(case, work)
-    _check(code, capsys.readouterr().err, before, tree_hashes(work))
+    with held_lock(case, work):
+        if case.entry in ("process", "sweep"):
+            code, signum, out, err, seconds = run_process(case, work, ROOT, max(CASE_LIMIT_S, case.timeout or 0))
+        else:
+            monkeypatch.chdir(work)
+            for key, value in case.environ(work).items():
+                monkeypatch.setenv(key, value)
+            t0 = time.monotonic()
+            code, signum = _run_in_process(case, work), None
+            seconds = time.monotonic() - t0
+            out, err = capsys.readouterr()
+    kind, detail = verdict(case, code, out, err, before, tree_hashes(work), seconds, work, signum)
+    if "python-refuses" in case.tags:  # CPython refuses before any harness code: what it does is Python's
+        assert kind == "python-startup", (kind, detail, err)
+        return
+    assert kind == "clear", f"{kind}: {detail}\n{err}"
 
 
 SUBPROCESS_CASES = ["results-non-utf8-report", "results-deep-nesting-merge", "stress-modes-dup",

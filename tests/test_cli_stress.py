@@ -31,8 +31,8 @@ def _steps(out):
 @pytest.mark.parametrize("args,needle", [
     (["--modes", "full,tied"], "unknown mode 'tied'"),
     (["--dtype", "f16"], "unknown dtype 'f16'"),
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--steps", "-3"], "--steps must be a positive integer"),
+    (["--steps", "0"], "--steps: must be a positive integer"),
+    (["--steps", "-3"], "--steps: must be a positive integer"),
     (["--seeds", "1,x"], "invalid seed list"),
     (["--remat", "maybe"], "invalid remat list"),
     (["--inject-rate", "2"], "must be in [0, 1]"),

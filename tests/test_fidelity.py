@@ -116,7 +116,8 @@ def _compile_folder(where: Path, text: str, temp: int) -> Path:
     (where / "hlo" / "m.after_optimizations.txt").write_text(text)
     record = {"kind": "compile", "label": "issue-35409", "options": {}, "target": "cuda:h200:1x1x1",
               "device_kind": "NVIDIA H200", "versions": {"jax": "0.11.2"}, "XLA_FLAGS": "", "compile_cpu_s": 1.0,
-              "fingerprint": {"id": "f", "temp_size_in_bytes": temp}, "scan": {}}
+              "fingerprint": {"id": "f", "instructions": 1, "temp_size_in_bytes": temp},
+              "scan": {"backend": "gpu", "hazard": 0, "decisions": 0, "aliased": 0, "layout-preserving-miss": 0}}
     (where / "compile.jsonl").write_text(json.dumps(record) + "\n")
     return where
 

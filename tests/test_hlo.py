@@ -289,14 +289,14 @@ def test_parse_shapes():
     assert d.dims == (4, 8) and d.minor_to_major is None and d.layout_or_default() == (1, 0)
 
 
-def test_parser_handles_escapes_long_lines_and_unknown_opcodes():
+def test_parser_handles_escapes_and_long_lines_and_refuses_unknown_opcodes():
     meta = 'metadata={op_name="jit(f)/x{\\"a\\": [1, 2]}, \\\\ (weird)" source_file="/a b/c.py"}'
     pad = ", ".join(f"%x{i}" for i in range(2000))
     text = f"""HloModule m, input_output_alias={{ {{0}}: (0, {{}}, may-alias) }}
 
 ENTRY %e (p: f32[4]) -> f32[4] {{
   %p = f32[4]{{0}} parameter(0), {meta}
-  %u = f32[4]{{0}} my-new-opcode(f32[4]{{0}} %p), custom_attr={{{{1,2}},{{3}}}}, \
+  %u = f32[4]{{0}} negate(f32[4]{{0}} %p), custom_attr={{{{1,2}},{{3}}}}, \
 backend_config="{{\\"k\\": \\"{'v' * 50000}\\"}}"
   %c = (f32[4]{{0}}, s32[]) custom-call(%u), custom_call_target="foo", api_version=API_VERSION_TYPED_FFI, \
 frontend_attributes={{x="{pad}"}}
@@ -305,11 +305,14 @@ frontend_attributes={{x="{pad}"}}
 """
     mod = parse_module(text, "inline.hlo")
     ins = mod.entry.by_name
-    assert ins["u"].opcode == "my-new-opcode" and ins["u"].operands == ["p"]
+    assert ins["u"].opcode == "negate" and ins["u"].operands == ["p"]
     assert ins["u"].attrs["custom_attr"] == "{{1,2},{3}}"
     assert len(ins["u"].attrs["backend_config"]) > 50000
     assert ins["c"].operands == ["u"] and ins["g"].attrs["index"] == "0"
     assert mod.input_output_alias.startswith("{ {0}: (0")
+    # An opcode XLA does not know is refused, as XLA refuses it ("Unknown opcode"), naming it and its line.
+    with pytest.raises(HloParseError, match=r"inline.hlo:5: u: unknown opcode 'my-new-opcode'"):
+        parse_module(text.replace("negate(f32[4]", "my-new-opcode(f32[4]"), "inline.hlo")
 
 
 OUTPUT_SIDE = """HloModule m

@@ -83,7 +83,7 @@ def test_check_bounds_the_recorded_work(tmp_path):
 def test_max_steps_must_be_positive(tmp_path, capsys):
     b = _program_bundle(tmp_path / "b.tar.gz", "my_model.py:make")
     assert main(["bundle", "--check", str(b), "--max-steps", "0"]) == 2
-    assert "--max-steps must be a positive integer" in capsys.readouterr().err
+    assert "--max-steps: must be a positive integer" in capsys.readouterr().err
 
 
 def _run(nonfinite=0, losses=(1.0, 2.0)):

@@ -77,4 +77,4 @@ def test_a_planted_traceback_is_counted(monkeypatch):
 def test_a_census_of_no_case_is_refused(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["bad_input_census.py", "--ids", "no-such-case"])
     assert _census().main() == 2
-    assert capsys.readouterr().err == "error: no case matches -k/--ids\n"
+    assert capsys.readouterr().err == "error: no case matches -k/--ids/--tag\n"

@@ -180,5 +180,5 @@ def test_stop_grace_is_checked(tmp_path, capsys, bad):
 
     assert main(["stress", "--out", str(tmp_path / "o"), "--steps", "1", "--stop-grace", bad]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --stop-grace must be"), lines
+    assert len(lines) == 1 and lines[0].startswith("error: xla-harness stress: argument --stop-grace: must be"), lines
     assert not (tmp_path / "o").exists()

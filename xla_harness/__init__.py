@@ -15,6 +15,9 @@ Names load on first use, so ``import xla_harness`` costs no jax import::
 
 from __future__ import annotations
 
+import xla_harness._early  # noqa: F401 - first: started as the CLI, signals are noted from here on
+
+# isort: split
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -15,11 +15,13 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from xla_harness import _early, interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.interrupts import Interrupted
 
@@ -143,22 +145,59 @@ def quiet_broken_pipe() -> int:
     return 141
 
 
+def interrupted(exc: Interrupted) -> int:
+    sys.stderr.write(f"{exc}\n")
+    return exc.exit_code
+
+
 def guarded(entry: Callable[[list[str]], int], argv: list[str] | None = None, strip_debug: bool = False) -> int:
-    """Run an entry point's main under the last-resort handler (``--debug`` shows tracebacks)."""
+    """Run an entry point's main under the last-resort handler (``--debug`` shows tracebacks). Once
+    SIGINT/SIGTERM has arrived, whatever it broke on its way (an import it cut short, which jaxlib
+    reports as an ImportError) is the interrupt's, and one that was swallowed still ends the command
+    as an interrupt: exit 130/143, never a traceback, an ``error: internal:`` or exit 0."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     if strip_debug:
         argv = [a for a in argv if a != "--debug"]
     try:
-        return entry(argv)
+        code = entry(argv)
     except BrokenPipeError:
         return quiet_broken_pipe()
+    except Interrupted as exc:
+        return interrupted(exc)
     except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback, never exit 1
+        signum = interrupts.received()
+        if signum is not None:
+            if debug:
+                traceback.print_exception(exc)
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            return interrupted(Interrupted(signum, "", f"{type(exc).__name__}" + (f": {first}" if first else "")))
         return last_resort(exc, debug)
+    signum = interrupts.received()
+    if signum is not None and code != 128 + signum:
+        return interrupted(Interrupted(signum))
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
-    return guarded(_main, argv)
+    """The ``xla-harness`` command (exit codes above). SIGINT/SIGTERM end it with 130/143 from its first
+    line of code on (xla_harness/__init__.py notes a signal while the CLI starts)."""
+    old = interrupts.cli_handlers()
+    try:
+        interrupts.take_pending()  # one noted while the CLI was still being imported
+        code = guarded(_main, argv)
+    except Interrupted as exc:
+        code = interrupted(exc)
+    finally:
+        interrupts.restore(old)
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and _early.cli_process:
+        # This process is the command, ended by a signal: end it now. A thread a library started and
+        # the interrupt left running (jax's 60 s backend-start warning timer) must not hold it open.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _printable_output() -> None:
@@ -188,8 +227,7 @@ def _main(argv: list[str]) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
     except Interrupted as exc:  # where it arrived, and what it broke there (never the program's error)
-        sys.stderr.write(f"{exc}\n")
-        return exc.exit_code
+        return interrupted(exc)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

@@ -43,10 +43,10 @@ def add_arguments(p) -> None:
     flags.add_program_arguments(p)  # plus "small": a tiny elementwise+dot function, for checks
     flags.add_single_config_arguments(p)
     flags.add_target_argument(p)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--baseline-steps", type=int, default=200, help="steps of the baseline run (stress)")
+    p.add_argument("--seed", type=flags.seed, default=1)
+    p.add_argument("--baseline-steps", type=flags.positive, default=200, help="steps of the baseline run (stress)")
     p.add_argument("--inject-pass", metavar="PASS", help="plant faults while PASS is enabled (test oracle)")
-    p.add_argument("--inject-rate", type=float, default=0.3, help="rate of --inject-pass faults")
+    p.add_argument("--inject-rate", type=flags.rate, default=0.3, help="rate of --inject-pass faults")
     p.add_argument("--passes", help="comma-separated candidate passes (default: all from the pass dump)")
     p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
     p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
@@ -68,6 +68,14 @@ def _check_args(args) -> None:
                            "--oracle hlo (a property of the compiled HLO)")
     if args.out.exists() and not args.out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder")
+    from xla_harness.targets.devices import missing
+
+    why = missing(args.target)  # before a probe dies of it
+    if why:
+        raise HarnessError(why)
+    module_part = args.program.rsplit(":", 1)[0] if ":" in args.program else ""
+    if (module_part.endswith(".py") or "/" in module_part) and not Path(module_part).is_file():
+        raise HarnessError(f"--program {args.program}: no such file {module_part}")
 
 
 def _task(args) -> dict:
@@ -91,6 +99,9 @@ def run(args) -> int:
 
     _check_args(args)
     task = _task(args)
+    from xla_harness.targets.envcheck import check_compiler_environment
+
+    check_compiler_environment(args.target)  # each probe would die of a bad XLA_FLAGS: say so once, first
     if args.oracle == "hlo":
         bisect.count_property("HloModule m\n\nENTRY e {\n  ROOT c = f32[] constant(0)\n}\n", args.property)
     if args.inject_pass:

@@ -35,9 +35,9 @@ def add_arguments(p) -> None:
 
     p.add_argument("--out", type=Path, help="bundle to write (FILE.tar.gz)")
     p.add_argument("--check", type=Path, metavar="FILE", help="verify a bundle and re-run the harness's repro.py on it")
-    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+    p.add_argument("--timeout", type=flags.positive_number, default=1800.0, metavar="S",
                    help="--check: seconds the re-run may take before it is killed (default 1800)")
-    p.add_argument("--max-steps", type=int, default=10_000, metavar="N",
+    p.add_argument("--max-steps", type=flags.positive, default=10_000, metavar="N",
                    help="--check: refuse to re-run a bundle of more than N steps in all (steps x seeds; "
                         "default 10000)")
     p.add_argument("--run-program", action="store_true",
@@ -46,8 +46,8 @@ def add_arguments(p) -> None:
     flags.add_json_argument(p, "the --check verdict and its lines (or the path of the written bundle)")
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
-    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1,))
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seeds", type=flags.csv("seed", flags.seed), default=(1,))
+    p.add_argument("--steps", type=flags.positive, default=20)
     p.add_argument("--dump", type=Path, help="XLA dump folder with the step's optimized HLO and buffer assignment")
     p.add_argument("--results", type=Path, help="stress results folder to include")
     p.add_argument("--bisect", type=Path, help="bisect-passes output folder to include")
@@ -56,11 +56,20 @@ def add_arguments(p) -> None:
 
 
 def _check_inputs(args) -> None:
-    """Inputs that would otherwise fail only after the step has been compiled."""
+    """Every input and output before anything compiles or runs: the bundle and its ``.partial`` file
+    must not exist (neither is ever replaced), each folder given must hold what the bundle takes from
+    it (--results: valid results; --bisect: a bisection log; --dump: the step's HLO and buffer
+    assignment), and the program's options must be its own."""
+    from xla_harness.commands import flags
     from xla_harness.errors import HarnessError
+    from xla_harness.repro.bundle import check_bisect_log, dump_files, partial_path
 
-    if args.out.exists():
-        raise HarnessError(f"{args.out} already exists; choose another --out")
+    if not str(args.out).endswith(".tar.gz"):
+        raise HarnessError(f"--out must end in .tar.gz, got {args.out}")
+    for path in (args.out, partial_path(args.out)):
+        if path.exists() or path.is_symlink():
+            raise HarnessError(f"{path} already exists; choose another --out (a bundle never replaces a file)")
+    flags.check_output(args.out, "--out")  # its folder: not under a file
     for flag, folder in (("--dump", args.dump), ("--results", args.results), ("--bisect", args.bisect)):
         if folder is not None and not folder.is_dir():
             raise HarnessError(f"{flag} {folder} is not a folder")
@@ -68,6 +77,11 @@ def _check_inputs(args) -> None:
         from xla_harness.stress import report
 
         report.load_table([args.results])  # validates every results line
+    if args.bisect is not None:
+        check_bisect_log(args.bisect)
+    if args.dump is not None:
+        dump_files(args.dump)
+    flags.program_options(args)  # a built-in's option table, before the compile
 
 
 def run(args) -> int:
@@ -89,11 +103,11 @@ def run(args) -> int:
     if not args.out:
         raise HarnessError("give --out FILE.tar.gz to write a bundle, or --check FILE")
     _check_inputs(args)
-    if args.steps <= 0:
-        raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
     from xla_harness.commands import flags
     from xla_harness.targets.devices import prepare_environment
+    from xla_harness.targets.envcheck import check_compiler_environment
 
+    check_compiler_environment(args.target)
     prepare_environment(args.target)
     out = bundle.make_bundle(args.out, args.program, flags.program_options(args), tuple(args.seeds), args.steps,
                              dump=args.dump, results_dir=args.results, bisect_dir=args.bisect,

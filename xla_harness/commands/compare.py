@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
 
     p.add_argument("a", type=Path, metavar="DIR_A", help="results folder A (e.g. stock)")
     p.add_argument("b", type=Path, metavar="DIR_B", help="results folder B (e.g. patched)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    p.add_argument("--alpha", type=flags.open_fraction, default=0.05, help="significance level (default 0.05)")
     flags.add_json_argument(p, "the comparisons")
 
 

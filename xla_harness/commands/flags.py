@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import ast
+import math
 import os
 from pathlib import Path
 
@@ -22,6 +22,8 @@ def csv(kind: str, conv):
             values = tuple(conv(t) for t in items)
         except (ValueError, KeyError):
             raise argparse.ArgumentTypeError(f"invalid {kind} list {text!r}") from None
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"invalid {kind} list {text!r}: {kind} {exc}") from None
         for i, v in enumerate(values):
             if v in values[:i]:
                 raise argparse.ArgumentTypeError(f"{kind} {items[i]!r} is listed twice in {text!r}")
@@ -43,25 +45,81 @@ def positive(t: str) -> int:
     return v
 
 
-def rate(t: str) -> float:
+def _number(t: str) -> float:
+    """A finite float (nan and inf are refused: no flag of the harness means them)."""
     try:
         v = float(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {t!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {t!r}")
+    return v
+
+
+def rate(t: str) -> float:
+    """A probability in [0, 1]."""
+    v = _number(t)
     if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {v}")
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {t!r}")
+    return v
+
+
+def open_fraction(t: str) -> float:
+    """A number strictly between 0 and 1 (a significance level)."""
+    v = _number(t)
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {t!r}")
+    return v
+
+
+def positive_number(t: str) -> float:
+    """A finite number > 0 (a learning rate, a timeout in seconds)."""
+    v = _number(t)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {t!r}")
+    return v
+
+
+def seconds(t: str) -> float:
+    """A finite number of seconds >= 0."""
+    v = _number(t)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {t!r}")
+    return v
+
+
+def non_negative(t: str) -> int:
+    """An integer >= 0 (an index)."""
+    try:
+        v = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {v}")
+    return v
+
+
+SEED_LIMIT = 2**31
+
+
+def seed(t: str) -> int:
+    """A seed: an integer in [0, 2**31)."""
+    try:
+        v = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
+    if not 0 <= v < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**31), got {v}")
     return v
 
 
 def _option(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    from xla_harness.programs.options import literal_option
+
     try:
-        parsed = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        parsed = value
-    return key.strip(), parsed
+        return literal_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:
@@ -130,7 +188,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--heads", type=positive, default=4, help="attention heads (default 4)")
     g.add_argument("--seq", type=positive, default=16, help="sequence length of batch A; batch B is 2x (default 16)")
     g.add_argument("--batch", type=positive, default=8, help="batch size (default 8)")
-    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    g.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate (default 1e-3)")
 
 
 def add_single_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -147,15 +205,42 @@ def model_options(args, **fixed) -> dict:
 
 
 def program_options(args) -> dict:
-    """Keyword options for the program of a single-configuration command."""
+    """Keyword options for the program of a single-configuration command: the built-in's from the model
+    flags; any other program's from --program-option, checked against its option table where it is a
+    built-in with one, and with --devices N as ``devices=N`` (:func:`with_devices`)."""
     if args.program == BUILTIN:
         if args.program_option:
             raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
         opts = model_options(args, mode=args.mode, remat=args.remat == "on", dtype=args.dtype)
-        if getattr(args, "devices", 1) > 1:
+        if (getattr(args, "devices", None) or 1) > 1:
             opts["devices"] = args.devices
         return opts
-    return dict(args.program_option)
+    return with_devices(checked_program_options(args), getattr(args, "devices", None))
+
+
+def checked_program_options(args) -> dict:
+    """--program-option as a dict: each key once, checked against the program's option table (a built-in
+    with one), before jax starts."""
+    from xla_harness.programs.interface import check_program_options
+
+    opts: dict = {}
+    for key, value in args.program_option:
+        if key in opts and opts[key] != value:
+            raise HarnessError(f"--program-option {key} is given twice ({opts[key]!r} and {value!r})")
+        opts[key] = value
+    check_program_options(args.program, opts)
+    return opts
+
+
+def with_devices(options: dict, devices: int | None) -> dict:
+    """A program's options with --devices N: ``devices=N``, unless --program-option devices= says the
+    same; a different count is refused (neither may silently win)."""
+    if devices is None:
+        return options
+    if "devices" in options and options["devices"] != devices:
+        raise HarnessError(f"--devices {devices} and --program-option devices={options['devices']!r} disagree; "
+                           "give one")
+    return {**options, "devices": devices}
 
 
 def add_force_argument(p: argparse.ArgumentParser, what: str = "the output file") -> None:
@@ -189,32 +274,70 @@ def input_files(paths, results_in_folders: bool = True) -> set[Path]:
     return out
 
 
-def _is_results_file(path: Path) -> bool:
-    """A stress results file: named stress*.jsonl, or its first line is a results header."""
-    if path.name.startswith("stress") and path.name.endswith(".jsonl"):
-        return True
+COMPILE_RESULTS = "compile.jsonl"  # stress --compile-only's records (xla_harness.stress.compile_only, without jax)
+RESULTS_FILES = (COMPILE_RESULTS,)  # besides stress*.jsonl
+
+
+def _first_line(path: Path) -> bytes:
     try:
-        with open(path, "rb") as fh:
-            first = fh.read(4096).split(b"\n", 1)[0]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block this look
     except OSError:
-        return False
-    return first.lstrip().startswith(b"{") and b'"kind"' in first and b'"header"' in first
+        return b""
+    try:
+        return os.read(fd, 4096).split(b"\n", 1)[0] if os.path.isfile(path) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _is_results_file(path: Path) -> bool:
+    """A results file: stress*.jsonl, compile.jsonl, or its first line is a stress results header or a
+    compile record."""
+    name = path.name
+    if (name.startswith("stress") and name.endswith(".jsonl")) or name in RESULTS_FILES:
+        return True
+    first = _first_line(path).lstrip()
+    return first.startswith(b"{") and b'"kind"' in first and (b'"header"' in first or b'"compile"' in first)
+
+
+def protected(path: Path) -> str | None:
+    """What ``path`` is when no output may ever replace it (None otherwise): a results file, the lock of
+    one (``X.jsonl.lock``), a compiled module or buffer assignment under the ``hlo/`` of a compile-only
+    folder, a checkpoint under the ``ckpt/`` of a stress folder."""
+    path = Path(path)
+    if path.name.endswith(".jsonl.lock"):
+        return "the lock file of a results file"
+    if _is_results_file(path):
+        return "a results file"
+    parent = _resolved(path).parent
+    if parent.name == "hlo" and (parent.parent / "compile.jsonl").exists():
+        return "a compiled module of the stress --compile-only results in " + str(parent.parent)
+    if parent.name == "ckpt" and any(parent.parent.glob("stress*.jsonl")):
+        return "a checkpoint of the stress results in " + str(parent.parent)
+    return None
 
 
 def check_output(target: Path, flag: str, inputs: set[Path] | frozenset[Path] = frozenset(),
                  force: bool = False) -> None:
-    """Refuse to write ``target`` (named by ``flag``) over one of the command's inputs (always) or
-    over an existing file (unless ``force``); a stress results file is never replaced."""
+    """Refuse to write ``target`` (named by ``flag``) over one of the command's inputs (always), over a
+    results file, its lock, a compiled module or checkpoint beside results (always: :func:`protected`),
+    into a folder that cannot hold it, or over an existing file (unless ``force``)."""
     target = Path(target)
     if _resolved(target) in inputs:
         raise HarnessError(f"{flag} {target} is one of this command's inputs; refusing to overwrite it "
                            "(write the output elsewhere)")
+    for up in target.parents:
+        if up.exists() or up.is_symlink():
+            if not up.is_dir():
+                raise HarnessError(f"{flag} {target}: {up} is not a folder")
+            break
     if not (target.exists() or target.is_symlink()):
         return
     if target.is_dir():
         raise HarnessError(f"{flag} {target} is a folder; name a file")
-    if _is_results_file(target):
-        raise HarnessError(f"{flag} {target} is a stress results file; refusing to overwrite it "
-                           "(write the output elsewhere)")
+    what = protected(target)
+    if what is not None:
+        raise HarnessError(f"{flag} {target} is {what}; refusing to overwrite it (write the output elsewhere)")
     if not force:
         raise HarnessError(f"{flag} {target} already exists; pass --force to replace it")

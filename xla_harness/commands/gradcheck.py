@@ -50,6 +50,10 @@ def _list(text: str, flag: str) -> list[str]:
 
 
 def run(args) -> int:
+    from xla_harness.targets import HOST
+    from xla_harness.targets.envcheck import check_compiler_environment
+
+    check_compiler_environment(HOST)  # XLA_FLAGS, JAX_PLATFORMS: before jax starts
     import jax
 
     from xla_harness.errors import HarnessError

@@ -59,8 +59,9 @@ def add_arguments(p) -> None:
     flags.add_program_arguments(p)
     flags.add_single_config_arguments(p)
     p.add_argument("--devices", type=flags.positive, default=None,
-                   help="built-in: shard the model over N devices (default 1; with --target tpu:/cuda:, all of "
-                        "the target's devices)")
+                   help="with --model: shard the built-in over N devices, or give a program devices=N (its "
+                        "factory must take devices=; a --program-option devices= that differs is refused) "
+                        "(default 1; with --target tpu:/cuda:, all of the target's devices)")
     flags.add_target_argument(p)
     flags.add_autotune_argument(p)
     p.add_argument("--save-hlo", type=Path, metavar="FILE",
@@ -102,17 +103,34 @@ def _read_stdin() -> str:
                            f"{exc.start})") from None
 
 
-def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
-    files = sorted(p for p in d.rglob("*after_optimizations.txt") if p.is_file())  # not FIFOs: they block
+def _irregular(path: Path) -> bool:
+    """A path that is there but no regular file (a FIFO, a socket, a device, a folder, a dangling or
+    looping link): reading it could block or never end, so it is refused, never opened."""
+    try:
+        return (path.exists() or path.is_symlink()) and not path.is_file()
+    except OSError:
+        return True
+
+
+def _dir_targets(d: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]:
+    """The dumps to scan in folder ``d`` (each with its buffer assignment when there is one) and one
+    error per file scan would read that is no regular file (the others are still scanned)."""
+    errors: list[str] = []
+    named = sorted(d.rglob("*after_optimizations.txt"))
+    errors += [f"{p} is not a regular file (skipped: it could block)" for p in named if _irregular(p)]
+    files = [p for p in named if p.is_file()]
     if files:
         out = []
         for f in files:
             ba = f.with_name(f.name[:-len(".txt")] + "-buffer-assignment.txt")
-            out.append((f, ba if ba.exists() else None))
-        return out
-    cands = sorted(p for p in d.rglob("*") if p.suffix in (".txt", ".hlo") and p.is_file())
+            out.append((f, ba if (ba.exists() or ba.is_symlink()) else None))
+        return out, errors
+    cands = sorted(p for p in d.rglob("*") if p.suffix in (".txt", ".hlo") and p not in named)
+    errors += [f"{p} is not a regular file (skipped: it could block)" for p in cands if _irregular(p)]
     out = []
     for f in cands:
+        if not f.is_file():
+            continue
         try:
             with open(f, encoding="utf-8", errors="replace") as fh:
                 head = fh.read(4096).lstrip()
@@ -120,10 +138,10 @@ def _dir_targets(d: Path) -> list[tuple[Path, Path | None]]:
             continue
         if head.startswith("HloModule"):
             out.append((f, None))
-    if not out:
+    if not out and not errors:
         raise HarnessError(f"{d}: directory holds no HLO text (*after_optimizations.txt, or *.txt/*.hlo "
                            "starting with 'HloModule')")
-    return out
+    return out, errors
 
 
 def _target_model_text(args) -> tuple[str, str | None, str | None, str]:
@@ -151,19 +169,22 @@ def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
 
     if isinstance(args.model, str):
         args.program = args.model
+    from xla_harness.targets.envcheck import check_compiler_environment
+
+    check_compiler_environment(args.target)  # XLA_FLAGS, LIBTPU_INIT_ARGS, JAX_PLATFORMS: before jax starts
     prepare_environment(args.target)
     ba_text = values_text = None
     if not args.target.is_host:
         text, ba_text, values_text, kind = _target_model_text(args)
         where, known = f"{args.target} ({kind})", args.target.backend
     else:
-        args.devices = args.devices or 1
-        ensure_host_devices(args.devices)
+        options = flags.program_options(args)  # before --devices defaults: devices= only when asked for
+        ensure_host_devices(args.devices or 1)
         import jax
 
         from xla_harness.stress.runner import compile_train_step
 
-        text = compile_train_step(flags.program_options(args), program=args.program).as_text()
+        text = compile_train_step(options, program=args.program).as_text()
         where = jax.default_backend()
         known = where if where in ("cpu", "gpu", "tpu") else "unknown"
     if args.save_hlo:
@@ -184,6 +205,14 @@ def _check_request(args) -> None:
 
     if not args.paths and not args.model:
         raise HarnessError("give HLO files or dump directories to scan, or --model [PROGRAM]")
+    if isinstance(args.model, str):
+        args.program = args.model
+    if args.model:
+        flags.program_options(args)  # the program's options and --devices, checked before anything starts
+    else:
+        for flag, given in (("--program-option", args.program_option), ("--devices", args.devices is not None)):
+            if given:
+                raise HarnessError(f"{flag} needs --model (it is an option of the program --model compiles)")
     if not args.target.is_host and not args.model:
         raise HarnessError("--target needs --model (it says what the program is compiled for)")
     if args.autotune_results is not None:
@@ -214,7 +243,11 @@ def _collect_targets(paths: list[str]) -> tuple[list[tuple[Path, Path | None]], 
         p = Path(name)
         try:
             if p.is_dir():
-                targets.extend(_dir_targets(p))
+                found, bad = _dir_targets(p)
+                targets.extend(found)
+                for line in bad:
+                    sys.stderr.write(f"error: {line}\n")
+                errors += len(bad)
             elif p.exists():
                 targets.append((p, None))
             else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -66,18 +65,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(xla-no-fusion; deterministic: XLA's GPU deterministic-ops flag) or both "
                         "(barrier+xla-no-fusion); each is compiled separately and "
                         "its row compared with the baseline's (Fisher exact test, loss trajectory)")
-    p.add_argument("--seeds", type=flags.csv("seed", int), default=(1, 2, 3, 4),
+    p.add_argument("--seeds", type=flags.csv("seed", flags.seed), default=(1, 2, 3, 4),
                    help="comma-separated integer seeds (default 1,2,3,4)")
-    p.add_argument("--steps", type=int, default=20, help="calls of the step per (config, seed) (default 20)")
+    p.add_argument("--steps", type=flags.positive, default=20, help="calls of the step per (config, seed) (default 20)")
     p.add_argument("--devices", type=flags.positive, default=None,
-                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); on CPU "
-                        "the host platform is split into N devices for any program (default 1; with "
-                        "--target tpu:/cuda:, all of the target's devices)")
+                   help="built-in: shard over N devices (batch split, W sharded on the vocab axis); the #35409 "
+                        "preset, and with --compile-only any program whose factory takes devices=, gets "
+                        "devices=N (a --program-option devices= that differs is refused); on CPU the host "
+                        "platform is split into N devices for any program (default 1; with --target tpu:/cuda:, "
+                        "all of the target's devices)")
     p.add_argument("--out", type=Path, default=None,
                    help="results folder (default out/stress; with --compile-only, none unless given); refuses to "
                         "overwrite existing results")
     p.add_argument("--resume", action="store_true", help="continue the results already in --out")
-    p.add_argument("--stop-grace", type=float, default=STOP_GRACE_S, metavar="S",
+    p.add_argument("--stop-grace", type=flags.seconds, default=STOP_GRACE_S, metavar="S",
                    help="after SIGINT/SIGTERM, how long the current step may still run before the run ends "
                         "without it (results written so far are kept; --resume redoes the rest) "
                         f"(default {STOP_GRACE_S:g})")
@@ -109,12 +110,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "otherwise (default: block chooses K from the measured cost of a block's check and "
                         "records and the failure rate seen so far, starting from one timed step; 10 "
                         "otherwise)")
-    p.add_argument("--checkpoint-seconds", type=float, default=300.0, metavar="S",
+    p.add_argument("--checkpoint-seconds", type=flags.seconds, default=300.0, metavar="S",
                    help="train protocol: save the state for --resume at most every S seconds and at the end "
                         "of each (config, seed) (default 300)")
     flags.add_model_arguments(p)
     flags.add_json_argument(p, "the table")
-    p.add_argument("--plot", type=Path, metavar="PNG", help="also write a PNG plot of rates with CIs")
+    p.add_argument("--plot", type=Path, metavar="PNG",
+                   help="also write a PNG plot of rates with CIs (checked before the run: an existing file only "
+                        "with --force; never a results file)")
+    flags.add_force_argument(p, "the --plot file")
     p.add_argument("--fail-on-nonfinite", action="store_true",
                    help="exit 1 when any step was non-finite (default: exit 0, the table is the result)")
     shown = p.add_mutually_exclusive_group()
@@ -137,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="initialise jax.distributed from the environment (TPU VM / cluster defaults)")
     g.add_argument("--coordinator", metavar="HOST:PORT", help="coordinator address (process 0's host)")
     g.add_argument("--num-processes", type=flags.positive, help="number of processes")
-    g.add_argument("--process-id", type=int, help="this process's index")
+    g.add_argument("--process-id", type=flags.non_negative, help="this process's index")
     g.add_argument("--init-timeout", type=flags.positive, default=300, metavar="S",
                    help="seconds to wait for the coordinator (default 300)")
 
@@ -169,6 +173,22 @@ def spec_from_args(args):
         commit=args.commit)
 
 
+def _program_options(args) -> dict:
+    """--program-option checked (a built-in's option table), with --devices N as ``devices=N`` where the
+    program is compiled for a target (--compile-only) or is a built-in (its factory takes devices=); a
+    user's program run here sees the host split into N devices. A --program-option devices= that
+    differs from --devices is refused either way."""
+    from xla_harness.programs.interface import BUILTINS
+
+    if args.program == flags.BUILTIN:
+        if args.program_option:
+            raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
+        return {}
+    opts = flags.checked_program_options(args)
+    merged = flags.with_devices(opts, args.devices)  # refuses a disagreement
+    return merged if args.compile_only or args.program in BUILTINS else opts
+
+
 def _check_compile_only(args) -> None:
     """--target tpu:/cuda: compiles only; --compile-only takes none of the flags that run steps."""
     if not args.target.is_host and not args.compile_only:
@@ -176,6 +196,8 @@ def _check_compile_only(args) -> None:
                            "add --compile-only (no step can run)")
     if not args.compile_only:
         return
+    if args.resume and args.out is None:
+        raise HarnessError("--resume needs --out with --compile-only (the folder whose records it continues)")
     for flag, given in (("--plot", args.plot is not None), ("--reference", args.reference),
                         ("--inject-rate", args.inject_rate > 0), ("--fail-on-nonfinite", args.fail_on_nonfinite),
                         ("--distributed", args.distributed or args.coordinator or args.num_processes)):
@@ -218,15 +240,37 @@ def run_compile_only(args) -> int:
     return 1 if hazards else 0
 
 
+def _check_outputs(args) -> None:
+    """Every output path before anything runs: --plot (an existing file only with --force, never a
+    results file), and --out holding results of the other kind (stress results for --compile-only,
+    compile records for a stress run): one folder, one kind, so neither run starts beside the other's
+    records or --resume continues a run it did not write."""
+    out = args.out if args.out is not None else (None if args.compile_only else DEFAULT_OUT)
+    if args.plot is not None:
+        flags.check_output(args.plot, "--plot", flags.input_files([out]), args.force)
+    if out is None or not out.is_dir():
+        return
+    stress_results = sorted(p.name for p in out.glob("stress*.jsonl"))
+    if args.compile_only and stress_results:
+        raise HarnessError(f"--out {out} holds stress results ({stress_results[0]}), not compile-only records; "
+                           "--compile-only writes to a folder of its own")
+    if not args.compile_only and (out / flags.COMPILE_RESULTS).exists():
+        raise HarnessError(f"--out {out} holds stress --compile-only records ({flags.COMPILE_RESULTS}), not stress "
+                           "results; a stress run writes to a folder of its own")
+
+
 def run(args) -> int:
     _check_compile_only(args)
+    _check_outputs(args)
+    args.program_option = list(_program_options(args).items())  # before --devices takes its default
+    from xla_harness.targets.envcheck import check_compiler_environment
+
+    check_compiler_environment(args.target)  # XLA_FLAGS, LIBTPU_INIT_ARGS, JAX_PLATFORMS: before jax starts
     flags.apply_autotune_argument(args)  # into XLA_FLAGS, before jax starts
     if args.compile_only:
         return run_compile_only(args)
     args.devices = args.devices or 1
     args.out = args.out or DEFAULT_OUT
-    if not math.isfinite(args.stop_grace) or args.stop_grace < 0:
-        raise HarnessError(f"--stop-grace must be a non-negative number of seconds, got {args.stop_grace:g}")
     nproc = args.num_processes or 1
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")

@@ -152,7 +152,7 @@ def load_buffer_assignment(path: Path | str) -> BufferAssignment:
     data = read_regular(path)  # its HarnessError names the path
     ba = parse_buffer_assignment(data.decode("utf-8", errors="replace"), str(path))
     values = values_path(path)
-    if values.is_file():
+    if values.exists() or values.is_symlink():  # read_regular refuses one that is not a regular file
         ba.uses = parse_value_uses(read_regular(values).decode("utf-8", errors="replace"), str(values))
     return ba
 

@@ -93,6 +93,30 @@ _OPERAND_COUNTS: dict[str, tuple[int, int | None]] = {
     "all-reduce-start": (1, None), "collective-permute-start": (1, None), "collective-permute": (1, None),
     "send": (2, 2), "recv": (1, 1), "send-done": (1, 1), "recv-done": (1, 1), "outfeed": (2, 2),
 }
+# Every opcode XLA's parser knows: jaxlib 0.12's HloOpcode (each name checked against its parser), and
+# ones older XLA had. Async sugar ('call-start' ...) is read as async-start/-update/-done before this.
+XLA_OPCODES = frozenset({
+    "abs", "acos", "acosh", "add", "add-dependency", "after-all", "all-gather", "all-gather-done",
+    "all-gather-start", "all-reduce", "all-reduce-done", "all-reduce-start", "all-to-all", "and", "asin", "asinh",
+    "async-done", "async-start", "async-update", "atan2", "atanh", "batch-norm-grad", "batch-norm-inference",
+    "batch-norm-training", "bitcast", "bitcast-convert", "broadcast", "call", "cbrt", "ceil", "cholesky", "clamp",
+    "collective-broadcast", "collective-permute", "collective-permute-done", "collective-permute-start",
+    "collective-reduce", "compare", "complex", "concatenate", "conditional", "constant", "convert", "convolution",
+    "copy", "copy-done", "copy-start", "cosh", "cosine", "count-leading-zeros", "custom-call", "divide", "domain",
+    "dot", "dynamic-reshape", "dynamic-slice", "dynamic-update-slice", "erf", "exp2", "exponential",
+    "exponential-minus-one", "fft", "floor", "fusion", "gather", "get-dimension-size", "get-tuple-element", "imag",
+    "infeed", "iota", "is-finite", "log", "log-plus-one", "log2", "logistic", "map", "maximum", "minimum", "mulhi",
+    "multiply", "negate", "not", "opt-barrier", "or", "outfeed", "pad", "parameter", "partition-id", "popcnt",
+    "power", "ragged-all-to-all", "ragged-dot", "real", "recv", "recv-done", "reduce", "reduce-precision",
+    "reduce-scatter", "reduce-window", "remainder", "replica-id", "reshape", "reverse", "rng", "rng-bit-generator",
+    "rng-get-and-update-state", "round-nearest-afz", "round-nearest-even", "rsqrt", "scaled-dot", "scan", "scatter",
+    "select", "select-and-scatter", "send", "send-done", "set-dimension-size", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "shuffle", "sign", "sine", "sinh", "slice", "sort", "sqrt",
+    "stochastic-convert", "subtract", "tan", "tanh", "topk", "transpose", "triangular-solve", "tuple", "while",
+    "xor", "tuple-select", "trace"
+})
+# Opcodes with rules of their own (:func:`_check_rules`): XLA refuses the instruction otherwise.
+_RULE_OPCODES = frozenset({"transpose", "fusion", "async-update", "async-done", "constant"})
 
 
 
@@ -758,6 +782,10 @@ def _check_instruction(ins: Instruction, defined: dict[str, Instruction], comps:
             raise _At(ins.line, f"{ins.name} calls computation {callee!r}, which is not defined before it")
     if ins.opcode in _OPERAND_COUNTS or ins.opcode == "scatter":
         _check_operand_count(ins)
+    if ins.opcode not in XLA_OPCODES:
+        raise _At(ins.line, f"{ins.name}: unknown opcode {ins.opcode!r}")
+    if ins.opcode in _RULE_OPCODES:
+        _check_rules(ins, defined)
     if "output_to_operand_aliasing" in ins.attr_text:
         try:
             pairs = check_output_to_operand_aliasing(ins.attrs.get("output_to_operand_aliasing", ""))
@@ -812,6 +840,10 @@ def _check_line_instruction(ins: Instruction, defined: dict[str, Instruction], c
         if callee not in comps:
             _check_instruction(ins, defined, comps)
     opcode = ins.opcode
+    if opcode not in XLA_OPCODES:
+        raise _At(ins.line, f"{ins.name}: unknown opcode {opcode!r}")
+    if opcode in _RULE_OPCODES:
+        _check_rules(ins, defined)
     if opcode == "scatter":
         n = len(ins.operands)
         if n < 3 or n % 2 == 0:
@@ -913,11 +945,145 @@ def _check_operand_count(ins: Instruction) -> None:
     if ins.opcode == "scatter" and (n < 3 or n % 2 == 0):
         raise _At(ins.line, f"{ins.name}: scatter takes 2N+1 operands (N inputs, indices, N updates), got {n}")
     lo_hi = _OPERAND_COUNTS.get(ins.opcode)
-    if lo_hi is not None and not ins.async_wrapped:
+    if lo_hi is not None and (not ins.async_wrapped or ins.opcode in ("async-update", "async-done")):
         lo, hi = lo_hi
         if n < lo or (hi is not None and n > hi):
             want = f"{lo}" if lo == hi else f"at least {lo}"
             raise _At(ins.line, f"{ins.name}: {ins.opcode} takes {want} operand(s), got {n}")
+
+
+def _check_rules(ins: Instruction, defined: dict[str, Instruction]) -> None:
+    """What XLA refuses of these opcodes (its parser, or the verifier every compile runs), where a
+    scan's verdict would otherwise rest on it."""
+    opcode = ins.opcode
+    if opcode == "transpose":
+        _check_transpose(ins, defined)
+    elif opcode == "fusion":
+        if not ins.called:
+            raise _At(ins.line, f"{ins.name}: a fusion names the computation it fuses with calls=")
+    elif opcode == "constant":
+        _check_constant(ins)
+    elif not ins.operands:  # async-update/-done, sugar included ('call-done()')
+        shown = f"{ins.async_wrapped}-{opcode.rpartition('-')[2]}" if ins.async_wrapped else opcode
+        raise _At(ins.line, f"{ins.name}: {shown} takes the async-start (or -update) it continues as its operand")
+
+
+def _check_transpose(ins: Instruction, defined: dict[str, Instruction]) -> None:
+    """``dimensions=`` a permutation of the operand's dimensions, the result its operand permuted."""
+    if "dimensions" not in ins.attr_text:
+        raise _At(ins.line, f"{ins.name}: transpose needs dimensions=")
+    try:
+        perm = ins.int_list("dimensions")
+    except ValueError:
+        raise _At(ins.line, f"{ins.name}: transpose dimensions= is not a list of integers") from None
+    base, index = split_ref(ins.operands[0]) if ins.operands else ("", ())
+    src = defined.get(base)
+    if src is None:
+        return
+    try:
+        operand = src.shape.subshape(index) if index else src.shape
+    except IndexError:
+        return  # _check_operands says so
+    if operand.tuple_shapes is not None:
+        raise _At(ins.line, f"{ins.name}: transpose of a tuple")
+    rank = len(operand.dims)
+    if sorted(perm) != list(range(rank)):
+        raise _At(ins.line, f"{ins.name}: transpose dimensions={{{','.join(map(str, perm))}}} is not a permutation "
+                            f"of the {rank} dimensions of its operand {operand}")
+    want = tuple(operand.dims[d] for d in perm)
+    if ins.shape.tuple_shapes is None and ins.shape.dims != want:
+        raise _At(ins.line, f"{ins.name}: transpose of {operand} by {{{','.join(map(str, perm))}}} has dimensions "
+                            f"{list(want)}, not {list(ins.shape.dims)}")
+
+
+# The literal's tokens: braces, commas, a complex '(re, im)', or a value.
+_LITERAL_TOKEN = re.compile(r"-?nan\(0x[0-9a-fA-F]+\)|[{},]|\([^()]*\)|[^\s{},()]+")
+_FLOAT_VALUE = re.compile(r"-?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|inf|nan(?:\(0x([0-9a-fA-F]+)\))?)")
+_INT_VALUE = re.compile(r"-?\d+")
+# Element types: (values below ... rounds to infinity, the widest NaN payload) / (lowest, highest).
+_FLOAT_LIMITS = {"f16": (65520.0, 0x3FF), "bf16": ((2 - 2**-8) * 2.0**127, 0x7F),
+                 "f32": ((2 - 2**-24) * 2.0**127, 0x7FFFFF), "f64": (float("inf"), 0xFFFFFFFFFFFFF)}
+_INT_BITS = {"s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+             "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+
+
+def _check_constant(ins: Instruction) -> None:
+    """A constant's literal as XLA's parser reads it: nested as deep as the shape's rank with each
+    dimension's count of elements (or one value for all, or ``{...}`` elided), values of the element
+    type and in its range (a float that rounds to infinity, a NaN payload wider than the mantissa, an
+    integer outside its bits are refused)."""
+    shape = ins.shape
+    etype = shape.element_type
+    text = ins.literal.strip()
+    if shape.tuple_shapes is not None or etype in ("token", "opaque") or text.startswith("{...}") or not text:
+        return
+    tokens = _LITERAL_TOKEN.findall(text)
+    if tokens and tokens[0] == "{" and not shape.dims:
+        raise _At(ins.line, f"{ins.name}: the literal of a scalar constant is one value, not a list")
+    _check_nesting(ins, tokens)
+
+
+def _check_nesting(ins: Instruction, tokens: list[str]) -> None:
+    """The literal's lists nest as the shape's dimensions, each with its count; every value checked."""
+    shape = ins.shape
+    etype = shape.element_type
+    dims = shape.dims
+    depth = 0
+    counts: list[int] = []  # elements (or lists) seen at each open level
+    for tok in tokens:
+        if tok == "{":
+            if counts:
+                counts[-1] += 1
+            depth += 1
+            counts.append(0)
+            if depth > len(dims):
+                raise _At(ins.line, f"{ins.name}: the literal nests deeper than the constant's rank {len(dims)}")
+        elif tok == "}":
+            if not counts:
+                raise _At(ins.line, f"{ins.name}: unbalanced '}}' in the literal")
+            seen = counts.pop()
+            want = dims[depth - 1]
+            if want >= 0 and seen != want:
+                raise _At(ins.line, f"{ins.name}: the literal has {seen} element(s) where dimension {depth - 1} of "
+                                    f"{shape} has {want}")
+            depth -= 1
+        elif tok != ",":
+            if counts:
+                counts[-1] += 1
+                if depth != len(dims):
+                    raise _At(ins.line, f"{ins.name}: the literal nests {depth} deep, the constant's rank is "
+                                        f"{len(dims)}")
+            _check_value(ins, etype, tok)
+
+
+def _check_value(ins: Instruction, etype: str, tok: str) -> None:
+    if etype in _INT_BITS:
+        if not _INT_VALUE.fullmatch(tok):
+            raise _At(ins.line, f"{ins.name}: {tok!r} is not an integer ({etype} constant)")
+        bits = _INT_BITS[etype]
+        lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if etype[0] == "s" else (0, 2**bits - 1)
+        if not lo <= int(tok) <= hi:
+            raise _At(ins.line, f"{ins.name}: {tok} is out of range for {etype} [{lo}, {hi}]")
+        return
+    if etype == "pred":
+        if tok not in ("true", "false") and not _INT_VALUE.fullmatch(tok):
+            raise _At(ins.line, f"{ins.name}: {tok!r} is not a pred value (true, false or an integer)")
+        return
+    if etype in ("c64", "c128"):
+        return
+    m = _FLOAT_VALUE.fullmatch(tok)
+    if m is None:
+        raise _At(ins.line, f"{ins.name}: {tok!r} is not a number ({etype} constant)")
+    limits = _FLOAT_LIMITS.get(etype)
+    if limits is None:
+        return
+    limit, payload = limits
+    if m.group(1) is not None:
+        if int(m.group(1), 16) > payload:
+            raise _At(ins.line, f"{ins.name}: NaN payload 0x{m.group(1)} is wider than {etype}'s mantissa "
+                                f"(at most 0x{payload:x})")
+    elif "inf" not in tok and "nan" not in tok and abs(float(tok)) >= limit:
+        raise _At(ins.line, f"{ins.name}: {tok} is out of range for {etype} (it rounds to infinity)")
 
 
 class _At(ValueError):

@@ -165,6 +165,9 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
     if main is not None:
         main = main.strip()
         m2m = tuple(int(x) for x in main.split(",")) if main else ()
+        if sorted(m2m) != list(range(len(dims))):  # XLA: the layout names each dimension once
+            raise ValueError(f"layout {{{main}}} is not a permutation of the {len(dims)} dimension(s) of "
+                             f"{etype}[{dims_text}]")
     shape = Shape(etype, dims, m2m, None, extra or "")
     if len(_SHAPE_CACHE) < 100_000:
         _SHAPE_CACHE[key] = shape

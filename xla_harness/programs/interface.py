@@ -102,6 +102,24 @@ BUILTINS: dict[str, str] = {
 }
 
 
+# Built-ins whose option table (:mod:`xla_harness.programs.options`) is read without importing jax: the
+# command line checks --program-option against it before anything starts.
+BUILTIN_OPTION_TABLES: dict[str, str] = {
+    "issue-35409": "xla_harness.programs.issue_35409:OPTIONS",
+}
+
+
+def check_program_options(spec_text: str, options: Mapping[str, Any]) -> dict:
+    """``options`` of ``--program spec_text`` checked against the program's option table where it is a
+    built-in with one (HarnessError naming the option otherwise); any other program's options are its
+    own factory's to judge, when it is built."""
+    ref = BUILTIN_OPTION_TABLES.get(spec_text)
+    if ref is None:
+        return dict(options)
+    module, attr = ref.split(":")
+    return getattr(importlib.import_module(module), attr).validate(options)
+
+
 def _describe(exc: BaseException) -> str:
     """``Type: first line of the message`` (``SystemExit(0)``-style for an exit)."""
     if isinstance(exc, SystemExit):

@@ -83,7 +83,9 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from xla_harness.errors import HarnessError
+from xla_harness.programs import options as opt
 from xla_harness.programs.interface import TrainProgram, step_from_loss
+from xla_harness.programs.variants import VARIANTS
 
 MODES = ("full", "sparse_only", "dense_only")
 DTYPES = ("f32", "bf16")
@@ -172,7 +174,8 @@ def parse_embed_spec(value) -> tuple[str | None, str | None]:
     pair; each mesh axis at most once. HarnessError otherwise."""
     parts = value.split(",") if isinstance(value, str) else value
     try:
-        axes = [None if a is None or str(a).strip().lower() in ("none", "") else str(a).strip() for a in parts]
+        # "none" names a whole dimension; an empty part ("model,") names nothing and is refused
+        axes = [None if a is None or str(a).strip().lower() == "none" else str(a).strip() for a in parts]
     except TypeError:
         axes = []
     if len(axes) != 2 or any(a is not None and a not in MESH_AXES for a in axes) \
@@ -406,6 +409,37 @@ def _resolve_devices(devices):
     return list(devices)
 
 
+def _embed_spec(value):
+    """The ``embed_spec`` option: W's partition spec as text or a pair (:func:`parse_embed_spec`)."""
+    if not isinstance(value, str | tuple | list):
+        raise ValueError('two of model, data, none as text ("model,data") or a pair')
+    try:
+        return parse_embed_spec(value)
+    except HarnessError:
+        raise ValueError('two of model, data, none, each axis once (e.g. "model,data", "model,none")') from None
+
+
+# Every option of make(), checked by type and value before the program is built (one line each).
+OPTIONS = opt.OptionTable("issue-35409", (
+    opt.Option("scale", opt.number(0, 1), "D, FFN, vocabulary and batch sizes times this, in (0, 1]"),
+    opt.Option("mode", opt.choice(*MODES), "which paths differentiate W"),
+    opt.Option("devices", opt.optional(opt.device_count_or_list()), "a device count or the devices"),
+    opt.Option("dtype", opt.choice(*DTYPES), "parameter dtype"),
+    opt.Option("remat", opt.boolean(), "each used layer under jax.checkpoint"),
+    opt.Option("variant", opt.choice(*VARIANTS), "a workaround variant of the two uses of W"),
+    opt.Option("mesh_shape", opt.optional(opt.int_pair("model, data")), "the mesh's (model, data) sizes"),
+    opt.Option("lr", opt.number(0), "AdamW learning rate"),
+    opt.Option("seq_scale", opt.number(0, 1), "sequence lengths times this, in (0, 1]"),
+    opt.Option("layers", opt.int_pair("used, total; used <= total", ordered=True), "(used, total) layers"),
+    opt.Option("specs", opt.choice(*SPEC_SETS), "the weights' partition specs"),
+    opt.Option("axis_types", opt.choice(*AXIS_TYPES), "the mesh's axis types"),
+    opt.Option("embed_spec", _embed_spec, "W's partition spec"),
+    opt.Option("donate", opt.boolean(), "donate parameters and optimizer state"),
+    opt.Option("jit", opt.choice(*JIT_PLACEMENTS), "where jax.jit sits"),
+))
+
+
+@OPTIONS.checked
 def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32", remat: bool = True,
          variant: str = "baseline", mesh_shape: tuple[int, int] | None = None, lr: float = LR,
          seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",

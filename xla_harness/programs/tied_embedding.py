@@ -28,6 +28,8 @@ import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
 from xla_harness.programs import interface
+from xla_harness.programs import options as opt
+from xla_harness.programs.variants import VARIANTS
 
 MODES = ("full", "sparse_only", "dense_only")
 DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
@@ -217,6 +219,24 @@ def _mesh_shardings(cfg: ModelConfig, devices: list, optimizer):
     return by_path(abstract_params), by_path(abstract_opt), NamedSharding(mesh, P("data", None)), repl
 
 
+# Every option of program(), checked by type and value before the program is built (one line each).
+OPTIONS = opt.OptionTable("tied-embedding", (
+    opt.Option("mode", opt.choice(*MODES), "which paths differentiate W"),
+    opt.Option("remat", opt.boolean(), "each block under jax.checkpoint"),
+    opt.Option("dtype", opt.choice(*DTYPES), "parameter dtype"),
+    opt.Option("vocab", opt.integer(1), "vocabulary size V"),
+    opt.Option("d_model", opt.integer(1), "model width D"),
+    opt.Option("layers", opt.integer(1), "decoder layers"),
+    opt.Option("heads", opt.integer(1), "attention heads"),
+    opt.Option("seq", opt.integer(2), "sequence length of batch A"),
+    opt.Option("batch", opt.integer(1), "batch size"),
+    opt.Option("devices", opt.device_count_or_list(), "a device count or the devices"),
+    opt.Option("learning_rate", opt.number(0), "Adam learning rate"),
+    opt.Option("variant", opt.choice(*VARIANTS), "a workaround variant of the two uses of W"),
+))
+
+
+@OPTIONS.checked
 def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
             layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices=1,
             learning_rate: float = 1e-3, variant: str = "baseline"):

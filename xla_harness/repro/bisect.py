@@ -97,6 +97,16 @@ def count_property(text: str, prop: str) -> int:
     return n
 
 
+def _child_said(stderr: str) -> str:
+    """What a probe that failed said about it: its own ``error:`` line (a bad program, option or target),
+    else the last line it printed (the compiler's exception), else nothing."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    own = [ln for ln in lines if ln.startswith("error: ")]
+    if own:
+        return own[-1].removeprefix("error: ")[:400]
+    return lines[-1][:400] if lines else ""
+
+
 class SubprocessOracle:
     """Runs each probe in a fresh interpreter (``python -m xla_harness.repro.probe``): per-probe
     compiler options, and a compiler crash under some disabled set is an answer ("cannot
@@ -122,20 +132,20 @@ class SubprocessOracle:
             return {"crashed": f"probe timed out after {self.timeout:g} s"}
         lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
         if res.returncode != 0 or not lines:
-            return {"crashed": f"compiler exited {res.returncode}"}
+            return {"crashed": f"compiler exited {res.returncode}", "said": _child_said(res.stderr or "")}
         return json.loads(lines[-1])
 
     def passes(self) -> list[str]:
         out = self._call({"action": "passes"})
         if "crashed" in out:
-            raise HarnessError(f"listing passes failed: {out['crashed']}")
+            raise HarnessError(f"listing passes failed: {out['said'] or out['crashed']}")
         return [p for p in out["passes"] if p not in STRUCTURAL]
 
     def baseline(self, steps: int) -> tuple[int, int]:
         """(non-finite steps, steps) with no pass disabled."""
         out = self._call({"action": "probe", "disabled": [], "steps": steps, "count": True})
         if "crashed" in out:
-            raise HarnessError(f"baseline run failed: {out['crashed']}")
+            raise HarnessError(f"baseline run failed: {out['said'] or out['crashed']}")
         return out["nonfinite"], out["steps"]
 
     def __call__(self, disabled: frozenset[str]) -> Probe:
@@ -162,10 +172,11 @@ class ProbeLog:
             raise HarnessError(f"{path} is not a regular file")
         if path.exists() and path.stat().st_size and not resume:
             raise HarnessError(f"{path} already holds a bisection; pass --resume or choose another --out")
+        self._task_due = False
         if path.exists() and path.stat().st_size:
             self._load(path)
         else:
-            self.record("task", task=self.task)
+            self._task_due = True  # written with the first record: a bisection refused before it creates nothing
 
     def _load(self, path: Path) -> None:
         from xla_harness.files import read_regular
@@ -204,6 +215,9 @@ class ProbeLog:
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as fh:
+            if getattr(self, "_task_due", False):
+                fh.write(json.dumps({"kind": "task", "task": self.task}, sort_keys=True) + "\n")
+                self._task_due = False
             fh.write(json.dumps({"kind": kind, **fields}, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

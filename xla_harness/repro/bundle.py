@@ -66,6 +66,29 @@ def bundle_env() -> dict:
     return env
 
 
+def partial_path(out: Path) -> Path:
+    """Where a bundle is written before it is complete (``OUT.partial``; renamed to ``OUT`` at the end)."""
+    return Path(out).with_name(Path(out).name + ".partial")
+
+
+def check_bisect_log(folder: Path) -> Path:
+    """``folder``'s bisect.jsonl (a ``bisect-passes --out`` folder): a regular file whose first line names
+    the bisection's task; HarnessError otherwise."""
+    from xla_harness.files import read_regular
+
+    src = Path(folder) / "bisect.jsonl"
+    if not (src.exists() or src.is_symlink()):
+        raise HarnessError(f"--bisect {folder}: no bisect.jsonl (a bisect-passes --out folder)")
+    first = read_regular(src).split(b"\n", 1)[0]
+    try:
+        rec = json.loads(first)
+    except (ValueError, RecursionError):
+        rec = None
+    if not (isinstance(rec, dict) and rec.get("kind") == "task"):
+        raise HarnessError(f"{src}:1: not a bisection log (no task line)")
+    return src
+
+
 def dump_files(dump: Path) -> tuple[Path, Path]:
     """(optimized HLO, buffer assignment) of the training step in a dump folder."""
     if not dump.is_dir():
@@ -81,7 +104,8 @@ def dump_files(dump: Path) -> tuple[Path, Path]:
     return hlo, ba
 
 
-INTERFACE_FILES = ("xla_harness/__init__.py", "xla_harness/errors.py", "xla_harness/interrupts.py",
+INTERFACE_FILES = ("xla_harness/__init__.py", "xla_harness/_early.py", "xla_harness/errors.py",
+                   "xla_harness/interrupts.py",
                    "xla_harness/programs/__init__.py", "xla_harness/programs/interface.py")
 
 
@@ -129,6 +153,12 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")
+    partial = partial_path(out)
+    for path in (out, partial):
+        if path.exists() or path.is_symlink():
+            raise HarnessError(f"{path} already exists; a bundle never replaces a file")
+    if bisect_dir is not None:
+        check_bisect_log(bisect_dir)
     with sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="xla-harness-bundle-") as tmp:
         root = Path(tmp) / "bundle"
         (root / "hlo").mkdir(parents=True)
@@ -174,10 +204,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)
         (stress_dir / "table.txt").write_text(report.format_table(report.load_table([stress_dir])) + "\n")
         if bisect_dir is not None:
-            src = Path(bisect_dir) / "bisect.jsonl"
-            if not src.is_file():
-                raise HarnessError(f"{bisect_dir}: missing bisect.jsonl")
-            shutil.copy(src, root / "bisect.jsonl")
+            shutil.copy(check_bisect_log(bisect_dir), root / "bisect.jsonl")
         shutil.copy(repro, root / "repro.py")
         (root / "expected.json").write_text(run_repro(root / "repro.py", root / "config.json", python))
         (root / "README.md").write_text(
@@ -191,12 +218,31 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             "`bisect.jsonl` (if present) the pass bisection. `xla-harness bundle --check FILE` re-runs "
             "and compares.\n")
         (root / "manifest.json").write_text(json.dumps({"sha256": manifest(root)}, indent=2, sort_keys=True))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(out.name + ".partial")
-        with tarfile.open(partial, "w:gz") as tf:
-            tf.add(root, arcname="bundle")
-        partial.replace(out)
+        _write_archive(root, out, partial)
     return out
+
+
+def _write_archive(root: Path, out: Path, partial: Path) -> None:
+    """``root`` as ``out`` (gzipped tar), written to ``partial`` first and never over a file: either
+    may appear while the bundle is made, and then it is refused, not replaced."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fh = open(partial, "xb")  # noqa: SIM115 - closed by the with below
+    except FileExistsError:
+        raise HarnessError(f"{partial} appeared while the bundle was made; refusing to replace it") from None
+    try:
+        with fh, tarfile.open(fileobj=fh, mode="w:gz") as tf:
+            tf.add(root, arcname="bundle")
+        try:
+            os.link(partial, out)  # fails rather than replace a file that appeared meanwhile
+        except FileExistsError:
+            raise HarnessError(f"{out} appeared while the bundle was made; refusing to replace it "
+                               f"(the bundle is in {partial})") from None
+    except BaseException:
+        if not out.exists():
+            partial.unlink(missing_ok=True)
+        raise
+    partial.unlink()
 
 
 

@@ -105,5 +105,17 @@ def main() -> int:
     return 0
 
 
+def guarded_main() -> int:
+    """:func:`main`, with a refusal (a program, option or target that is wrong) as one ``error:`` line and
+    exit 2, which the bisection passes on; anything else (a compiler crash) ends the process as it will."""
+    from xla_harness.errors import HarnessError
+
+    try:
+        return main()
+    except HarnessError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded_main())

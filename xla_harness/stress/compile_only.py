@@ -14,10 +14,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
@@ -114,95 +116,337 @@ def _scan_counts(text: str, backend: str, name: str) -> dict:
             "hazard_fusions": sorted({f.fusion for f in findings if f.cls == "hazard"})}
 
 
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_seconds(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _str_map(v) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+# What every reader of a compile record relies on: (field, its check, what it must be); a field marked
+# optional may be absent (records written before it existed).
+_FIELDS: tuple[tuple[str, Callable[[object], bool], str, bool], ...] = (
+    ("label", lambda v: isinstance(v, str) and bool(v), "a non-empty string", False),
+    ("target", lambda v: isinstance(v, str) and bool(v), "a non-empty string", False),
+    ("program", lambda v: isinstance(v, str), "a string", True),
+    ("options", lambda v: isinstance(v, dict), "an object", True),
+    ("devices", lambda v: _is_count(v) and v != 0, "a device count", True),
+    ("device_kind", lambda v: isinstance(v, str), "a string", True),
+    ("compile_cpu_s", _is_seconds, "a number of seconds", False),
+    ("versions", _str_map, "an object of version strings", True),
+    ("env", _str_map, "an object of strings", True),
+    ("protocol", lambda v: v in ("train", "frozen"), "train or frozen", True),
+    ("hlo", lambda v: isinstance(v, str) and not Path(v).is_absolute() and ".." not in Path(v).parts,
+     "a path inside the results folder", True),
+)
+_FINGERPRINT = (("id", lambda v: isinstance(v, str) and bool(v), "a string"),
+                ("instructions", _is_count, "a count"))
+_SCAN = (("hazard", _is_count, "a count"), ("decisions", _is_count, "a count"))
+_SCAN_OPTIONAL = (("backend", lambda v: isinstance(v, str), "a string"), ("aliased", _is_count, "a count"),
+                  ("layout-preserving-miss", _is_count, "a count"), ("nondeterministic", _is_count, "a count"))
+
+
+def record_problem(rec: object) -> str | None:
+    """What makes ``rec`` no compile record (the first field wrong), or None."""
+    if not isinstance(rec, dict) or rec.get("kind") != "compile":
+        return "not a compile record"
+    for name, ok, what, optional in _FIELDS:
+        if name not in rec:
+            if optional:
+                continue
+            return f"no {name}"
+        if not ok(rec[name]):
+            return f"{name} must be {what}, got {json.dumps(rec[name])[:60]}"
+    return _parts_problem(rec)
+
+
+def _parts_problem(rec: dict) -> str | None:
+    """What is wrong with a compile record's fingerprint or scan, or None."""
+    for part, fields in (("fingerprint", _FINGERPRINT), ("scan", _SCAN)):
+        sub = rec.get(part)
+        if not isinstance(sub, dict):
+            return f"{part} must be an object"
+        for name, ok, what in fields:
+            if name not in sub or not ok(sub[name]):
+                return f"{part}.{name} must be {what}, got {json.dumps(sub.get(name))[:60]}"
+    for name in ("fingerprint.temp_size_in_bytes", "fingerprint.alias_size_in_bytes"):
+        v = rec["fingerprint"].get(name.split(".")[1], -1)
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= -1):
+            return f"{name} must be a byte count, got {json.dumps(v)[:60]}"
+    for name, ok, what in _SCAN_OPTIONAL:
+        if name in rec["scan"] and not ok(rec["scan"][name]):
+            return f"scan.{name} must be {what}, got {json.dumps(rec['scan'][name])[:60]}"
+    alias = rec["scan"].get("compiler_alias", {})
+    if not (isinstance(alias, dict) and all(_is_count(v) for v in alias.values())):
+        return "scan.compiler_alias must be an object of counts"
+    return None
+
+
+def _records(path: Path, data: bytes) -> tuple[list[tuple[int, dict]], bytes | None]:
+    """(lineno, record) of every complete line of ``data``, and the last line when it lacks its
+    newline and is not a whole record (a write in progress or one cut short); HarnessError
+    ``FILE:LINE`` naming the first line that is not a compile record."""
+    parts = data.split(b"\n")
+    tail = parts.pop() or None
+    out: list[tuple[int, dict]] = []
+    for n, raw in enumerate([*parts, *([tail] if tail is not None else [])], 1):
+        if not raw.strip():
+            continue
+        problem: str | None
+        try:
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
+            rec = None
+            problem = "not a JSON line"
+        else:
+            problem = record_problem(rec)
+            if problem is not None and problem != "not a compile record":
+                problem = f"not a compile record ({problem})"
+        if problem is not None:
+            if n == len(parts) + 1:  # the unterminated last line: not (yet) a record
+                return out, tail
+            raise HarnessError(f"{path}:{n}: {problem}")
+        out.append((n, rec))
+    return out, None
+
+
 def read_compile_records(path: Path) -> list[dict]:
-    """The records of one ``compile.jsonl``; HarnessError ``FILE:LINE`` for a line that is not one."""
+    """The records of one ``compile.jsonl``, every line validated; HarnessError ``FILE:LINE`` for a line
+    that is not one. An unterminated last line that is not a whole record is a write in progress (or
+    one a kill cut short, which --resume repairs) and is left out."""
     from xla_harness.files import read_regular
 
-    records = []
-    for n, line in enumerate(read_regular(path).splitlines(), 1):
-        if not line.strip():
+    return [rec for _, rec in _records(path, read_regular(path))[0]]
+
+
+def _repair(path: Path, data: bytes, tail: bytes | None) -> None:
+    """A last line cut short by a kill: removed (with a warning; its compile runs again); a whole last
+    record lacking its newline: completed."""
+    if data and tail is None and not data.endswith(b"\n"):
+        with open(path, "ab") as fh:
+            fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    elif tail is not None:
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data) - len(tail))
+            fh.flush()
+            os.fsync(fh.fileno())
+        line = data.count(b"\n") + 1
+        sys.stderr.write(f"warning: {path}:{line}: removed a truncated last line (an interrupted write); its "
+                         "configuration is compiled again\n")
+
+
+# What decides a compile besides the configuration's own options: a record of the same target that
+# differs in any of these was compiled under other conditions.
+RUN_KEYS = ("program", "versions", "env", "protocol", "autotune_sha256")
+
+
+def _inputs(rec: dict) -> dict:
+    """What decided a record's compile (defaults for records written before a key existed)."""
+    return {"program": rec.get("program"), "options": rec.get("options", {}), "versions": rec.get("versions", {}),
+            "env": rec.get("env", {}), "protocol": rec.get("protocol", "train"),
+            "autotune_sha256": rec.get("autotune_sha256")}
+
+
+def _first_difference(old: dict, new: dict, keys) -> str | None:
+    for k in keys:
+        a, b = old.get(k), new.get(k)
+        if a == b:
             continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise HarnessError(f"{path}:{n}: not a JSON line") from None
-        if not isinstance(rec, dict) or rec.get("kind") != "compile" or not isinstance(rec.get("scan"), dict) \
-                or not isinstance(rec.get("fingerprint"), dict):
-            raise HarnessError(f"{path}:{n}: not a compile record")
-        records.append(rec)
-    return records
+        if isinstance(a, dict) and isinstance(b, dict):
+            sub = next(f"{k}.{x}" for x in sorted(set(a) | set(b), key=str) if a.get(x) != b.get(x))
+            x = sub.split(".", 1)[1]
+            return f"{sub}={a.get(x)!r}, now {b.get(x)!r}"
+        return f"{k}={a!r}, now {b!r}"
+    return None
 
 
-def _done_labels(path: Path, target: Target) -> set[str]:
-    """Labels already compiled for ``target`` (what --resume skips)."""
-    if not path.exists():
-        return set()
-    return {str(rec.get("label")) for rec in read_compile_records(path) if rec.get("target") == target.text}
+def _stem_files(stem: Path) -> list[Path]:
+    return [Path(f"{stem}{suffix}") for suffix in (".after_optimizations.txt",
+                                                  ".after_optimizations-buffer-assignment.txt",
+                                                  ".after_optimizations-buffer-assignment-values.txt",
+                                                  ".autotune.txt")]
+
+
+def _read_done(results: Path, resume: bool, target: Target, run: dict,
+               ours: dict[str, dict]) -> tuple[dict[str, dict], bytes, bytes | None]:
+    """The records of ``target`` in ``results`` by label (and the file's bytes and torn tail). HarnessError
+    for a file of another run (without --resume), a line that is not a record, a record of one of
+    ``ours`` (label -> options) compiled with other options, or records of ``target`` compiled under
+    other conditions (:data:`RUN_KEYS`); the options are compared first (they are what a user changed:
+    --devices also changes the host's XLA_FLAGS)."""
+    from xla_harness.files import read_regular
+
+    if not results.exists() and not results.is_symlink():
+        return {}, b"", None
+    data = read_regular(results)
+    if data.strip() and not resume:
+        raise HarnessError(f"{results} exists; pass --resume to add to it, or choose another --out")
+    records, tail = _records(results, data)
+    done: dict[str, dict] = {}
+    for n, rec in records:
+        if rec["target"] != target.text:
+            continue
+        if rec["label"] in ours:
+            diff = _first_difference({"options": rec.get("options", {})}, {"options": ours[rec["label"]]},
+                                     ("options",))
+            if diff:
+                raise HarnessError(f"{results}:{n}: {rec['label']} was compiled with other options ({diff}); use a "
+                                   "new --out or the same options")
+        diff = _first_difference(_inputs(rec), run, RUN_KEYS)
+        if diff:
+            raise HarnessError(f"{results}:{n}: compiled under other conditions ({diff}); use a new --out or the "
+                               "same settings")
+        done[rec["label"]] = {**rec, "_line": n}
+    return done, data, tail
+
+
+def _plan(out: Path | None, resume: bool, target: Target, run: dict, configs: list[tuple[str, dict]]):
+    """(what to compile: (label, options, stem), the file's bytes, its torn tail): a configuration whose
+    record was compiled from the same options is skipped, one recorded with others refused; a module,
+    buffer assignment or autotune file already where a configuration would write it is refused."""
+    if out is None:
+        return [(label, options, None) for label, options in configs], b"", None
+    results = out / COMPILE_RESULTS
+    done, data, tail = _read_done(results, resume, target, run,
+                                  {label: _jsonable(options) for label, options in configs})
+    todo = []
+    for label, options in configs:
+        if label in done:
+            continue
+        stem = out / "hlo" / _slug(f"{target.text}-{label}")
+        there = [f for f in _stem_files(stem) if f.exists() or f.is_symlink()]
+        if there:
+            raise HarnessError(f"{there[0]} already exists and {results} has no record of it; refusing to "
+                               "replace it (move it away, or choose another --out)")
+        todo.append((label, options, stem))
+    return todo, data, tail
 
 
 def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, resume: bool = False,
                    on_start: Callable[[str], None] | None = None) -> Iterator[CompileRecord]:
     """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
-    append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it)."""
+    append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it).
+
+    With ``out``, as for stress results: one writer (a lock beside the file), every line validated, a
+    torn last line repaired by ``resume``, and nothing replaced: ``resume`` skips a configuration only
+    when its record was compiled from the same inputs (options, versions, the compiler's environment
+    variables, protocol, autotune results) and refuses a folder whose records differ in any of them;
+    a module, buffer assignment or autotune file already where a configuration would write it is
+    refused. Every configuration's program is built, and all of this checked, before anything is
+    created or compiled."""
+    from xla_harness.stress.store import _lock, check_writable
     from xla_harness.targets.compile import compile_step, environment
     from xla_harness.targets.devices import autotune_dump_path, target_devices
 
     devices = target_devices(target)
     check_variants(spec.variants, target.backend if not target.is_host else devices[0].platform)
-    results = out / COMPILE_RESULTS if out is not None else None
-    if out is not None and results is not None:
-        if results.exists() and not resume:
-            raise HarnessError(f"{results} exists; pass --resume to add to it, or choose another --out")
-        out.mkdir(parents=True, exist_ok=True)
-    done = _done_labels(results, target) if results is not None and resume else set()
     env = environment(target, devices)
     env.update(_provenance())
-    for options in spec.configs():
-        label = spec.label(options)
-        if label in done:
-            continue
-        if on_start:
-            on_start(label)
-        stem = out / "hlo" / _slug(f"{target.text}-{label}") if out is not None else None
-        autotune = autotune_dump_path(devices, str(stem)) if stem is not None else None
-        if autotune is not None:
-            Path(autotune).parent.mkdir(parents=True, exist_ok=True)
+    run = {"program": spec.program, "versions": env["versions"], "env": env["env"], "protocol": spec.protocol,
+           "autotune_sha256": _autotune_sha256()}
+    configs = [(spec.label(options), options) for options in spec.configs()]
+    _plan(out, resume, target, run, configs)  # refused inputs create nothing
+    programs = {}
+    for label, options in configs:
         try:
-            program = build_for_target(spec, options, devices, target)
-            compiled = compile_step(program, target, devices, program_name=spec.program, autotune_to=autotune)
+            programs[label] = build_for_target(spec, options, devices, target)
         except Interrupted as exc:
-            exc.where = exc.where or f"compiling {label} for {target.text}"
+            exc.where = exc.where or f"building {label} for {target.text}"
             raise
-        fp = fingerprint(compiled.compiled)
-        fp["donate_argnums"] = list(program.donate_argnums)
-        # the compile's own options: the program's and its flag set's (a deterministic row ahead of time
-        # also names Triton gemm fusions off), the harness's dump options left out
-        compiler_options = _jsonable(dict(program.jit_kwargs.get("compiler_options") or {}))
-        used = _device_count(compiled.compiled)
-        rules = "auto" if target.is_host else target.backend
-        record = {"kind": "compile", "schema": SCHEMA, "label": label, "program": spec.program,
-                  "options": _jsonable(options), **env, "devices": used,
-                  "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
-                  "scan": _scan_counts(compiled.hlo_text, rules, label)}
-        if compiler_options:
-            record["compiler_options"] = compiler_options
-        leaf = _target_leaf(compiled.compiled, program.target_leaf)
-        if leaf is not None:
-            record["target_leaf"] = leaf
-        if out is not None and results is not None and stem is not None:
-            _write(out, results, stem, compiled, record, autotune)
-        yield CompileRecord(label, record)
+    lock = None
+    results = out / COMPILE_RESULTS if out is not None else None
+    if out is not None and results is not None:
+        if results.exists() and not results.is_file():
+            raise HarnessError(f"{results} is not a regular file")
+        check_writable(out)
+        lock = _lock(results)
+    try:
+        todo, data, tail = _plan(out, resume, target, run, configs)  # again, now that the file is ours
+        if results is not None and resume:
+            _repair(results, data, tail)
+        for label, options, stem in todo:
+            if on_start:
+                on_start(label)
+            autotune = autotune_dump_path(devices, str(stem)) if stem is not None else None
+            if autotune is not None:
+                Path(autotune).parent.mkdir(parents=True, exist_ok=True)
+            program = programs[label]
+            try:
+                compiled = compile_step(program, target, devices, program_name=spec.program, autotune_to=autotune)
+            except Interrupted as exc:
+                exc.where = exc.where or f"compiling {label} for {target.text}"
+                raise
+            record = _record(spec, label, options, program, compiled, target, env, run["autotune_sha256"])
+            if out is not None and results is not None and stem is not None:
+                _write(out, results, stem, compiled, record, autotune)
+            yield CompileRecord(label, record)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _record(spec: StressSpec, label: str, options: dict, program, compiled, target: Target, env: dict,
+            autotune_sha256: str | None) -> dict:
+    """The compile record of one configuration."""
+    fp = fingerprint(compiled.compiled)
+    fp["donate_argnums"] = list(program.donate_argnums)
+    # the compile's own options: the program's and its flag set's (a deterministic row ahead of time also
+    # names Triton gemm fusions off), the harness's dump options left out
+    compiler_options = _jsonable(dict(program.jit_kwargs.get("compiler_options") or {}))
+    rules = "auto" if target.is_host else target.backend
+    record = {"kind": "compile", "schema": SCHEMA, "label": label, "program": spec.program,
+              "options": _jsonable(options), **env, "devices": _device_count(compiled.compiled),
+              "protocol": spec.protocol, "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
+              "scan": _scan_counts(compiled.hlo_text, rules, label)}
+    if autotune_sha256 is not None:
+        record["autotune_sha256"] = autotune_sha256
+    if compiler_options:
+        record["compiler_options"] = compiler_options
+    leaf = _target_leaf(compiled.compiled, program.target_leaf)
+    if leaf is not None:
+        record["target_leaf"] = leaf
+    return record
+
+
+def _autotune_sha256() -> str | None:
+    """sha256 of the autotune results XLA_FLAGS loads into the compile (--autotune-results), or None."""
+    from xla_harness.files import sha256_file
+    from xla_harness.targets.devices import LOAD_AUTOTUNE_FLAG
+
+    m = re.search(rf"--{LOAD_AUTOTUNE_FLAG}=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    if m is None:
+        return None
+    try:
+        return sha256_file(Path(m.group(1)))
+    except OSError:
+        return None
+
+
+def _write_new(path: Path, text: str) -> None:
+    """``text`` into a file that must not exist yet (a file that appeared since the check is refused)."""
+    try:
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise HarnessError(f"{path} appeared while compiling; refusing to replace it") from None
 
 
 def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotune: str | None) -> None:
-    """The HLO, buffer assignment and values file beside ``stem``, and the record appended to
-    ``results`` (flushed and synced: a killed matrix loses at most the compile in progress)."""
+    """The HLO, buffer assignment and values file beside ``stem`` (never over a file), and the record
+    appended to ``results`` (flushed and synced: a killed matrix loses at most the compile in progress)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.after_optimizations.txt").write_text(compiled.hlo_text)
+    _write_new(Path(f"{stem}.after_optimizations.txt"), compiled.hlo_text)
     if compiled.buffer_assignment is not None:
-        Path(f"{stem}.after_optimizations-buffer-assignment.txt").write_text(compiled.buffer_assignment)
+        _write_new(Path(f"{stem}.after_optimizations-buffer-assignment.txt"), compiled.buffer_assignment)
     if compiled.buffer_values is not None:
-        Path(f"{stem}.after_optimizations-buffer-assignment-values.txt").write_text(compiled.buffer_values)
+        _write_new(Path(f"{stem}.after_optimizations-buffer-assignment-values.txt"), compiled.buffer_values)
     record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
     if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
         record["autotune_results"] = str(Path(autotune).relative_to(out))
@@ -294,11 +538,16 @@ def build_for_target(spec: StressSpec, options: dict, devices: list, target: Tar
     opts = target_options({k: v for k, v in options.items() if k != "variant"}, devices, _takes_devices(make),
                           target)
     if "variant" in options:
-        return variant_program(make, options["variant"], backend=backend, ahead_of_time=not target.is_host, **opts)
-    try:
-        return make(**opts)
-    except TypeError as e:  # a TrainProgram object given options
-        raise HarnessError(f"--program {spec.program}: {e}") from None
+        program = variant_program(make, options["variant"], backend=backend, ahead_of_time=not target.is_host,
+                                  **opts)
+    else:
+        try:
+            program = make(**opts)
+        except TypeError as e:  # a TrainProgram object given options
+            raise HarnessError(f"--program {spec.program}: {e}") from None
+    if spec.protocol == "frozen":  # as the frozen protocol runs it: the same inputs every call, nothing donated
+        program = replace(program, donate_argnums=())
+    return program
 
 
 # ----------------------------------------------------------------------------- the table of a matrix

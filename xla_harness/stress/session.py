@@ -169,7 +169,9 @@ class StopFlag:
     def install(self) -> None:
         import socket
 
-        interrupts.forget()  # a signal of an earlier run in this process is not this run's
+        # a signal of an earlier run in this process is not this run's; one of this command's own, recorded
+        # before this (while it started), stops it here
+        interrupts.take_pending("starting, before the first step")
 
         for s in (signal.SIGINT, signal.SIGTERM):
             self._old[s] = signal.signal(s, self._handle)

@@ -72,6 +72,10 @@ class StressSpec:
                                      ("protocol", self.protocol, PROTOCOLS), ("commit", self.commit, COMMITS)):
             if value not in allowed:
                 raise HarnessError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
+        if not (isinstance(self.checkpoint_seconds, int | float) and math.isfinite(self.checkpoint_seconds)
+                and self.checkpoint_seconds >= 0):
+            raise HarnessError(f"checkpoint-seconds must be a finite number of seconds >= 0, got "
+                               f"{self.checkpoint_seconds!r}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise HarnessError(f"learning rate must be a positive finite number, got {self.learning_rate!r}")
         if self.program == BUILTIN:
