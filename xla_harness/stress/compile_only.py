@@ -127,36 +127,62 @@ def read_compile_records(path: Path) -> list[dict]:
     return records
 
 
-def _done_labels(path: Path, target: Target) -> set[str]:
-    """Labels already compiled for ``target`` (what --resume skips)."""
+def _done_labels(path: Path, target: Target, labels: list[str], settings: dict) -> set[str]:
+    """Labels already compiled for ``target`` (what --resume skips). One of ``labels`` compiled under
+    other jax settings than ``settings`` is refused (its record and a new one would be two programs
+    under one label); one whose record predates the settings (unknown) is kept, with a warning."""
+    import sys
+
+    from xla_harness.stress.store import JAX_CONFIG_KEY, settings_difference
+
     if not path.exists():
         return set()
-    return {str(rec.get("label")) for rec in read_compile_records(path) if rec.get("target") == target.text}
+    done = set()
+    for n, rec in enumerate(read_compile_records(path), 1):
+        label = str(rec.get("label"))
+        if rec.get("target") != target.text:
+            continue
+        done.add(label)
+        if label not in labels:
+            continue
+        if JAX_CONFIG_KEY not in rec:
+            sys.stderr.write(f"warning: {path}:{n}: {label} was recorded without its jax settings (before the "
+                             "harness recorded them); kept as compiled, not compiled again\n")
+            continue
+        diff = settings_difference(rec[JAX_CONFIG_KEY], settings)
+        if diff:
+            raise HarnessError(f"{path}:{n}: {label} was compiled under other jax settings ({diff}); "
+                               "compile into another --out")
+    return done
 
 
 def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, resume: bool = False,
                    on_start: Callable[[str], None] | None = None) -> Iterator[CompileRecord]:
     """Compile each configuration of ``spec`` for ``target``; yield one record per configuration (and
     append it to ``out/compile.jsonl`` with the HLO, buffer assignment and values file beside it)."""
+    from xla_harness.stress.store import jax_settings
     from xla_harness.targets.compile import compile_step, environment
     from xla_harness.targets.devices import target_devices
 
     devices = target_devices(target)
     results = out / COMPILE_RESULTS if out is not None else None
-    if out is not None and results is not None:
-        if results.exists() and not resume:
-            raise HarnessError(f"{results} exists; pass --resume to add to it, or choose another --out")
-        out.mkdir(parents=True, exist_ok=True)
-    done = _done_labels(results, target) if results is not None and resume else set()
+    if results is not None and results.exists() and not resume:
+        raise HarnessError(f"{results} exists; pass --resume to add to it, or choose another --out")
+    # Every configuration's program first (nothing compiles yet): a bad option is one error, before
+    # any folder is made; a jax.config.update in the program's file is in force when settings are read.
+    programs = [build_for_target(spec, options, devices, target) for options in spec.configs()]
     env = environment(target, devices)
     env.update(_provenance())
-    for options in spec.configs():
+    labels = [spec.label(o) for o in spec.configs()]
+    done = _done_labels(results, target, labels, env["jax_config"]) if results is not None and resume else set()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for options, program in zip(spec.configs(), programs, strict=True):
         label = spec.label(options)
         if label in done:
             continue
         if on_start:
             on_start(label)
-        program = build_for_target(spec, options, devices, target)
         compiled = compile_step(program, target, devices, program_name=spec.program)
         fp = fingerprint(compiled.compiled)
         fp["donate_argnums"] = list(program.donate_argnums)
@@ -166,6 +192,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
                   "options": _jsonable(options), **env, "devices": used,
                   "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
                   "scan": _scan_counts(compiled.hlo_text, rules, label)}
+        record["jax_config"] = jax_settings()  # as the step was traced and compiled
         if out is not None and results is not None:
             stem = out / "hlo" / _slug(f"{target.text}-{label}")
             stem.parent.mkdir(parents=True, exist_ok=True)
@@ -183,15 +210,16 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
 
 
 def _provenance() -> dict:
-    """Who compiled: the harness version and commit, Python, the host's CPU count and the env vars that
-    decide what XLA compiles (recorded on every compile record)."""
+    """Who compiled: the harness version and commit, Python, the host's CPU count, the env vars that
+    decide what XLA compiles and the jax settings that change the lowered or compiled program
+    (recorded on every compile record)."""
     import platform
 
-    from xla_harness.stress.store import ENV_VARS_RECORDED, harness_version, repo_commit
+    from xla_harness.stress.store import ENV_VARS_RECORDED, JAX_CONFIG_KEY, harness_version, jax_settings, repo_commit
 
     return {"harness_version": harness_version(), "repo_commit": repo_commit(),
             "python": platform.python_version(), "host_cpus": os.cpu_count(),
-            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}}
+            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}, JAX_CONFIG_KEY: jax_settings()}
 
 
 def _device_count(compiled) -> int:
@@ -251,17 +279,53 @@ def load_compile_records(folders: list[Path]) -> list[dict]:
     return records
 
 
+def _versions_key(r: dict) -> str:
+    return json.dumps([r.get("target"), r.get("versions", {})], sort_keys=True)
+
+
+def check_compile_settings(records: list[dict]) -> None:
+    """Refuse one configuration (label, target, versions) compiled under two sets of jax settings:
+    two programs under one name. A record without settings (written before they were recorded)
+    counts as unknown settings, different from any recorded ones."""
+    from xla_harness.stress.store import JAX_CONFIG_KEY, settings_difference
+
+    first: dict[str, dict] = {}
+    for r in records:
+        key = json.dumps([r.get("label"), _versions_key(r)])
+        other = first.setdefault(key, r)
+        diff = settings_difference(other.get(JAX_CONFIG_KEY), r.get(JAX_CONFIG_KEY))
+        if diff:
+            raise HarnessError(f"{r.get('label')} on {r.get('target')} was compiled under two sets of jax settings "
+                               f"({diff}); report them apart, or pass --allow-mixed-specs to list both")
+
+
+def _differing_settings(records: list[dict]) -> dict[str, set[str]]:
+    """Per versions key: the jax settings whose values differ between records of those versions."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for r in records:
+        for k, v in (r.get("jax_config") or {}).items():
+            values.setdefault(_versions_key(r), {}).setdefault(k, set()).add(json.dumps(v))
+    return {vk: {k for k, vs in d.items() if len(vs) > 1} for vk, d in values.items()}
+
+
 def compile_table_rows(records: list[dict]) -> list[list[str]]:
     """One row per compiled configuration: target, versions, configuration, what the compiler made
-    (fingerprint, instructions, fusions libtpu aliased and those holding a scatter) and the scan."""
+    (fingerprint, instructions, fusions libtpu aliased and those holding a scatter) and the scan.
+    Where records of one jax version differ in a jax setting, the configuration names its value."""
     rows = []
+    differing = _differing_settings(records)
     for r in records:
+        shown = sorted(differing.get(_versions_key(r), ()))
+        settings = r.get("jax_config")
+        note = "" if not shown else (" {jax settings unknown}" if settings is None else
+                                     " {" + ",".join(f"{k}={settings.get(k)}" for k in shown) + "}")
         versions = r.get("versions", {})
         compiler = next((f"{k} {v}" for k, v in versions.items() if k not in ("jax", "jaxlib")), "")
         alias = r["scan"].get("compiler_alias") or {}
         aliased = (f"{alias.get('aliased_fusions', 0)} ({alias.get('aliased_scatter_fusions', 0)} scatter, "
                    f"{alias.get('disagreements', 0)} disagree)" if alias.get("instructions_with_field") else "-")
-        rows.append([r.get("target", "?"), f"jax {versions.get('jax', '?')}", compiler or "-", str(r.get("label")),
+        rows.append([r.get("target", "?"), f"jax {versions.get('jax', '?')}", compiler or "-",
+                     str(r.get("label")) + note,
                      r["fingerprint"].get("id", "?"), str(r["fingerprint"].get("instructions", "?")), aliased,
                      str(r["scan"].get("hazard", 0)), str(r["scan"].get("decisions", 0)),
                      f"{r.get('compile_cpu_s', 0):.0f}"])
