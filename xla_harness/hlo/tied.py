@@ -147,3 +147,93 @@ def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
     rows, cols = w_dims  # any pair (a list, Shape.dims) is stored as the tuple[int, int] the field says
     return TiedSummary((rows, cols), gathers, dots, tuple(scatters), dots_reading)
+
+
+# ----------------------------------------------------------------------------- what a compiler aliased
+
+
+@dataclass(frozen=True)
+class AliasedScatterWrite:
+    """A fusion the compiler aliased (libtpu's ``backend_config``) that holds a W-shaped scatter, and
+    where its in-place buffer comes from in the computation that calls it."""
+
+    fusion: str
+    operand: int
+    producer: str  # the instruction producing the aliased operand (through get-tuple-elements)
+    source: str  # dense | select-broadcast | broadcast | data-moving | parameter | other
+    via_tuple: bool  # read through a get-tuple-element of a multi-output producer
+    text: str  # the source in words, as results/tpu-aot/README.md writes it
+
+
+_DATA_MOVING = ("transpose", "copy", "reshape")
+
+
+def _holds_w_scatter(module: HloModule, ins: Instruction, w_dims: tuple[int, int], depth: int = 0) -> bool:
+    comp = module.by_name.get(ins.called[0]) if ins.called else None
+    if comp is None or depth > 4:
+        return False
+    return any((i.opcode == "scatter" and _is_w(i, w_dims))
+               or (i.opcode == "fusion" and _holds_w_scatter(module, i, w_dims, depth + 1))
+               for i in comp.instructions)
+
+
+def _broadcast_of_zero(comp: Computation, ins: Instruction) -> bool:
+    if ins.opcode != "broadcast" or not ins.operands:
+        return False
+    src = comp.operand(ins.operands[0])[0]
+    return src.opcode == "constant" and src.literal.strip().strip("{}").strip() in ("0", "-0", "0.0", "false")
+
+
+def _root(module: HloModule, ins: Instruction) -> tuple[Computation, Instruction] | None:
+    comp = module.by_name.get(ins.called[0]) if ins.called else None
+    return (comp, comp.root) if comp is not None else None
+
+
+def _classify(module: HloModule, comp: Computation, ins: Instruction) -> tuple[str, str]:
+    """(source kind, words) of the instruction producing a scatter fusion's in-place buffer."""
+    if contains_dense(module, ins):
+        return "dense", "the dense (dot) gradient's fusion" if ins.opcode == "fusion" else "a dot"
+    if _broadcast_of_zero(comp, ins):
+        return "broadcast", "a broadcast zero"
+    if ins.opcode in _DATA_MOVING:
+        return "data-moving", f"a {ins.opcode} (moves data)"
+    if ins.opcode == "parameter":
+        return "parameter", "an entry parameter"
+    if ins.opcode == "fusion" and (found := _root(module, ins)) is not None:
+        fcomp, root = found
+        kind = ins.fusion_kind or "fusion"
+        if root.opcode == "select" and any(_broadcast_of_zero(fcomp, fcomp.operand(op)[0])
+                                           for op in root.operands[1:]):
+            return "select-broadcast", f"a select of a broadcast zero ({kind})"
+        if _broadcast_of_zero(fcomp, root):
+            return "broadcast", f"a fused broadcast zero ({kind})"
+        if root.opcode in _DATA_MOVING:
+            return "data-moving", f"a {root.opcode} fusion ({kind}, moves data)"
+        return "other", f"a {root.opcode} fusion ({kind})"
+    return "other", f"a {ins.opcode}"
+
+
+def aliased_scatter_writes(module: HloModule, w_dims: tuple[int, int]) -> list[AliasedScatterWrite]:
+    """Every fusion the compiler aliased (an ``aliasing_operands`` pair in its backend_config) that
+    holds a scatter of W's shape (``w_dims``, either order; nested fusions followed), with where each
+    aliased operand comes from in the calling computation: followed back through get-tuple-elements
+    and bitcasts to its producer, then classified (a fusion holding a dot: W's dense gradient; a
+    broadcast of zero; a fusion whose root selects a broadcast zero; a data-moving op; ...).
+    Empty for a module whose compiler writes no aliasing (CPU, GPU)."""
+    from xla_harness.hlo.compiler_alias import instruction_pairs
+
+    out = []
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.opcode != "fusion" or not _holds_w_scatter(module, ins, w_dims):
+                continue
+            for operand, _ in instruction_pairs(ins) or ():
+                src = comp.operand(ins.operands[operand])[0]
+                via_tuple = False
+                while src.opcode in ("get-tuple-element", "bitcast") and src.operands:
+                    via_tuple |= src.opcode == "get-tuple-element"
+                    src = comp.operand(src.operands[0])[0]
+                kind, words = _classify(module, comp, src)
+                out.append(AliasedScatterWrite(ins.name, operand, src.name, kind, via_tuple,
+                                               words + (" (via a get-tuple-element)" if via_tuple else "")))
+    return out
