@@ -1,5 +1,6 @@
 """Pairwise designs (xla_harness/stress/pairs.py) and make tpu-pairs's checks before it compiles."""
 
+import inspect
 import itertools
 import os
 import subprocess
@@ -49,10 +50,9 @@ def test_the_35409_levels_are_the_programs_options_and_the_sweeps_specs():
     sweep = {p.name.split("=", 1)[1] for p in (ROOT / "results/tpu-aot/sweep").glob("embed_spec=*")}
     assert set(f["embed_spec"]) == sweep | {"model,data"}  # the sweep's specs and the default
     # Every factor's first level is the program's default.
-    defaults = issue_35409.make.__defaults__ and dict(zip(issue_35409.make.__code__.co_varnames[
-        :issue_35409.make.__code__.co_argcount][-len(issue_35409.make.__defaults__):],
-        issue_35409.make.__defaults__, strict=True))
-    assert {k: str(defaults[k]) if k != "embed_spec" else "model,data" for k in f} == {k: v[0] for k, v in f.items()}
+    defaults = {k: p.default for k, p in inspect.signature(issue_35409.make).parameters.items()}
+    assert defaults["embed_spec"] == ("model", "data")
+    assert {k: "model,data" if k == "embed_spec" else str(defaults[k]) for k in f} == {k: v[0] for k, v in f.items()}
 
 
 def test_a_missing_pair_is_found():
