@@ -30,6 +30,7 @@ help:
 	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware"
 	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
 	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec) one at a time, full + remat (results/tpu-aot/sweep)"
+	@echo "make tpu-pairs  [MATRIX_PINS=..] the unknowns (and precision, specs, axis types) pairwise: 15 cells, full + remat (results/tpu-aot/pairs)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"
 	@echo "make patches-check [XLA_SRC=dir JAX_SRC=dir TF_SRC=dir]  git apply --check the series"
