@@ -78,3 +78,20 @@ def test_the_tool_prints_a_row_per_record_and_refuses_bad_input(tmp_path, capsys
         assert tool.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and says in err[0], err
+
+
+UNALIASED = (ROOT / "tests/data/unaliased_scatters.hlo").read_text()
+
+
+def test_where_no_scatter_fusion_is_aliased_the_tool_says_where_the_scatters_add(tmp_path, monkeypatch):
+    tool = _tool()
+    monkeypatch.setattr(tool, "w_shard", lambda options: (64, 32))
+    (tmp_path / "m.hlo").write_text(UNALIASED)
+    record = {"hlo": "m.hlo", "label": "fixture", "options": {}}
+    assert tool.where_written(tmp_path, record) == (
+        "no aliased scatter fusion (2 scatters of W's shape: 1 into broadcast zeros, 1 into the dense gradient)")
+    # The same module with the second fusion aliased: the column names its buffer instead.
+    (tmp_path / "m.hlo").write_text(UNALIASED.replace('calls=%scatter_param, backend_config={"aliasing_operands":'
+                                                      '{"lists":[]}}', 'calls=%scatter_param, backend_config='
+                                                      '{"aliasing_operands":{"lists":[{"indices":["0","3"]}]}}'))
+    assert tool.where_written(tmp_path, record) == "a dot"

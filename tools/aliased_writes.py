@@ -9,7 +9,8 @@ calling computation produces it (xla_harness.hlo.tied.aliased_scatter_writes).
 One Markdown row per record: the options named by --factors (default: every option the records do
 not all share), instructions, temp / aliased bytes, compile CPU s, hazard / fused data-moving
 producer, libtpu aliased fusions (with a scatter), disagreements with the walk, and where the
-aliased scatter writes. W's shard: W[100352, 2048] of the full-size program (scale 1) split by its
+aliased scatter writes (where no scatter fusion is aliased: where W's scatters add instead,
+xla_harness.hlo.tied.tied_summary). W's shard: W[100352, 2048] of the full-size program (scale 1) split by its
 embed_spec over the ("model", "data") = (2, 4) mesh of the v6e:2x4 target. The HLO is read from
 FOLDER/<record's hlo> or the same name with .gz (tools/publish_hlo.py)."""
 
@@ -41,10 +42,17 @@ def hlo_text(folder: Path, record: dict) -> str:
 
 def where_written(folder: Path, record: dict) -> str:
     from xla_harness.hlo.parser import parse_module
-    from xla_harness.hlo.tied import aliased_scatter_writes
+    from xla_harness.hlo.tied import aliased_scatter_writes, tied_summary
 
-    writes = aliased_scatter_writes(parse_module(hlo_text(folder, record), record["label"]), w_shard(record["options"]))
-    return "; ".join(w.text for w in writes) or "no aliased scatter fusion"
+    module = parse_module(hlo_text(folder, record), record["label"])
+    writes = aliased_scatter_writes(module, w_shard(record["options"]))
+    if writes:
+        return "; ".join(w.text for w in writes)
+    sources = [s.in_place_source for s in tied_summary(module, w_shard(record["options"])).scatters]
+    words = {"broadcast": "broadcast zeros", "dense": "the dense gradient", "barrier": "a barrier's output",
+             "parameter": "a parameter", "other": "other buffers"}
+    into = ", ".join(f"{sources.count(k)} into {words[k]}" for k in words if k in sources)
+    return f"no aliased scatter fusion ({len(sources)} scatters of W's shape{': ' + into if into else ''})"
 
 
 def _gb(n: int) -> str:
