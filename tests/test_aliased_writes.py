@@ -31,12 +31,12 @@ def test_each_producer_of_an_aliased_scatter_buffer_is_named():
         ("onto_zeros", "zeros", "broadcast", False),
         ("onto_masked", "masked", "select-broadcast", False),
         ("onto_moved", "moved", "data-moving", False),
-        ("onto_summed", "summed", "dense-sum", False),
+        ("onto_summed", "summed", "dense-via", False),
     ]
     assert [w.text for w in writes] == [
         "the dense (dot) gradient's fusion (via a get-tuple-element)", "a broadcast zero",
         "a select of a broadcast zero (kLoop)", "a transpose (moves data)",
-        "the dense (dot) gradient, summed in a kLoop fusion (root add) from dot fusions and collective-permutes"]
+        "the dense (dot) gradient, via a kLoop fusion (root add) after collective-permute"]
     # W's shape in the other order is W's shape; another shape is not.
     assert len(aliased_scatter_writes(module, (32, 64))) == 5
     assert aliased_scatter_writes(module, (64, 16)) == []

@@ -160,7 +160,7 @@ class AliasedScatterWrite:
     fusion: str
     operand: int
     producer: str  # the instruction producing the aliased operand (through get-tuple-elements)
-    source: str  # dense | dense-sum | select-broadcast | broadcast | data-moving | parameter | other
+    source: str  # dense | dense-via | select-broadcast | broadcast | data-moving | parameter | other
     via_tuple: bool  # read through a get-tuple-element of a multi-output producer
     text: str  # the source in words, as results/tpu-aot/README.md writes it
 
@@ -209,38 +209,53 @@ def _classify(module: HloModule, comp: Computation, ins: Instruction) -> tuple[s
             return "broadcast", f"a fused broadcast zero ({kind})"
         if root.opcode in _DATA_MOVING:
             return "data-moving", f"a {root.opcode} fusion ({kind}, moves data)"
-        kinds = [_input_kind(module, comp, op) for op in ins.operands]
-        if any(reaches_dot for _, reaches_dot in kinds):
-            inputs = sorted({k for k, _ in kinds} - {""}, key=lambda k: (k != "dot", k))
-            return "dense-sum", (f"the dense (dot) gradient, summed in a {kind} fusion (root {root.opcode}) from "
-                                 + " and ".join("dot fusions" if k == "dot" else k for k in inputs))
+        path = _path_to_dense(module, comp, ins)
+        if path is not None:
+            after = f" after {', '.join(sorted(path))}" if path else ""
+            return "dense-via", f"the dense (dot) gradient, via a {kind} fusion (root {root.opcode}){after}"
         return "other", f"a {root.opcode} fusion ({kind})"
     return "other", f"a {ins.opcode}"
 
 
-# Ops that hand a value on between devices or buffers without computing with it.
-_FORWARDING = ("get-tuple-element", "bitcast", "copy-start", "copy-done", "collective-permute",
-               "collective-permute-start", "collective-permute-done", "all-reduce-start", "all-reduce-done",
-               "all-reduce", "all-gather-start", "all-gather-done", "all-gather", "reduce-scatter")
-_COLLECTIVES = ("collective-permute", "all-reduce", "all-gather", "reduce-scatter")
+# Ops through which W's dense gradient reaches W's shard: moves between buffers and devices (not
+# named in the path), and the sums, conversions, slices and concatenations around them (named).
+_SILENT = ("get-tuple-element", "bitcast", "copy-start", "copy-done")
+_ON_THE_WAY = ("collective-permute", "collective-permute-start", "collective-permute-done", "all-reduce",
+               "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+               "reduce-scatter", "concatenate", "slice", "dynamic-slice", "pad", "add", "convert", "copy", "fusion")
 
 
-def _input_kind(module: HloModule, comp: Computation, ref: str) -> tuple[str, bool]:
-    """What an operand of a fusion is, seen through the ops that only move it: ``dot`` (a dot or a
-    fusion holding one, on this device), ``collective-permutes`` / ``all-reduces`` / ... (the
-    collective that brought it from other devices), ``parameter``, or "" for anything else; and
-    whether a dot made it."""
-    ins = comp.operand(ref)[0]
-    collective = ""
-    for _ in range(16):
-        if contains_dense(module, ins):
-            return collective or "dot", True
-        if ins.opcode not in _FORWARDING or not ins.operands:
-            break
-        if ins.opcode.startswith(_COLLECTIVES):
-            collective = collective or ins.opcode.removesuffix("-start").removesuffix("-done") + "s"
-        ins = comp.operand(ins.operands[0])[0]
-    return collective or ("parameter" if ins.opcode == "parameter" else ""), False
+def _path_to_dense(module: HloModule, comp: Computation, ins: Instruction, depth: int = 0,
+                   seen: dict[str, set[str] | None] | None = None) -> set[str] | None:
+    """The ops between ``ins``'s inputs and a dot (or a fusion holding one) when its float inputs
+    come from one through :data:`_ON_THE_WAY` ops within a few steps; None when none does. A fusion
+    on the way is named by its root (``dynamic-slice fusion``), a collective by its name."""
+    seen = {} if seen is None else seen
+    if ins.name in seen:
+        return seen[ins.name]
+    seen[ins.name] = None  # a cycle or a repeat within this walk adds nothing
+    if depth > 8:
+        return None
+    found: set[str] | None = None
+    for ref in ins.operands:
+        src = comp.operand(ref)[0]
+        if not _is_float(src):
+            continue
+        if contains_dense(module, src):
+            found = found or set()
+            continue
+        if src.opcode not in _SILENT + _ON_THE_WAY:
+            continue
+        rest = _path_to_dense(module, comp, src, depth + 1, seen)
+        if rest is None:
+            continue
+        name = "" if src.opcode in _SILENT else src.opcode.removesuffix("-start").removesuffix("-done")
+        if src.opcode == "fusion":
+            root = _root(module, src)
+            name = f"{root[1].opcode} fusion" if root else "fusion"
+        found = (found or set()) | rest | ({name} if name else set())
+    seen[ins.name] = found
+    return found
 
 
 def aliased_scatter_writes(module: HloModule, w_dims: tuple[int, int]) -> list[AliasedScatterWrite]:
@@ -248,8 +263,9 @@ def aliased_scatter_writes(module: HloModule, w_dims: tuple[int, int]) -> list[A
     holds a scatter of W's shape (``w_dims``, either order; nested fusions followed), with where each
     aliased operand comes from in the calling computation: followed back through get-tuple-elements
     and bitcasts to its producer, then classified (a fusion holding a dot: W's dense gradient; a
-    broadcast of zero; a fusion whose root selects a broadcast zero; a fusion summing dot outputs,
-    with what else it sums (the collectives that bring other devices' parts); a data-moving op; ...).
+    broadcast of zero; a fusion whose root selects a broadcast zero; a fusion whose inputs come from
+    a dot through collectives, sums, slices and concatenations, named with them: the dense gradient
+    brought to W's shard; a data-moving op; ...).
     Empty for a module whose compiler writes no aliasing (CPU, GPU)."""
     from xla_harness.hlo.compiler_alias import instruction_pairs
 
