@@ -21,7 +21,15 @@ SWEEP       ?= jit=bare dtype=bf16 donate=False embed_spec=data,model embed_spec
 SWEEP_CELLS ?= full:True
 SWEEP_OUT   ?= results/tpu-aot/sweep
 
-.PHONY: tpu-matrix tpu-sweep triage
+# The report's unknowns in combination: a pairwise design (every pair of levels of every two of jit,
+# donate, dtype, embed_spec, precision, specs, axis_types in some cell; xla_harness/stress/pairs.py),
+# full + remat, each cell one compile, every jax pin in turn, the design checked before any compile:
+#   make tpu-pairs [MATRIX_PINS=..]     records in PAIRS_OUT/jaxPIN (resumable like the matrix)
+#   $(VENV)/bin/python -m xla_harness.stress.pairs [--summary]    the design, one cell a line
+PAIRS_CELLS ?= full:True
+PAIRS_OUT   ?= results/tpu-aot/pairs
+
+.PHONY: tpu-matrix tpu-sweep tpu-pairs triage
 tpu-matrix: setup
 	CHECK_PY="$(PY)" TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" MATRIX_CELLS="$(MATRIX_CELLS)" \
 	  MATRIX_VARIANTS="$(MATRIX_VARIANTS)" MATRIX_OPTIONS="$(MATRIX_OPTIONS)" MATRIX_OUT="$(MATRIX_OUT)" \
@@ -58,3 +66,8 @@ TRIAGE_TARGETS ?= host,tpu:v6e:2x4,cuda:h100
 TRIAGE_ARGS    ?= --program issue-35409 --program-option scale=0.03125 --budget 20
 triage: setup-targets
 	$(VENV)/bin/xla-harness triage $(TRIAGE_ARGS) --target $(TRIAGE_TARGETS) --out $(TRIAGE_OUT) || [ $$? -eq 1 ]
+
+tpu-pairs: setup
+	CHECK_PY="$(PY)" TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" PAIRS_CELLS="$(PAIRS_CELLS)" PAIRS_OUT="$(PAIRS_OUT)" \
+	  DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" VENV="$(VENV)" tools/tpu-pairs
+	$(VENV)/bin/xla-harness report $(PAIRS_OUT) || [ $$? -eq 1 ]

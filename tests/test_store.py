@@ -25,6 +25,17 @@ from .helpers import TINY_ARGS
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _current_header() -> dict:
+    """The header a run of SPEC writes now: its spec with this process's jax settings."""
+    h = header()
+    h["spec"] = results.with_jax_settings(h["spec"])
+    return h
+
+
+# GOOD as this harness writes it (GOOD itself is a file written before the jax settings were recorded).
+CURRENT = lines([_current_header(), block(0, 2), block(2, 4)])
+
+
 def _write(folder: Path, data: bytes, name: str = "stress.jsonl") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_bytes(data)
@@ -77,27 +88,27 @@ def test_reader_skips_a_line_being_written_and_keeps_a_complete_one(tmp_path):
 
 
 def test_resume_completes_a_valid_last_line_instead_of_cutting_it(tmp_path):
-    p = _write(tmp_path, GOOD.rstrip(b"\n"))
+    p = _write(tmp_path, CURRENT.rstrip(b"\n"))
     with results.open_run(p, dict(SPEC), resume=True) as w:
         assert [b.start for b in w.blocks] == [0, 2]
-    assert p.read_bytes() == GOOD
+    assert p.read_bytes() == CURRENT
 
 
 def test_resume_cuts_only_a_tail_that_does_not_parse(tmp_path, capsys):
-    p = _write(tmp_path, GOOD + b'{"kind": "block", "sta')
+    p = _write(tmp_path, CURRENT + b'{"kind": "block", "sta')
     with results.open_run(p, dict(SPEC), resume=True) as w:
         assert len(w.blocks) == 2
-    assert p.read_bytes() == GOOD
+    assert p.read_bytes() == CURRENT
     assert "removed a truncated last line" in capsys.readouterr().err
 
 
 def test_a_record_after_close_is_refused_and_the_file_left_alone(tmp_path):
-    p = _write(tmp_path, GOOD)
+    p = _write(tmp_path, CURRENT)
     with results.open_run(p, dict(SPEC), resume=True) as w:
         pass
     with pytest.raises(HarnessError, match="after its writer was closed"):
         w.append(w.blocks[-1])  # a valid record: only the closed file refuses it
-    assert p.read_bytes() == GOOD
+    assert p.read_bytes() == CURRENT
 
 
 @pytest.mark.parametrize("content", [b'{"user": 1}\n{"user": 2', b"notes\nmore notes", b"\n\n"])
@@ -109,7 +120,7 @@ def test_a_file_that_is_not_ours_is_never_touched(tmp_path, content):
 
 
 def test_options_are_compared_before_any_repair(tmp_path):
-    data = GOOD + b'{"kind": "block", "sta'
+    data = CURRENT + b'{"kind": "block", "sta'
     p = _write(tmp_path, data)
     with pytest.raises(HarnessError, match=r"different run \(learning_rate=0.001, now 0.01\)"):
         results.open_run(p, {**SPEC, "learning_rate": 0.01}, resume=True)

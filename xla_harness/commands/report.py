@@ -15,7 +15,10 @@ jax versions) gets the compile table instead: per configuration and target the v
 step fingerprint, libtpu's own aliasing and the scan's hazards. Several folders are combined;
 configurations or seeds with missing steps are listed as gaps. A step counts once per
 (spec fingerprint, label, seed, step); one label recorded by runs with different options
-is refused unless --allow-mixed-specs; a step recorded twice with different outcomes is
+or different jax settings (jax_default_matmul_precision, jax_enable_x64, ... however set: the
+spec's jax_config; a file written before they were recorded counts as unknown settings, pooled
+only with files like it) is refused unless --allow-mixed-specs, and so is one configuration
+compiled under two sets of jax settings; a step recorded twice with different outcomes is
 reported as a warning.
 """
 
@@ -63,12 +66,19 @@ def show_compile(args) -> int:
     import json
 
     from xla_harness.errors import HarnessError
-    from xla_harness.stress.compile_only import COMPILE_TABLE_HEADER, compile_table_rows, load_compile_records
+    from xla_harness.stress.compile_only import (
+        COMPILE_TABLE_HEADER,
+        check_compile_settings,
+        compile_table_rows,
+        load_compile_records,
+    )
     from xla_harness.table import format_rows
 
     if args.plot:
         raise HarnessError("--plot draws stress rates; compile records have none")
     records = load_compile_records(args.folders)
+    if not args.allow_mixed_specs:
+        check_compile_settings(records)
     if args.json:
         print(json.dumps({"configurations": records}, indent=2))
     else:

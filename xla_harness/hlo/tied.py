@@ -147,3 +147,140 @@ def tied_summary(module: HloModule, w_dims: tuple[int, int]) -> TiedSummary:
                 scatters.append(_scatter_site(module, comp, ins, w_dims, callers))
     rows, cols = w_dims  # any pair (a list, Shape.dims) is stored as the tuple[int, int] the field says
     return TiedSummary((rows, cols), gathers, dots, tuple(scatters), dots_reading)
+
+
+# ----------------------------------------------------------------------------- what a compiler aliased
+
+
+@dataclass(frozen=True)
+class AliasedScatterWrite:
+    """A fusion the compiler aliased (libtpu's ``backend_config``) that holds a W-shaped scatter, and
+    where its in-place buffer comes from in the computation that calls it."""
+
+    fusion: str
+    operand: int
+    producer: str  # the instruction producing the aliased operand (through get-tuple-elements)
+    source: str  # dense | dense-via | select-broadcast | broadcast | data-moving | parameter | other
+    via_tuple: bool  # read through a get-tuple-element of a multi-output producer
+    text: str  # the source in words, as results/tpu-aot/README.md writes it
+
+
+_DATA_MOVING = ("transpose", "copy", "reshape")
+
+
+def _holds_w_scatter(module: HloModule, ins: Instruction, w_dims: tuple[int, int], depth: int = 0) -> bool:
+    comp = module.by_name.get(ins.called[0]) if ins.called else None
+    if comp is None or depth > 4:
+        return False
+    return any((i.opcode == "scatter" and _is_w(i, w_dims))
+               or (i.opcode == "fusion" and _holds_w_scatter(module, i, w_dims, depth + 1))
+               for i in comp.instructions)
+
+
+def _broadcast_of_zero(comp: Computation, ins: Instruction) -> bool:
+    if ins.opcode != "broadcast" or not ins.operands:
+        return False
+    src = comp.operand(ins.operands[0])[0]
+    return src.opcode == "constant" and src.literal.strip().strip("{}").strip() in ("0", "-0", "0.0", "false")
+
+
+def _root(module: HloModule, ins: Instruction) -> tuple[Computation, Instruction] | None:
+    comp = module.by_name.get(ins.called[0]) if ins.called else None
+    return (comp, comp.root) if comp is not None else None
+
+
+def _classify(module: HloModule, comp: Computation, ins: Instruction) -> tuple[str, str]:
+    """(source kind, words) of the instruction producing a scatter fusion's in-place buffer."""
+    if contains_dense(module, ins):
+        return "dense", "the dense (dot) gradient's fusion" if ins.opcode == "fusion" else "a dot"
+    if _broadcast_of_zero(comp, ins):
+        return "broadcast", "a broadcast zero"
+    if ins.opcode in _DATA_MOVING:
+        return "data-moving", f"a {ins.opcode} (moves data)"
+    if ins.opcode == "parameter":
+        return "parameter", "an entry parameter"
+    if ins.opcode == "fusion" and (found := _root(module, ins)) is not None:
+        fcomp, root = found
+        kind = ins.fusion_kind or "fusion"
+        if root.opcode == "select" and any(_broadcast_of_zero(fcomp, fcomp.operand(op)[0])
+                                           for op in root.operands[1:]):
+            return "select-broadcast", f"a select of a broadcast zero ({kind})"
+        if _broadcast_of_zero(fcomp, root):
+            return "broadcast", f"a fused broadcast zero ({kind})"
+        if root.opcode in _DATA_MOVING:
+            return "data-moving", f"a {root.opcode} fusion ({kind}, moves data)"
+        path = _path_to_dense(module, comp, ins)
+        if path is not None:
+            after = f" after {', '.join(sorted(path))}" if path else ""
+            return "dense-via", f"the dense (dot) gradient, via a {kind} fusion (root {root.opcode}){after}"
+        return "other", f"a {root.opcode} fusion ({kind})"
+    return "other", f"a {ins.opcode}"
+
+
+# Ops through which W's dense gradient reaches W's shard: moves between buffers and devices (not
+# named in the path), and the sums, conversions, slices and concatenations around them (named).
+_SILENT = ("get-tuple-element", "bitcast", "copy-start", "copy-done")
+_ON_THE_WAY = ("collective-permute", "collective-permute-start", "collective-permute-done", "all-reduce",
+               "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+               "reduce-scatter", "concatenate", "slice", "dynamic-slice", "pad", "add", "convert", "copy", "fusion")
+
+
+def _path_to_dense(module: HloModule, comp: Computation, ins: Instruction, depth: int = 0,
+                   seen: dict[str, set[str] | None] | None = None) -> set[str] | None:
+    """The ops between ``ins``'s inputs and a dot (or a fusion holding one) when its float inputs
+    come from one through :data:`_ON_THE_WAY` ops within a few steps; None when none does. A fusion
+    on the way is named by its root (``dynamic-slice fusion``), a collective by its name."""
+    seen = {} if seen is None else seen
+    if ins.name in seen:
+        return seen[ins.name]
+    seen[ins.name] = None  # a cycle or a repeat within this walk adds nothing
+    if depth > 8:
+        return None
+    found: set[str] | None = None
+    for ref in ins.operands:
+        src = comp.operand(ref)[0]
+        if not _is_float(src):
+            continue
+        if contains_dense(module, src):
+            found = found or set()
+            continue
+        if src.opcode not in _SILENT + _ON_THE_WAY:
+            continue
+        rest = _path_to_dense(module, comp, src, depth + 1, seen)
+        if rest is None:
+            continue
+        name = "" if src.opcode in _SILENT else src.opcode.removesuffix("-start").removesuffix("-done")
+        if src.opcode == "fusion":
+            root = _root(module, src)
+            name = f"{root[1].opcode} fusion" if root else "fusion"
+        found = (found or set()) | rest | ({name} if name else set())
+    seen[ins.name] = found
+    return found
+
+
+def aliased_scatter_writes(module: HloModule, w_dims: tuple[int, int]) -> list[AliasedScatterWrite]:
+    """Every fusion the compiler aliased (an ``aliasing_operands`` pair in its backend_config) that
+    holds a scatter of W's shape (``w_dims``, either order; nested fusions followed), with where each
+    aliased operand comes from in the calling computation: followed back through get-tuple-elements
+    and bitcasts to its producer, then classified (a fusion holding a dot: W's dense gradient; a
+    broadcast of zero; a fusion whose root selects a broadcast zero; a fusion whose inputs come from
+    a dot through collectives, sums, slices and concatenations, named with them: the dense gradient
+    brought to W's shard; a data-moving op; ...).
+    Empty for a module whose compiler writes no aliasing (CPU, GPU)."""
+    from xla_harness.hlo.compiler_alias import instruction_pairs
+
+    out = []
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.opcode != "fusion" or not _holds_w_scatter(module, ins, w_dims):
+                continue
+            for operand, _ in instruction_pairs(ins) or ():
+                src = comp.operand(ins.operands[operand])[0]
+                via_tuple = False
+                while src.opcode in ("get-tuple-element", "bitcast") and src.operands:
+                    via_tuple |= src.opcode == "get-tuple-element"
+                    src = comp.operand(src.operands[0])[0]
+                kind, words = _classify(module, comp, src)
+                out.append(AliasedScatterWrite(ins.name, operand, src.name, kind, via_tuple,
+                                               words + (" (via a get-tuple-element)" if via_tuple else "")))
+    return out

@@ -50,10 +50,17 @@ What the report leaves open, and what this preset guesses:
   two of "model", "data" and "none" (e.g. ``"data,model"``, ``"model,none"``, ``"none,none"``
   for a replicated W); the batches split over "data" in ``in_shardings``;
 * **dtype**: f32 parameters by default (``dtype="bf16"`` for bf16); the report's parameter dtype
-  is not known. The RMS norm's eps (1e-5) is also ours.
+  is not known. The RMS norm's eps (1e-5) is also ours;
+* **matmul precision** (``precision``, :data:`~xla_harness.programs.precision.PRECISIONS`): the
+  report names precision among the details that, changed, make the failure go away, and does not
+  say which it used. ``precision="default"`` (the default) leaves the dots as jax writes them (or as
+  a ``jax_default_matmul_precision`` set in the environment makes them: the harness records that
+  setting); ``"high"`` and ``"highest"`` trace the step under ``jax.default_matmul_precision``, so
+  every dot of the loss and its gradient carries that precision.
 
 Each of these is recorded in ``options``, so that a compile matrix sweeps them by name
-(``make tpu-sweep``).
+(``make tpu-sweep``: one at a time) and in combination (``make tpu-pairs``: every pair of their
+levels, :mod:`xla_harness.stress.pairs`).
 
 On one device the mesh, ``specs`` and ``axis_types`` play no part (the step lowers to the same
 StableHLO whatever they are); in f32 it is also the StableHLO of the preset before these options
@@ -85,6 +92,7 @@ from dataclasses import asdict, dataclass, replace
 from xla_harness.errors import HarnessError
 from xla_harness.programs import options as opt
 from xla_harness.programs.interface import TrainProgram, step_from_loss
+from xla_harness.programs.precision import PRECISIONS, check_precision, with_matmul_precision
 from xla_harness.programs.variants import VARIANTS
 
 MODES = ("full", "sparse_only", "dense_only")
@@ -156,6 +164,7 @@ class PresetConfig:
     specs: str = "report"  # a key of SPEC_TABLES
     axis_types: str = "auto"  # the mesh's axis types: "auto" or "explicit"
     embed_spec: tuple[str | None, str | None] = DEFAULT_EMBED_SPEC  # W[V, D]'s partition spec
+    precision: str = "default"  # the dots' matmul precision (xla_harness.programs.precision)
 
     @property
     def head_dim(self) -> int:
@@ -192,7 +201,7 @@ def _round_up(n: float, multiple: int) -> int:
 def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True, dtype: str = "f32",
                   mesh_shape: tuple[int, int] = (1, 1), variant: str = "baseline", seq_scale: float = 1.0,
                   layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
-                  axis_types: str = "auto", embed_spec=DEFAULT_EMBED_SPEC) -> PresetConfig:
+                  axis_types: str = "auto", embed_spec=DEFAULT_EMBED_SPEC, precision: str = "default") -> PresetConfig:
     """The report's sizes times ``scale`` (D, FFN, V, batch), rounded so heads and mesh divide them
     (with ``specs="report"`` the head dim is split over "data", so D is a multiple of heads x data).
     ``seq_scale`` shrinks the sequence lengths and ``layers`` = (used, total) replaces the layer
@@ -212,6 +221,7 @@ def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True,
     if axis_types not in AXIS_TYPES:
         raise HarnessError(f"unknown axis_types {axis_types!r}; expected one of {', '.join(AXIS_TYPES)}")
     embed = parse_embed_spec(embed_spec)
+    check_precision(precision)
     model, data = mesh_shape
     shard = math.lcm(model, data)
     d_multiple = math.lcm(HEADS * data if specs == "report" else HEADS, shard)
@@ -222,7 +232,7 @@ def scaled_config(scale: float = 1.0, *, mode: str = "full", remat: bool = True,
         batches=((_round_up(B1 * scale, data), _round_up(T1 * seq_scale, 4)),
                  (_round_up(B2 * scale, data), _round_up(T2 * seq_scale, 4))),
         used_layers=used, total_layers=total, mesh_shape=(model, data), variant=variant, specs=specs,
-        axis_types=axis_types, embed_spec=embed)
+        axis_types=axis_types, embed_spec=embed, precision=precision)
 
 
 # ----------------------------------------------------------------------------- model
@@ -436,6 +446,7 @@ OPTIONS = opt.OptionTable("issue-35409", (
     opt.Option("embed_spec", _embed_spec, "W's partition spec"),
     opt.Option("donate", opt.boolean(), "donate parameters and optimizer state"),
     opt.Option("jit", opt.choice(*JIT_PLACEMENTS), "where jax.jit sits"),
+    opt.Option("precision", opt.choice(*PRECISIONS), "the dots' matmul precision (default, high, highest)"),
 ))
 
 
@@ -444,7 +455,7 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
          variant: str = "baseline", mesh_shape: tuple[int, int] | None = None, lr: float = LR,
          seq_scale: float = 1.0, layers: tuple[int, int] = (USED_LAYERS, TOTAL_LAYERS), specs: str = "report",
          axis_types: str = "auto", embed_spec=DEFAULT_EMBED_SPEC, donate: bool = True,
-         jit: str = "step") -> TrainProgram:
+         jit: str = "step", precision: str = "default") -> TrainProgram:
     """The #35409 program. ``devices``: None (default device), a count or a device list; with more
     than one device the step runs on a ("model", "data") mesh (``mesh_shape``, default (2, n/2))
     with weights and batches sharded and ``jit_kwargs`` carrying the shardings. ``specs``: the
@@ -452,7 +463,8 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     ``axis_types``: ``"auto"`` (no sharding annotations in the model) or ``"explicit"`` (the
     :data:`OUT_SPECS` annotations); ``embed_spec``: W's partition spec. These only matter on a mesh.
     ``donate``: donate parameters and optimizer state (the default) or nothing; ``jit``: where jit
-    sits (:data:`JIT_PLACEMENTS`, see the module docstring). All are recorded in ``options``."""
+    sits (:data:`JIT_PLACEMENTS`, see the module docstring); ``precision``: the dots' matmul precision
+    (``default``, ``high``, ``highest``). All are recorded in ``options``."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -469,13 +481,8 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     mesh_shape = (dims[0], dims[1])
     cfg = scaled_config(scale, mode=mode, remat=remat, dtype=dtype, mesh_shape=mesh_shape, variant=variant,
                         seq_scale=seq_scale, layers=layers, specs=specs, axis_types=axis_types,
-                        embed_spec=embed_spec)
-    if jit not in JIT_PLACEMENTS:
-        raise HarnessError(f"unknown jit {jit!r}; expected one of {', '.join(JIT_PLACEMENTS)}")
-    if not isinstance(donate, bool):
-        raise HarnessError(f"donate must be True or False, got {donate!r}")
-    if not (isinstance(lr, int | float) and lr > 0):
-        raise HarnessError(f"lr must be a positive number, got {lr!r}")
+                        embed_spec=embed_spec, precision=precision)
+    _check_step_options(jit, donate, lr)
     cfg = replace(cfg, lr=float(lr))
     mesh = _mesh(devs, mesh_shape, cfg.axis_types) if n > 1 else None
     optimizer = optax.adamw(cfg.lr)
@@ -484,6 +491,7 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     annotate = mesh if cfg.axis_types == "explicit" else None
     loss = make_loss(cfg, variants.tied_ops(variant), annotate)
     step = _nested_step(loss, optimizer) if jit == "nested" else step_from_loss(loss, optimizer)
+    step = with_matmul_precision(step, cfg.precision)
 
     def make_batches(key, step_index):
         k = jax.random.fold_in(key, step_index)
@@ -508,6 +516,38 @@ def make(scale: float = 1.0, mode: str = "full", devices=None, dtype: str = "f32
     return TrainProgram(name=name, init=init, batch=batch, step=step, donate_argnums=(0, 1) if donate else (),
                         jit_kwargs=jit_kwargs,
                         options={**cfg.to_dict(), "scale": scale, "devices": n, "donate": donate, "jit": jit})
+
+
+def _check_step_options(jit, donate, lr) -> None:
+    if jit not in JIT_PLACEMENTS:
+        raise HarnessError(f"unknown jit {jit!r}; expected one of {', '.join(JIT_PLACEMENTS)}")
+    if not isinstance(donate, bool):
+        raise HarnessError(f"donate must be True or False, got {donate!r}")
+    if not (isinstance(lr, int | float) and lr > 0):
+        raise HarnessError(f"lr must be a positive number, got {lr!r}")
+
+
+def check_options(devices: int = 8, **options) -> None:
+    """Validate the options of one :func:`make` without jax: the checks ``make`` does before it
+    builds anything, for ``devices`` devices (a count). HarnessError names the first bad value; an
+    option ``make`` does not take is one too."""
+    import inspect
+
+    known = set(inspect.signature(make).parameters) - {"devices"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise HarnessError(f"issue-35409 takes no option {unknown[0]!r}; its options: {', '.join(sorted(known))}")
+    defaults = {k: p.default for k, p in inspect.signature(make).parameters.items() if k != "devices"}
+    o = {**defaults, **options}
+    mesh_shape = o["mesh_shape"] or ((2, devices // 2) if devices > 1 else (1, 1))
+    scaled_config(o["scale"], mode=o["mode"], remat=o["remat"], dtype=o["dtype"], mesh_shape=tuple(mesh_shape),
+                  variant=o["variant"], seq_scale=o["seq_scale"], layers=o["layers"], specs=o["specs"],
+                  axis_types=o["axis_types"], embed_spec=o["embed_spec"], precision=o["precision"])
+    if o["variant"] != "baseline":
+        from xla_harness.programs import variants
+
+        variants.tied_ops(o["variant"])
+    _check_step_options(o["jit"], o["donate"], o["lr"])
 
 
 def _nested_step(loss_fn, optimizer):

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from xla_harness.errors import HarnessError
 from xla_harness.programs import interface
 from xla_harness.programs import options as opt
+from xla_harness.programs.precision import PRECISIONS, check_precision, with_matmul_precision
 from xla_harness.programs.variants import VARIANTS
 
 MODES = ("full", "sparse_only", "dense_only")
@@ -46,8 +47,10 @@ class ModelConfig:
     heads: int = 4
     seq: int = 16
     batch: int = 8
+    precision: str = "default"  # the dots' matmul precision (xla_harness.programs.precision)
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
         if self.mode not in MODES:
             raise HarnessError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
         if self.dtype not in DTYPES:
@@ -233,30 +236,34 @@ OPTIONS = opt.OptionTable("tied-embedding", (
     opt.Option("devices", opt.device_count_or_list(), "a device count or the devices"),
     opt.Option("learning_rate", opt.number(0), "Adam learning rate"),
     opt.Option("variant", opt.choice(*VARIANTS), "a workaround variant of the two uses of W"),
+    opt.Option("precision", opt.choice(*PRECISIONS), "the dots' matmul precision (default, high, highest)"),
 ))
 
 
 @OPTIONS.checked
 def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: int = 256, d_model: int = 64,
             layers: int = 2, heads: int = 4, seq: int = 16, batch: int = 8, devices=1,
-            learning_rate: float = 1e-3, variant: str = "baseline"):
+            learning_rate: float = 1e-3, variant: str = "baseline", precision: str = "default"):
     """The tied-embedding model as a TrainProgram: ``init``, ``batch`` and a plain optax Adam step;
     ``variant`` names a workaround of :mod:`xla_harness.programs.variants` (``baseline``: the model as
     written, compiled exactly as before the variants existed). ``devices``: a count (the first N of
-    this backend's devices) or a list of devices (a compile target's)."""
+    this backend's devices) or a list of devices (a compile target's). ``precision``: the dots'
+    matmul precision (``default``: as written; ``high``, ``highest``: the step traced under
+    ``jax.default_matmul_precision``)."""
     import optax
 
     from xla_harness.programs import variants
     from xla_harness.programs.interface import TrainProgram, step_from_loss
 
     cfg = ModelConfig(mode=mode, remat=bool(remat), dtype=dtype, vocab=int(vocab), d_model=int(d_model),
-                      layers=int(layers), heads=int(heads), seq=int(seq), batch=int(batch))
+                      layers=int(layers), heads=int(heads), seq=int(seq), batch=int(batch), precision=precision)
     device_list = _device_list(devices) if not (isinstance(devices, int) and devices == 1) else None
     if not float(learning_rate) > 0:
         raise HarnessError("learning rate must be positive")
     optimizer = optax.adam(float(learning_rate))
     ops = None if variants.tied_ops(variant).name == "baseline" else variants.tied_ops(variant)
-    step = step_from_loss(lambda params, batches: loss_fn(params, batches, cfg, ops), optimizer)
+    step = with_matmul_precision(step_from_loss(lambda params, batches: loss_fn(params, batches, cfg, ops), optimizer),
+                                 cfg.precision)
 
     def init_fn(key):
         params = init_params(cfg, key)
@@ -278,7 +285,8 @@ def program(mode: str = "full", remat: bool = True, dtype: str = "f32", vocab: i
                "learning_rate": float(learning_rate)}
     if ops is not None:
         options["variant"] = variant
-    name = f"tied-embedding {cfg.label()}" + (f"+{variant}" if ops is not None else "")
+    name = (f"tied-embedding {cfg.label()}" + ("" if cfg.precision == "default" else f"/precision={cfg.precision}")
+            + (f"+{variant}" if ops is not None else ""))
     return TrainProgram(name=name, init=init_jit,
                         batch=lambda key, step_index: batch_jit(key), step=step, donate_argnums=(0, 1),
                         jit_kwargs=jit_kwargs, options=options, target_leaf="['embed']")

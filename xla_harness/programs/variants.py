@@ -265,7 +265,7 @@ def check_variants(names, backend: str) -> None:
     """Every flag set named in ``names`` (variant names) is meant for ``backend``: checked before the
     first configuration compiles, so a matrix is refused whole, not after its baseline."""
     for name in names:
-        _, flags = parse_variant(name)
+        _, _, flags = parse_variant(name)
         if flags:
             check_flag_set(flags, backend)
 
@@ -288,25 +288,60 @@ def with_flag_set(program, name: str, backend: str | None = None, ahead_of_time:
                    options={**program.options, "flag_set": name, fs.env: fs.env_text(ahead_of_time)})
 
 
-def parse_variant(name: str) -> tuple[str, str]:
-    """``(program variant, flag set or '')`` of a variant name: ``barrier``, ``xla-no-fusion``
-    (the baseline under that flag set) or ``barrier+xla-no-fusion``; HarnessError for an unknown part."""
-    head, _, flags = name.partition("+")
-    if head in FLAG_SETS and not flags:
-        head, flags = "baseline", head
-    tied_ops(head)  # one clear error for an unknown name
-    if flags:
-        flag_set(flags)
-    return head, flags
+# ----------------------------------------------------------------------------- matmul precision
+
+# Variants of the dots' matmul precision: the program built with ``precision=`` (the built-ins take it;
+# see xla_harness.programs.precision). ``default`` is the baseline.
+PRECISION_VARIANTS: dict[str, str] = {"precision-high": "high", "precision-highest": "highest"}
+
+
+def parse_variant(name: str) -> tuple[str, str, str]:
+    """``(program variant, matmul precision, flag set or '')`` of a variant name, written
+    ``[PROGRAM_VARIANT][+precision-P][+FLAG_SET]`` in that order: ``barrier``, ``xla-no-fusion`` (the
+    baseline under that flag set), ``precision-highest`` (the baseline with its dots at ``highest``),
+    ``barrier+xla-no-fusion``, ``onehot+precision-high+tpu-no-fusion``. HarnessError for an unknown
+    part or parts out of that order."""
+    parts = name.split("+")
+    head, precision, flags = "baseline", "default", ""
+    kinds = []
+    for i, part in enumerate(parts):
+        if part in PRECISION_VARIANTS:
+            kinds.append(1)
+            precision = PRECISION_VARIANTS[part]
+        elif part in FLAG_SETS:
+            kinds.append(2)
+            flags = part
+        elif i == 0 or part in VARIANTS:
+            tied_ops(part)  # one clear error for an unknown name
+            kinds.append(0)
+            head = part
+        else:
+            flag_set(part)  # after the first part an unknown name is an unknown flag set
+    if kinds != sorted(set(kinds)):
+        raise HarnessError(f"variant {name!r}: write it as PROGRAM_VARIANT+precision-P+FLAG_SET (each part at most "
+                           f"once, in that order; precision: {', '.join(PRECISION_VARIANTS)}; flag sets: "
+                           f"{', '.join(FLAG_SETS)})")
+    return head, precision, flags
 
 
 def variant_program(make, name: str, backend: str | None = None, ahead_of_time: bool = False, **options):
     """The program ``make(**options)`` under variant ``name``: a program variant (``make`` must take
-    ``variant=``), a flag set, or ``program_variant+flag_set`` (e.g. ``barrier+xla-no-fusion``).
-    This is what each name of a ``stress --variants`` list becomes, one compile per name."""
-    head, flags = parse_variant(name)
+    ``variant=``), a matmul precision (``make`` must take ``precision=``), a flag set, or a
+    combination (e.g. ``barrier+xla-no-fusion``, ``precision-highest+tpu-no-fusion``). This is what
+    each name of a ``stress --variants`` list becomes, one compile per name."""
+    head, precision, flags = parse_variant(name)
+    extra: dict = {}
+    if head != "baseline":
+        extra["variant"] = head
+    if precision != "default":
+        if "precision" in options:
+            raise HarnessError(f"variant {name!r} sets the precision, and so does the option "
+                               f"precision={options['precision']!r}: give one of them")
+        extra["precision"] = precision
     try:
-        program = make(**options, variant=head) if head != "baseline" else make(**options)
+        program = make(**options, **extra)
     except TypeError as e:
-        raise HarnessError(f"variant {name!r}: this program does not take program variants ({e})") from e
+        takes = " and ".join({"variant": "program variants", "precision": "precision="}[k] for k in extra) \
+            or "these options"
+        raise HarnessError(f"variant {name!r}: this program does not take {takes} ({e})") from e
     return with_flag_set(program, flags, backend, ahead_of_time) if flags else program

@@ -28,6 +28,7 @@ from xla_harness.programs.interface import program_factory
 from xla_harness.programs.variants import check_variants, variant_program
 from xla_harness.stress.fingerprint import fingerprint
 from xla_harness.stress.spec import StressSpec
+from xla_harness.stress.store import JAX_CONFIG_KEY, jax_settings
 from xla_harness.targets.spec import Target
 
 COMPILE_RESULTS = "compile.jsonl"
@@ -303,8 +304,26 @@ def _read_done(results: Path, resume: bool, target: Target, run: dict,
         if diff:
             raise HarnessError(f"{results}:{n}: compiled under other conditions ({diff}); use a new --out or the "
                                "same settings")
+        if rec["label"] in ours and JAX_CONFIG_KEY in run:
+            _check_settings(results, n, rec, run[JAX_CONFIG_KEY])
         done[rec["label"]] = {**rec, "_line": n}
     return done, data, tail
+
+
+def _check_settings(results: Path, n: int, rec: dict, settings: dict) -> None:
+    """A record of one of the run's labels compiled under other jax settings is refused (its record and a
+    new one would be two programs under one label); one written before the settings were recorded is
+    kept as compiled, with a warning."""
+    from xla_harness.stress.store import settings_difference
+
+    if JAX_CONFIG_KEY not in rec:
+        sys.stderr.write(f"warning: {results}:{n}: {rec['label']} was recorded without its jax settings (before "
+                         "the harness recorded them); kept as compiled, not compiled again\n")
+        return
+    diff = settings_difference(rec[JAX_CONFIG_KEY], settings)
+    if diff:
+        raise HarnessError(f"{results}:{n}: {rec['label']} was compiled under other jax settings ({diff}); "
+                           "compile into another --out")
 
 
 def _plan(out: Path | None, resume: bool, target: Target, run: dict, configs: list[tuple[str, dict]]):
@@ -360,6 +379,8 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
         except Interrupted as exc:
             exc.where = exc.where or f"building {label} for {target.text}"
             raise
+    # the jax settings once every program is built (a jax.config.update in the program's file is in force)
+    run[JAX_CONFIG_KEY] = jax_settings()
     lock = None
     results = out / COMPILE_RESULTS if out is not None else None
     if out is not None and results is not None:
@@ -405,6 +426,7 @@ def _record(spec: StressSpec, label: str, options: dict, program, compiled, targ
               "options": _jsonable(options), **env, "devices": _device_count(compiled.compiled),
               "protocol": spec.protocol, "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
               "scan": _scan_counts(compiled.hlo_text, rules, label)}
+    record[JAX_CONFIG_KEY] = jax_settings()  # as the step was traced and compiled
     if autotune_sha256 is not None:
         record["autotune_sha256"] = autotune_sha256
     if compiler_options:
@@ -457,15 +479,16 @@ def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotun
 
 
 def _provenance() -> dict:
-    """Who compiled: the harness version and commit, Python, the host's CPU count and the env vars that
-    decide what XLA compiles (recorded on every compile record)."""
+    """Who compiled: the harness version and commit, Python, the host's CPU count, the env vars that
+    decide what XLA compiles and the jax settings that change the lowered or compiled program
+    (recorded on every compile record)."""
     import platform
 
-    from xla_harness.stress.store import ENV_VARS_RECORDED, harness_version, repo_commit
+    from xla_harness.stress.store import ENV_VARS_RECORDED, JAX_CONFIG_KEY, harness_version, jax_settings, repo_commit
 
     return {"harness_version": harness_version(), "repo_commit": repo_commit(),
             "python": platform.python_version(), "host_cpus": os.cpu_count(),
-            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}}
+            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}, JAX_CONFIG_KEY: jax_settings()}
 
 
 def _target_leaf(compiled, target_leaf: str | None) -> dict | None:
@@ -563,17 +586,53 @@ def load_compile_records(folders: list[Path]) -> list[dict]:
     return records
 
 
+def _versions_key(r: dict) -> str:
+    return json.dumps([r.get("target"), r.get("versions", {})], sort_keys=True)
+
+
+def check_compile_settings(records: list[dict]) -> None:
+    """Refuse one configuration (label, target, versions) compiled under two sets of jax settings:
+    two programs under one name. A record without settings (written before they were recorded)
+    counts as unknown settings, different from any recorded ones."""
+    from xla_harness.stress.store import JAX_CONFIG_KEY, settings_difference
+
+    first: dict[str, dict] = {}
+    for r in records:
+        key = json.dumps([r.get("label"), _versions_key(r)])
+        other = first.setdefault(key, r)
+        diff = settings_difference(other.get(JAX_CONFIG_KEY), r.get(JAX_CONFIG_KEY))
+        if diff:
+            raise HarnessError(f"{r.get('label')} on {r.get('target')} was compiled under two sets of jax settings "
+                               f"({diff}); report them apart, or pass --allow-mixed-specs to list both")
+
+
+def _differing_settings(records: list[dict]) -> dict[str, set[str]]:
+    """Per versions key: the jax settings whose values differ between records of those versions."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for r in records:
+        for k, v in (r.get("jax_config") or {}).items():
+            values.setdefault(_versions_key(r), {}).setdefault(k, set()).add(json.dumps(v))
+    return {vk: {k for k, vs in d.items() if len(vs) > 1} for vk, d in values.items()}
+
+
 def compile_table_rows(records: list[dict]) -> list[list[str]]:
     """One row per compiled configuration: target, versions, configuration, what the compiler made
-    (fingerprint, instructions, fusions libtpu aliased and those holding a scatter) and the scan."""
+    (fingerprint, instructions, fusions libtpu aliased and those holding a scatter) and the scan.
+    Where records of one jax version differ in a jax setting, the configuration names its value."""
     rows = []
+    differing = _differing_settings(records)
     for r in records:
+        shown = sorted(differing.get(_versions_key(r), ()))
+        settings = r.get("jax_config")
+        note = "" if not shown else (" {jax settings unknown}" if settings is None else
+                                     " {" + ",".join(f"{k}={settings.get(k)}" for k in shown) + "}")
         versions = r.get("versions", {})
         compiler = next((f"{k} {v}" for k, v in versions.items() if k not in ("jax", "jaxlib")), "")
         alias = r["scan"].get("compiler_alias") or {}
         aliased = (f"{alias.get('aliased_fusions', 0)} ({alias.get('aliased_scatter_fusions', 0)} scatter, "
                    f"{alias.get('disagreements', 0)} disagree)" if alias.get("instructions_with_field") else "-")
-        rows.append([r.get("target", "?"), f"jax {versions.get('jax', '?')}", compiler or "-", str(r.get("label")),
+        rows.append([r.get("target", "?"), f"jax {versions.get('jax', '?')}", compiler or "-",
+                     str(r.get("label")) + note,
                      r["fingerprint"].get("id", "?"), str(r["fingerprint"].get("instructions", "?")), aliased,
                      str(r["scan"].get("hazard", 0)), str(r["scan"].get("decisions", 0)),
                      f"{r.get('compile_cpu_s', 0):.0f}"])

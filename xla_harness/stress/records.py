@@ -6,6 +6,10 @@ A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
 * line 1, a :class:`Header`: ``{"kind": "header", "spec": {...}, "fingerprint": "...", "time", "env"}``;
   ``fingerprint`` hashes the spec's options that decide what a step computes (not the seeds,
   steps, modes or remat settings it asks for), so two runs whose steps may be pooled share it;
+  the spec's ``jax_config`` (the jax settings that change the lowered or compiled program, as the
+  process read them: ``store.jax_settings``) is one of them. A header written before the settings
+  were recorded has none: its settings are unknown, its fingerprint is the one it always had, and
+  it pools only with runs that lack them too;
 * every later line, a :class:`Block` of consecutive steps of one (configuration, seed), each
   step a :class:`Step`.
 
@@ -193,6 +197,8 @@ def parse_spec(spec: Any) -> dict:
     _need(spec, "dtype", str, "spec")
     if spec.get("variants"):
         _unique_list(spec, "variants", str)
+    if "jax_config" in spec:
+        _need(spec, "jax_config", dict, "spec")
     return spec
 
 

@@ -110,10 +110,11 @@ class StressSpec:
         if self.variants[0] != "baseline":
             raise HarnessError("the variants list must start with baseline (every variant is compared with it), "
                                f"got {','.join(self.variants)}")
-        for name in self.variants:
-            parse_variant(name)
+        parsed = [parse_variant(name) for name in self.variants]
         if "variant" in dict(self.program_options):
             raise HarnessError("--program-option variant=... and --variants exclude each other")
+        if "precision" in dict(self.program_options) and any(p != "default" for _, p, _ in parsed):
+            raise HarnessError("--program-option precision=... and a precision-... variant exclude each other")
 
     def configs(self) -> list[dict]:
         """The program options of every configuration of the matrix (with ``variant`` in a
@@ -146,6 +147,7 @@ class StressSpec:
     @classmethod
     def from_dict(cls, d: dict) -> StressSpec:
         d = dict(d)
+        d.pop("jax_config", None)  # recorded beside the options (store.with_jax_settings), not one of them
         d["program_options"] = tuple(sorted((d.get("program_options") or {}).items()))
         d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**d)

@@ -39,6 +39,67 @@ PLUGIN_DISTRIBUTIONS = (
 )
 
 
+# The jax settings that change the program jax lowers or XLA compiles, however they were set (a
+# JAX_... environment variable, jax.config.update, a context manager around the run). Each record
+# holds the ones this jax has, under "jax_config"; a stress header's spec holds them too, so they
+# enter its fingerprint and report/merge refuse to pool runs made under different settings.
+JAX_SETTINGS_RECORDED = (
+    # the lowered program (StableHLO)
+    "jax_default_matmul_precision", "jax_enable_x64", "jax_default_prng_impl", "jax_threefry_partitionable",
+    "jax_random_seed_offset", "jax_use_shardy_partitioner", "jax_softmax_custom_jvp", "jax_use_direct_linearize",
+    "jax_use_simplified_jaxpr_constants", "jax_threefry_gpu_kernel_lowering", "jax_accurate_erf_inv",
+    "jax_high_dynamic_range_gumbel", "jax_use_hlo_logistic_lowering", "jax_disable_jit",
+    # the compile options jax passes to XLA
+    "jax_optimization_level", "jax_memory_fitting_level", "jax_exec_time_optimization_effort",
+    "jax_memory_fitting_effort", "jax_xla_profile_version", "jax_disable_most_optimizations",
+    "jax_compiler_enable_remat_pass", "jax_enable_pgle",
+)
+JAX_CONFIG_KEY = "jax_config"
+
+
+def _setting_json(value):
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return getattr(value, "name", None) or str(value)  # an enum (optimization levels) by its name
+
+
+def jax_settings() -> dict:
+    """The value of every :data:`JAX_SETTINGS_RECORDED` setting this jax has, as it reads now."""
+    import jax
+
+    values = getattr(jax.config, "values", {})
+    out = {}
+    for name in JAX_SETTINGS_RECORDED:
+        if name not in values:
+            continue
+        try:
+            value = getattr(jax.config, name)
+        except AttributeError:  # a setting without an attribute: its global value
+            value = values[name]
+        out[name] = _setting_json(value)
+    return out
+
+
+def with_jax_settings(spec: dict) -> dict:
+    """A stress spec as a results header holds it: with the jax settings of this process."""
+    return {**spec, JAX_CONFIG_KEY: jax_settings()}
+
+
+def settings_difference(old: dict | None, new: dict | None) -> str | None:
+    """The first jax setting in which two records differ, as a phrase, or None. A record written
+    before the settings were recorded (None) differs from every record that has them: its settings
+    are unknown."""
+    if old == new:
+        return None
+    if old is None or new is None:
+        return ("jax settings not recorded (a record written before the harness recorded them), now recorded"
+                if old is None else "jax settings recorded, now not recorded")
+    for k in sorted(set(old) | set(new)):
+        if old.get(k, "<absent>") != new.get(k, "<absent>"):
+            return f"jax setting {k}={old.get(k, '<absent>')!r}, now {new.get(k, '<absent>')!r}"
+    return None
+
+
 def _dist_version(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -94,6 +155,7 @@ def environment() -> dict:
         "process_index": jax.process_index(),
         "process_count": jax.process_count(),
         "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED},
+        JAX_CONFIG_KEY: jax_settings(),
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "harness_version": harness_version(),
@@ -171,6 +233,9 @@ def read_results(path: Path) -> Results:
 def spec_difference(old: dict, new: dict) -> str | None:
     """The first option in which two specs differ, as 'key=old, now new', or None."""
     unused = set() if old.get("reference") or new.get("reference") else {"reference_every"}
+    settings = settings_difference(old.get(JAX_CONFIG_KEY), new.get(JAX_CONFIG_KEY))
+    if settings:
+        return settings
     for k in sorted(set(old) | set(new)):
         if k not in records.RESUMABLE_KEYS and k not in unused and old.get(k) != new.get(k):
             return f"{k}={old.get(k)!r}, now {new.get(k)!r}"
@@ -202,6 +267,9 @@ class RunWriter:
             raise HarnessError(f"cannot write results to {path}: {exc.strerror}") from None
 
     def write_header(self, spec: dict, env: dict) -> records.Header:
+        """Write the header of a run of ``spec``, with this process's jax settings added to it
+        (:func:`with_jax_settings`: they are part of what a step computes)."""
+        spec = with_jax_settings(spec)
         header = records.Header(spec=spec, fingerprint=records.spec_fingerprint(spec), env=env, time=now())
         self.append(header)
         self.header = header
@@ -312,10 +380,13 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
     """Open a results file for a run of ``spec``: lock it, check it, repair its tail, return its writer.
 
     Order matters: the lock is taken first, then the header is checked (a file whose first
-    line is not our header is never touched) and the options compared, then every complete
-    line is validated, and only then is a torn last line cut (or a valid one completed).
+    line is not our header is never touched) and the options compared (with this process's jax
+    settings: a run made under other settings, or one whose header predates them, is not
+    continued), then every complete line is validated, and only then is a torn last line cut (or a
+    valid one completed).
     """
     path = Path(path)
+    spec = with_jax_settings(spec)
     check_writable(path.parent)
     if path.exists() and not path.is_file():
         raise HarnessError(f"{path} is not a regular file")

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""The table of a folder of #35409 compile records (results/tpu-aot/*/jaxPIN), with where W's
+scatter writes: for each record, what the compiler made and, read from its optimized HLO, the
+operand libtpu aliases to the output of each fusion holding a scatter of W's shard shape, as the
+calling computation produces it (xla_harness.hlo.tied.aliased_scatter_writes).
+
+    python tools/aliased_writes.py [--factors jit,donate,...] FOLDER...
+
+One Markdown row per record: the options named by --factors (default: every option the records do
+not all share), instructions, temp / aliased bytes, compile CPU s, hazard / fused data-moving
+producer, libtpu aliased fusions (with a scatter), disagreements with the walk, and where the
+aliased scatter writes (where no scatter fusion is aliased: where W's scatters add instead,
+xla_harness.hlo.tied.tied_summary). W's shard: W[100352, 2048] of the full-size program (scale 1) split by its
+embed_spec over the ("model", "data") = (2, 4) mesh of the v6e:2x4 target. The HLO is read from
+FOLDER/<record's hlo> or the same name with .gz (tools/publish_hlo.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MESH = {"model": 2, "data": 4, "none": 1}
+VOCAB, D_MODEL = 100352, 2048
+
+
+def w_shard(options: dict) -> tuple[int, int]:
+    a, b = str(options.get("embed_spec", "model,data")).split(",")
+    return VOCAB // MESH[a], D_MODEL // MESH[b]
+
+
+def hlo_text(folder: Path, record: dict) -> str:
+    path = folder / record["hlo"]
+    if path.exists():
+        return path.read_text(encoding="utf-8")
+    return gzip.decompress(Path(f"{path}.gz").read_bytes()).decode("utf-8")
+
+
+def where_written(folder: Path, record: dict) -> str:
+    from xla_harness.hlo.parser import parse_module
+    from xla_harness.hlo.tied import aliased_scatter_writes, tied_summary
+
+    module = parse_module(hlo_text(folder, record), record["label"])
+    writes = aliased_scatter_writes(module, w_shard(record["options"]))
+    if writes:
+        return "; ".join(w.text for w in writes)
+    sources = [s.in_place_source for s in tied_summary(module, w_shard(record["options"])).scatters]
+    words = {"broadcast": "broadcast zeros", "dense": "the dense gradient", "barrier": "a barrier's output",
+             "parameter": "a parameter", "other": "other buffers"}
+    into = ", ".join(f"{sources.count(k)} into {words[k]}" for k in words if k in sources)
+    return f"no aliased scatter fusion ({len(sources)} scatters of W's shape{': ' + into if into else ''})"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def row(folder: Path, record: dict, factors: list[str]) -> list[str]:
+    fp, scan = record["fingerprint"], record["scan"]
+    alias = scan.get("compiler_alias") or {}
+    versions = record.get("versions", {})
+    libtpu = versions.get("libtpu", "?")
+    return [f"{versions.get('jax', '?')} / {libtpu}", *(str(record["options"].get(f, "")) for f in factors),
+            f"{fp['instructions']:,}", f"{_gb(fp['temp_size_in_bytes'])} / {_gb(fp['alias_size_in_bytes'])}",
+            f"{record['compile_cpu_s']:.0f}", f"{scan.get('hazard', 0)} / {scan.get('decisions', 0)}",
+            f"{alias.get('aliased_fusions', 0)} ({alias.get('aliased_scatter_fusions', 0)})",
+            str(alias.get("disagreements", 0)), where_written(folder, record)]
+
+
+def main(argv: list[str]) -> int:
+    factors: list[str] | None = None
+    if argv[:1] == ["--factors"]:
+        if len(argv) < 2:
+            print("error: --factors takes a comma-separated list of option names", file=sys.stderr)
+            return 2
+        factors, argv = argv[1].split(","), argv[2:]
+    if not argv:
+        print("error: usage: python tools/aliased_writes.py [--factors a,b,...] FOLDER... (folders of compile.jsonl)",
+              file=sys.stderr)
+        return 2
+    records: list[tuple[Path, dict]] = []
+    for name in argv:
+        folder = Path(name)
+        path = folder / "compile.jsonl"
+        if not path.is_file():
+            print(f"error: {path} is not a file", file=sys.stderr)
+            return 2
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                rec = json.loads(line)
+                rec["hlo"], rec["options"], rec["fingerprint"]  # noqa: B018 - the keys a row needs
+            except (ValueError, KeyError, TypeError):
+                print(f"error: {path}:{n}: not a compile record with its HLO", file=sys.stderr)
+                return 2
+            records.append((folder, rec))
+    if factors is None:
+        keys = sorted({k for _, r in records for k in r["options"]})
+        factors = [k for k in keys if len({json.dumps(r["options"].get(k)) for _, r in records}) > 1]
+    header = ["jax / libtpu", *factors, "instructions", "temp / aliased", "compile CPU s",
+              "hazard / fused data-moving producer", "libtpu aliased fusions (with a scatter)",
+              "disagreements with the walk", "where the aliased scatter writes"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for folder, rec in records:
+        print("| " + " | ".join(row(folder, rec, factors)) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
