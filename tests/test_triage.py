@@ -133,10 +133,14 @@ def test_planted_nans_change_the_answer_and_the_exit_code(tmp_path):
 @pytest.mark.slow
 def test_a_planted_nondeterministic_leaf_changes_the_answer_and_the_exit_code(tmp_path):
     (tmp_path / "perturbed.py").write_text(PERTURBED)
-    done = _triage("--program", f"{tmp_path}/perturbed.py:make", "--out", str(tmp_path / "t"), "--budget", "10")
+    done = _triage("--program", f"{tmp_path}/perturbed.py:make", "--out", str(tmp_path / "t"), "--budget", "10",
+                   "--json")
     assert done.returncode == 1, done.stderr
-    paragraph = _answer_line(done.stdout)
+    got = json.loads(done.stdout)  # --json: the whole stdout is one document, the same verdict
+    paragraph = got["answer"]
     assert "nondeterministic:" in paragraph and "params['b']" in paragraph
+    assert got["exit_code"] == 1 and got["findings"] and got["triage"]["stages"]["frozen"]["answer"]
+    assert got["report"]["html"].endswith("report.html")
 
 
 @pytest.mark.slow

@@ -21,13 +21,15 @@ import argparse
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPILE_TIMEOUT_S = 1800  # one full-size ahead-of-time GPU compile takes minutes on 2 cores
+PUBLISH_TIMEOUT_S = 600
 sys.path.insert(0, str(ROOT))
 
+from xla_harness import subproc  # noqa: E402
 from xla_harness.errors import HarnessError  # noqa: E402
 from xla_harness.hlo import fidelity  # noqa: E402
 from xla_harness.hlo.parser import parse_module  # noqa: E402
@@ -62,10 +64,11 @@ def _compile(out: Path, target: str, options: dict, autotune: Path | None) -> No
     if autotune is not None:
         argv += ["--autotune-results", str(autotune)]
     print("$ " + " ".join(argv[1:]), flush=True)
-    done = subprocess.run(argv, cwd=ROOT)
+    done = subproc.run(argv, cwd=ROOT, timeout=COMPILE_TIMEOUT_S, what="the ahead-of-time compile")
     if done.returncode not in (0, 1):  # 1: the scan found a hazard, a result like any other
         raise HarnessError(f"the ahead-of-time compile failed (exit {done.returncode})")
-    subprocess.run([sys.executable, str(ROOT / "tools" / "publish_hlo.py"), str(out / "hlo")], check=True)
+    subproc.run([sys.executable, str(ROOT / "tools" / "publish_hlo.py"), str(out / "hlo")], check=True,
+                timeout=PUBLISH_TIMEOUT_S, what="publish_hlo.py")
 
 
 def _figures(rec: dict) -> dict:

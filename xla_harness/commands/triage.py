@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="the triage folder (new, or with --resume its own)")
     p.add_argument("--resume", action="store_true", help="continue the triage in --out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    flags.add_json_argument(p, "the answer (its paragraph, findings, per-compiler verdicts and stages)")
 
 
 def _targets(texts: tuple[str, ...]) -> list[str]:
@@ -101,6 +103,20 @@ def run(args) -> int:
     triage = Triage(spec, args.out, resume=args.resume, log=log)
     state, _ = triage.run()
     ans = write_report(args.out, state)
-    print(ans.paragraph)
-    print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
+    if args.json:
+        print(json.dumps(answer_json(ans, state, args.out), indent=1, sort_keys=True))
+    else:
+        print(ans.paragraph)
+        print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
     return ans.exit_code
+
+
+def answer_json(ans, state: dict, out: Path) -> dict:
+    """The answer as ``--json`` prints it: what the text says, with each compiler's verdict and the
+    stages' record (``triage.json``) beside it."""
+    return {"answer": ans.paragraph, "exit_code": ans.exit_code, "findings": list(ans.findings),
+            "errors": list(ans.errors), "targets": [v.to_json() for v in ans.targets],
+            "local": {name: {"answer": run.answer, "rounds": list(run.rounds), "variants": list(run.variants)}
+                      for name, run in ans.local.items()},
+            "report": {"markdown": str(out / "report.md"), "html": str(out / "report.html")},
+            "triage": state}

@@ -90,12 +90,18 @@ def _backup(state: RunState) -> tuple:
 class _Pending:
     """A block of checked steps whose packed flags are on their way to the host."""
 
-    def __init__(self, start: int, end: int, packed: tuple[jax.Array, tuple], refs: dict[int, dict]) -> None:
+    def __init__(self, start: int, end: int, packed: tuple[jax.Array, tuple], refs: dict[int, dict],
+                 details: dict[int, jax.Array]) -> None:
         self.start, self.end, (self.packed, self.layout), self.refs = start, end, packed, refs
+        self.details = details  # frozen: step -> its nondeterminism detail, left on the device
         self.packed.copy_to_host_async()
 
     def resolve(self, h: Harnessed, seed: int, planned: set[int]) -> BlockResult:
         host = FlagPacker.unpack(h.counters.fetch(self.packed), self.end - self.start, self.layout)
+        for i, f in enumerate(host):
+            # Which leaves differ, fetched only for a step that did differ (a finding: one more read).
+            if bool(f.get("nondet", False)) and self.start + i in self.details:
+                f["nondet_detail"] = h.counters.fetch(self.details[self.start + i])
         records = host_records(self.start, host, h, planned)
         for r in records:
             if r["step"] in self.refs:
@@ -106,7 +112,7 @@ class _Pending:
 
 
 def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set[int], refs: dict[int, dict],
-                  watched: bool) -> dict:
+                  watched: bool, details: dict[int, jax.Array]) -> dict:
     """Step ``s`` and its check (train: committed or rolled back), everything on the device; the flags."""
     spec = h.spec
     frozen = spec.protocol == "frozen"
@@ -131,9 +137,8 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
         if state.first is None:
             state.first, state.first_ok = outputs, flags["ok"]
             flags["nondet"] = jnp.bool_(False)
-            flags["nondet_detail"] = jnp.zeros((len(h.output_names), 3), jnp.float32)
         else:
-            flags["nondet"], flags["nondet_detail"], state.first, state.first_ok = h.repeat_check(
+            flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
                 state.first, state.first_ok, outputs, flags["ok"])
             h.counters.dispatches += 1
         return flags
@@ -159,16 +164,17 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     flags_list: list = []
     block_start = first_checked = state.next_step
     refs: dict[int, dict] = {}
+    details: dict[int, jax.Array] = {}
     pending: _Pending | None = None
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
-        flags_list.append(_checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1))
+        flags_list.append(_checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details))
         state.next_step = s + 1
         stop = should_stop()
         if len(flags_list) == sync or s == steps - 1 or stop:
-            block = _Pending(block_start, s + 1, h.packer.pack(flags_list), refs)
+            block = _Pending(block_start, s + 1, h.packer.pack(flags_list), refs, details)
             h.counters.dispatches += 1
-            flags_list, refs, block_start = [], {}, s + 1
+            flags_list, refs, details, block_start = [], {}, {}, s + 1
             if pending is not None:
                 yield pending.resolve(h, seed, planned)
             pending = block
