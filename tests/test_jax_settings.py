@@ -191,11 +191,14 @@ def test_compile_resume_refuses_a_label_compiled_under_other_settings(tmp_path, 
     path = tmp_path / "compile.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (
         _compile_record("a", plain), _compile_record("b", None), _compile_record("c", highest))))
-    assert compile_only._done_labels(path, target, ["a", "b"], plain) == {"a", "b", "c"}
+    run = {"program": None, "versions": {"jax": "0.12.0.1", "libtpu": "0.0.50.1"}, "env": {}, "protocol": "train",
+           "autotune_sha256": None, "jax_config": plain}
+    done, _, _ = compile_only._read_done(path, True, target, run, {"a": {}, "b": {}})
+    assert set(done) == {"a", "b", "c"}  # c is not asked for: its settings are its own
     assert "b was recorded without its jax settings" in capsys.readouterr().err
     with pytest.raises(HarnessError, match=r"compile.jsonl:3: c was compiled under other jax settings \(jax setting "
                                            r"jax_default_matmul_precision='highest', now None\)"):
-        compile_only._done_labels(path, target, ["a", "c"], plain)
+        compile_only._read_done(path, True, target, run, {"a": {}, "c": {}})
 
 
 def test_a_compile_record_holds_the_settings_it_was_compiled_under(tmp_path):

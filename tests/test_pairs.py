@@ -16,6 +16,7 @@ from xla_harness.stress import pairs
 from xla_harness.stress.pairs import ISSUE_35409_FACTORS, lower_bound, missing_pairs, pairwise
 
 ROOT = Path(__file__).resolve().parents[1]
+BAD_MODE = "option mode must be one of full, sparse_only, dense_only, got '{}'"  # the option table's line
 
 
 def uncovered(factors, design):
@@ -89,9 +90,10 @@ def test_every_cell_is_checked_against_the_program():
     pairs.check_issue_35409_cells(design, {"mode": "full", "remat": "True"})
     bad = [dict(c) for c in design]
     bad[3]["embed_spec"] = "model,model"
-    with pytest.raises(HarnessError, match=r"^pairs cell 4 \(jit=.*\): embed_spec must name"):
+    with pytest.raises(HarnessError,
+                       match=r"^pairs cell 4 \(jit=.*\): --program issue-35409: option embed_spec must be two of"):
         pairs.check_issue_35409_cells(bad, {})
-    with pytest.raises(HarnessError, match="unknown mode 'tied'"):
+    with pytest.raises(HarnessError, match=BAD_MODE.format("tied")):
         pairs.check_issue_35409_cells(design, {"mode": "tied"})
     with pytest.raises(HarnessError, match="takes no option 'width'"):
         pairs.check_issue_35409_cells(design, {"width": "3"})
@@ -108,7 +110,7 @@ def test_the_module_prints_the_design_and_refuses_bad_input(capsys):
     assert lines == [pairs.cell_words(c) for c in pairwise(ISSUE_35409_FACTORS)]
     assert pairs.main(["--summary", "--fixed", "mode=full", "remat=True"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "15 cells; lower bound 15"
-    for fixed, says in ((["mode=tied"], "unknown mode 'tied'"), (["precision=high"], "precision is a factor"),
+    for fixed, says in ((["mode=tied"], BAD_MODE.format("tied")), (["precision=high"], "precision is a factor"),
                         (["remat"], "KEY=VALUE")):
         assert pairs.main(["--fixed", *fixed]) == 2
         captured = capsys.readouterr()
@@ -117,8 +119,8 @@ def test_the_module_prints_the_design_and_refuses_bad_input(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cells, says", [("full", "is not MODE:REMAT"), ("tied:True", "unknown mode 'tied'"),
-                                         ("full:True bogus:False", "unknown mode 'bogus'"),
+@pytest.mark.parametrize("cells, says", [("full", "is not MODE:REMAT"), ("tied:True", BAD_MODE.format("tied")),
+                                         ("full:True bogus:False", BAD_MODE.format("bogus")),
                                          ("", "PAIRS_CELLS is empty")])
 def test_tpu_pairs_checks_its_input_before_it_makes_anything(tmp_path, cells, says):
     """A bad cell stops tools/tpu-pairs with one error line before any venv, folder or compile."""

@@ -537,6 +537,7 @@ def check_options(devices: int = 8, **options) -> None:
     unknown = sorted(set(options) - known)
     if unknown:
         raise HarnessError(f"issue-35409 takes no option {unknown[0]!r}; its options: {', '.join(sorted(known))}")
+    options = OPTIONS.validate(options)  # each value by its type and range, as make() checks it
     defaults = {k: p.default for k, p in inspect.signature(make).parameters.items() if k != "devices"}
     o = {**defaults, **options}
     mesh_shape = o["mesh_shape"] or ((2, devices // 2) if devices > 1 else (1, 1))
