@@ -46,11 +46,13 @@ print(float(aux["loss"]))
 """
 
 
-def _timed(argv: list[str], env: dict) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one child process run to its end; it must succeed."""
+def _timed(argv: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one child process run to its end in ``cwd``; it must succeed.
+    ``python -m`` puts its working directory first on sys.path, ahead of PYTHONPATH: the child runs in
+    the checkout it times, or it would import this one's harness."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, check=False)
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=1800, check=False)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -95,7 +97,7 @@ def main() -> int:
             checkout, argv = runs[name]
             if name.startswith("stress"):  # a fresh results folder each round
                 argv = [*argv[:-1], str(Path(tempfile.mkdtemp(prefix="xla-harness-first-block-")) / "r")]
-            times[name].append(_timed(argv, {**env, "PYTHONPATH": str(checkout)}))
+            times[name].append(_timed(argv, {**env, "PYTHONPATH": str(checkout)}, checkout))
         print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1][0]:.1f} s CPU / {times[n][-1][1]:.1f} s wall"
                                             for n in names), flush=True)
     for name in names:

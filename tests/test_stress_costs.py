@@ -15,7 +15,7 @@ import pytest
 
 from xla_harness.programs.interface import load_program
 from xla_harness.stress import blocks as blocks_module
-from xla_harness.stress.checker import bucket
+from xla_harness.stress.checker import bucket, pad_size
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.spec import StressSpec
@@ -52,8 +52,8 @@ def _state(size: dict) -> tuple[int, int]:
 @pytest.mark.slow
 def test_a_clean_train_run_copies_no_state_to_the_host_and_compiles_the_step_once(tmp_path):
     counts, done, compiles = _run(tmp_path, "train", REALISTIC)
-    # Per block one float32 array: its state flag and its losses, padded to a power of two.
-    assert counts.read_bytes == sum(4 * (1 + bucket(b.end - b.start)) for b in done)
+    # Per block one float32 array: its state flag and its losses, padded to a power of 8.
+    assert counts.read_bytes == sum(4 * (1 + pad_size(b.end - b.start)) for b in done)
     assert counts.read_bytes < 1e-4 * _state(REALISTIC)[0]
     assert counts.reads == len(done)
     assert counts.syncs <= len(done) + 2
@@ -70,6 +70,32 @@ def test_a_clean_frozen_run_copies_no_state_to_the_host_and_compiles_the_step_on
     per_step = {counts.read_bytes // sum(4 * bucket(b.end - b.start) for b in done)}
     assert per_step <= set(range(leaves + 8)) and counts.read_bytes < 2e-4 * _state(REALISTIC)[0]
     assert compiles == 1
+
+
+HARNESS_FUNCTIONS = ("state_finite", "summarize_block", "_pack_flags", "repeat")
+
+
+def _harness_compiles() -> dict:
+    """Compiles of the harness's own block-level functions: the state's check, the gather of a block's
+    losses or flags, the frozen protocol's repeat check."""
+    return {name: COMPILES.of(name) for name in HARNESS_FUNCTIONS}
+
+
+@pytest.mark.parametrize("protocol", ["train", "frozen"])
+def test_the_functions_gathering_a_block_compile_for_a_handful_of_sizes(tmp_path, protocol):
+    """The check and the gather of a block's losses or flags compile once per padded size (powers of
+    8), not per block length: a configuration of 100 steps, whose blocks grow from one step, compiles
+    them at most three times and its own step once (a compile costs more than a short run's blocks
+    do). The train protocol's block lengths vary more than their padded sizes: padded to its own
+    length, each length would compile once more."""
+    before = _harness_compiles()
+    _, done, compiles = _run(tmp_path, protocol, TINY, steps=100)
+    new = {k: v - before[k] for k, v in _harness_compiles().items()}
+    gather, padded = ("summarize_block", pad_size) if protocol == "train" else ("_pack_flags", bucket)
+    sizes = {padded(b.end - b.start) for b in done}
+    assert compiles == 1 and new[gather] == len(sizes) <= 3, (new, [b.end - b.start for b in done])
+    if protocol == "train":
+        assert len({b.end - b.start for b in done}) > len(sizes)
 
 
 @pytest.mark.slow

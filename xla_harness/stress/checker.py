@@ -94,7 +94,10 @@ def _all_finite(tree) -> jax.Array:
 def make_state_check() -> Callable:
     """jit(params, opt_state) -> one flag: every floating leaf finite (the block protocol's check at
     the end of a block of steps; reads the state once, writes nothing)."""
-    return jax.jit(lambda params, opt_state: _all_finite((params, opt_state)))
+    def state_finite(params, opt_state):
+        return _all_finite((params, opt_state))
+
+    return jax.jit(state_finite)
 
 
 def _bits(x) -> jax.Array:
@@ -179,24 +182,42 @@ def make_repeat_check() -> Callable:
 
 
 def bucket(n: int) -> int:
-    """The power of two at or above ``n``: block-level functions are compiled once per bucket."""
+    """The power of two at or above ``n`` (a block's size)."""
     return 1 << max(0, n - 1).bit_length()
+
+
+def pad_size(n: int) -> int:
+    """The power of 8 at or above ``n``: what a block's losses or flags are padded to, so the functions
+    that gather them compile for a handful of sizes per configuration (1, 8, 64, 512: a compile costs
+    tens of ms, more than a short run's blocks do), at most 7 padding rows per real one."""
+    size = 1
+    while size < n:
+        size *= 8
+    return size
+
+
+def _pack_flags(flags):
+    return jnp.stack([jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(f)])
+                      for f in flags])
+
+
+_PACK = jax.jit(_pack_flags)  # one for the process (jax.clear_caches empties it per configuration)
 
 
 class FlagPacker:
     """The flags of K steps (dicts of device arrays, one per step) as one float32 array [K, F] on the
-    device, and back into host dicts. Compiled once per power-of-two bucket of K (shorter blocks are
-    padded with their last step's flags)."""
+    device, and back into host dicts. Compiled once per power-of-two :func:`bucket` of K (shorter
+    blocks are padded with their last step's flags: a row holds a flag per leaf, so rows are not
+    padded as generously as losses; the per-step protocols' blocks have one length but the last)."""
 
     def __init__(self) -> None:
-        self._pack = jax.jit(lambda flags: jnp.stack([jnp.concatenate(
-            [jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(f)]) for f in flags]))
+        self._pack = _PACK
 
     def pack(self, flags: list[dict]) -> tuple[jax.Array, tuple]:
         """(the packed array, its layout for :meth:`unpack`)."""
         leaves, treedef = jax.tree_util.tree_flatten(flags[0])
         layout = (treedef, [(int(np.prod(x.shape)), x.shape, x.dtype) for x in leaves])
-        return self._pack(pad(flags)), layout
+        return self._pack(pad(flags, bucket)), layout
 
     @staticmethod
     def unpack(host: np.ndarray, n: int, layout: tuple) -> list[dict]:
@@ -214,12 +235,15 @@ class FlagPacker:
 
 def make_summarize() -> Callable:
     """jit(losses, state_ok) -> float32[1 + len(losses)]: a block's one fetch, its state flag (1.0:
-    every floating leaf finite) then its steps' losses as float32 (compiled once per power-of-two
-    bucket of the block's length; pad with :func:`pad`)."""
-    return jax.jit(lambda losses, ok: jnp.concatenate(
-        [ok.astype(jnp.float32)[None], jnp.stack([jnp.asarray(x).astype(jnp.float32) for x in losses])]))
+    every floating leaf finite) then its steps' losses as float32 (compiled once per :func:`pad_size`
+    of the block's length; pad with :func:`pad`)."""
+    def summarize_block(losses, ok):
+        return jnp.concatenate([ok.astype(jnp.float32)[None],
+                                jnp.stack([jnp.asarray(x).astype(jnp.float32) for x in losses])])
+
+    return jax.jit(summarize_block)
 
 
-def pad(xs: list) -> list:
-    """``xs`` padded to its :func:`bucket` with its last element."""
-    return xs + [xs[-1]] * (bucket(len(xs)) - len(xs))
+def pad(xs: list, size: Callable[[int], int] = pad_size) -> list:
+    """``xs`` padded to ``size(len(xs))`` (default :func:`pad_size`) with its last element."""
+    return xs + [xs[-1]] * (size(len(xs)) - len(xs))
