@@ -35,11 +35,15 @@ def onoff(t: str) -> bool:
     return {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}[t.lower()]
 
 
-def positive(t: str) -> int:
+def _integer(t: str) -> int:
     try:
-        v = int(t)
+        return int(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
+
+
+def positive(t: str) -> int:
+    v = _integer(t)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
     return v
@@ -90,10 +94,7 @@ def seconds(t: str) -> float:
 
 def non_negative(t: str) -> int:
     """An integer >= 0 (an index)."""
-    try:
-        v = int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {t!r}") from None
+    v = _integer(t)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {v}")
     return v
