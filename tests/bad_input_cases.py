@@ -175,6 +175,18 @@ def process_command(case: Case, tmp: Path, root: Path) -> tuple[list[str], dict[
     return [sys.executable, "-m", "xla_harness.cli", *case.args(tmp)], env
 
 
+def as_from_a_terminal(blocked: set[int]) -> None:
+    """In a child before it starts: SIGINT and SIGQUIT as a command typed at a terminal gets them (a
+    suite started in the background, ``cmd &`` without job control, hands its children SIGINT
+    ignored, and the harness rightly leaves an inherited SIG_IGN alone), then ``blocked`` blocked."""
+    import signal as _signal
+
+    for sig in (_signal.SIGINT, _signal.SIGQUIT):
+        _signal.signal(sig, _signal.SIG_DFL)
+    if blocked:
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)
+
+
 def run_process(case: Case, tmp: Path, root: Path, timeout: float) -> tuple[int | None, int | None, str, str, float]:
     """Run a ``process``/``sweep`` case: (exit code or None, the signal that killed it, stdout, stderr,
     seconds); (None, None, ..) after ``timeout`` (it was killed: a hang)."""
@@ -190,8 +202,7 @@ def run_process(case: Case, tmp: Path, root: Path, timeout: float) -> tuple[int 
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
-                            preexec_fn=(lambda: _signal.pthread_sigmask(_signal.SIG_BLOCK, blocked)) if pending
-                            else None)
+                            preexec_fn=lambda: as_from_a_terminal(blocked if pending else set()))
     try:
         if case.signal is not None:
             signum, after = case.signal

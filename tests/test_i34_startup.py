@@ -25,7 +25,7 @@ import pytest
 
 from xla_harness import interrupts
 
-from .bad_input_cases import Case, run_process
+from .bad_input_cases import Case, as_from_a_terminal, run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 STRESS = ["stress", "--quiet", "--out", "{tmp}/o", "--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "2",
@@ -159,7 +159,8 @@ def test_an_interrupt_inside_an_import_waits_for_the_import(tmp_path):
     marker = tmp_path / "marker"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARKER": str(marker)}
     proc = subprocess.Popen([sys.executable, "-m", "xla_harness", "scan", "--model", f"{prog}:make"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: as_from_a_terminal(set()))
     deadline = time.monotonic() + 120
     while not marker.exists():
         assert proc.poll() is None and time.monotonic() < deadline
