@@ -1277,7 +1277,8 @@ def _bisect_cases() -> list[Case]:
         Case("r4-bisect-target-no-libtpu", [*base, *TINY_ARGS], env={"XLA_HARNESS_TARGET_COMPILERS": "{tmp}/none"},
              needle="libtpu", tags=tags | {"spawns"}, timeout=300),
         Case("r4-bisect-target-program-raises", [*base, "--program", "{tmp}/prog.py:make"],
-             _files(**{"prog.py": FAILING_FACTORY}), needle="planted", tags=tags | {"spawns"}, timeout=300),
+             _files(**{"prog.py": FAILING_FACTORY}), needle="planted", tags=tags | {"spawns", "tpu"},
+             timeout=300),  # the program is built in the probe, for the TPU's devices: libtpu is needed
     ]
 
 

@@ -78,10 +78,12 @@ def test_every_opcode_of_this_jaxlib_is_known():
     from xla_harness import jaxcompat
     from xla_harness.hlo.xla_oracle import opcode_text
 
-    hlo = jaxcompat.xla_hlo()
-    assert {opcode_text(n) for n in hlo.HloOpcode.__members__} <= XLA_OPCODES
     with pytest.raises(HloParseError, match="unknown opcode 'frobnicate'"):
         parse_module(BAD_HLO["opcode-unknown"].decode(), "m")
+    hlo = jaxcompat.xla_hlo()
+    if not hasattr(hlo, "HloOpcode"):
+        pytest.skip("this jaxlib does not list its opcodes (no HloOpcode in its bindings)")
+    assert {opcode_text(n) for n in hlo.HloOpcode.__members__} <= XLA_OPCODES
 
 
 def test_a_transpose_that_moves_data_is_still_a_hazard():

@@ -68,11 +68,6 @@ def _check_args(args) -> None:
                            "--oracle hlo (a property of the compiled HLO)")
     if args.out.exists() and not args.out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder")
-    from xla_harness.targets.devices import missing
-
-    why = missing(args.target)  # before a probe dies of it
-    if why:
-        raise HarnessError(why)
     module_part = args.program.rsplit(":", 1)[0] if ":" in args.program else ""
     if (module_part.endswith(".py") or "/" in module_part) and not Path(module_part).is_file():
         raise HarnessError(f"--program {args.program}: no such file {module_part}")
@@ -98,7 +93,12 @@ def run(args) -> int:
     from xla_harness.repro import bisect
 
     _check_args(args)
-    task = _task(args)
+    task = _task(args)  # the program's options checked (a built-in's table) before the compiler is looked for
+    from xla_harness.targets.devices import missing
+
+    why = missing(args.target)  # before a probe dies of it
+    if why:
+        raise HarnessError(why)
     from xla_harness.targets.envcheck import check_compiler_environment
 
     check_compiler_environment(args.target)  # each probe would die of a bad XLA_FLAGS: say so once, first
