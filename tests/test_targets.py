@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
+import jax
 import pytest
 
 from xla_harness.cli import main
@@ -84,11 +86,12 @@ def test_missing_names_what_to_install(monkeypatch):
     assert missing(HOST) is None
 
 
-@pytest.mark.parametrize("target,skips_cuda_check", [(H100, True), (V6E, False), (HOST, False)])
+@pytest.mark.parametrize("target,skips_cuda_check", [(H100, True), (V6E, True), (HOST, False)])
 def test_prepare_environment_lets_the_cuda_plugin_load_without_nvidia_libraries(monkeypatch, target,
                                                                                  skips_cuda_check):
     # jax 0.9's plugin checks the CUDA runtime at load unless told not to, and then registers no cuda
-    # platform on a machine without NVIDIA's libraries; a user's own setting stands.
+    # platform on a machine without NVIDIA's libraries; a user's own setting stands. For a tpu: target
+    # too: jax loads every plugin in the compilers' folder, the CUDA plugin with libtpu.
     import os
 
     from xla_harness.targets.devices import prepare_environment
@@ -145,6 +148,41 @@ def test_the_compilers_on_the_path_are_what_made_import_jax_noisy():
                           env={**_plain_env(), "PYTHONPATH": str(compilers_dir())})
     assert done.stderr != ""
     assert "cuDNN" in done.stderr or "TPU" in done.stderr
+
+
+TPU_TARGET_IMPORT = ("from xla_harness.targets import parse_target\n"
+                     "from xla_harness.targets.devices import prepare_environment\n"
+                     "prepare_environment(parse_target('tpu:v6e:2x4'))\n"
+                     "import jax; print(jax.devices())\n")
+
+
+def _tpu_target_start(**env: str) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run([sys.executable, "-c", TPU_TARGET_IMPORT], capture_output=True, text=True,
+                          timeout=300, env={**_plain_env(), **env,
+                                            "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compilers_dir() is None, reason="no target compilers folder (make setup-targets)")
+def test_a_tpu_target_starts_jax_without_the_cuda_plugins_traceback():
+    """The CUDA plugin shares libtpu's folder and jax loads it for a tpu: target too; jax 0.9's plugin
+    then checked a CUDA runtime this machine does not have and printed "Unable to load CUDA" with a
+    traceback during every TPU compile."""
+    done = _tpu_target_start()
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Unable to load CUDA" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compilers_dir() is None, reason="no target compilers folder (make setup-targets)")
+@pytest.mark.skipif(tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10),
+                    reason="this jax's CUDA plugin checks no runtime when JAX_PLATFORMS leaves CUDA out")
+def test_the_cuda_check_left_on_prints_the_traceback_the_check_above_would_see():
+    # The planted case: a user's own empty setting stands, and jax 0.9's plugin checks the runtime.
+    done = _tpu_target_start(JAX_SKIP_CUDA_CONSTRAINTS_CHECK="")
+    assert "Unable to load CUDA" in done.stderr
 
 
 def test_the_harness_adds_the_compilers_folder_once_and_last(tmp_path, monkeypatch):

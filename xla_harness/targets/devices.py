@@ -92,14 +92,15 @@ def _find(module: str) -> bool:
 def prepare_environment(target: Target) -> None:
     """Set what the target's compiler needs before jax is imported: the CPU as the host backend,
     for libtpu leave to load it in more than one process at once (probes run in subprocesses), and
-    for the CUDA plugin no check of a CUDA runtime that is not needed: jax 0.9's plugin checks the
+    and no check by the CUDA plugin of a CUDA runtime that is not needed: jax 0.9's plugin checks the
     runtime's version at load even when JAX_PLATFORMS leaves CUDA out (0.12's skips it then), fails
     without NVIDIA's libraries and registers no platform ("topology not implemented for cuda")."""
     if target.is_host:
         return
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if target.platform == "cuda":
-        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    # For a tpu: target too: the CUDA plugin shares the compilers' folder, jax loads every plugin it
+    # finds, and jax 0.9's would print its "Unable to load CUDA" traceback during a TPU compile.
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     use_target_compilers()
     if target.platform == "tpu":
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
