@@ -30,7 +30,7 @@ help:
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
 	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV)/xla-harness-targets (only the harness uses them): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware [CUDA_MAJOR=13]"
 	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
-	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec) one at a time, full + remat (results/tpu-aot/sweep)"
+	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec, precision) one at a time, full + remat (results/tpu-aot/sweep)"
 	@echo "make gpu-fidelity [AUTOTUNE=file]  the #35409 program compiled ahead of time for cuda:h200 (jax 0.11.2, CUDA 13 plugin) against the H200's own compile, fusion by fusion (results/gpu/.../fidelity)"
 	@echo "make tpu-pairs  [MATRIX_PINS=..] the unknowns (and precision, specs, axis types) pairwise: 15 cells, full + remat (results/tpu-aot/pairs)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"

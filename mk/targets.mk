@@ -17,7 +17,7 @@ MATRIX_OUT      ?= results/tpu-aot/report
 # the program compiled on its own on top of MATRIX_OPTIONS, full + remat, baseline only:
 #   make tpu-sweep [SWEEP="jit=bare dtype=bf16"] [MATRIX_PINS=..]   records in SWEEP_OUT/KEY=VALUE/jaxPIN
 SWEEP       ?= jit=bare dtype=bf16 donate=False embed_spec=data,model embed_spec=none,none embed_spec=model,none \
-               jit=nested embed_spec=none,data
+               jit=nested embed_spec=none,data precision=high precision=highest
 SWEEP_CELLS ?= full:True
 SWEEP_OUT   ?= results/tpu-aot/sweep
 
