@@ -71,6 +71,25 @@ def row(folder: Path, record: dict, factors: list[str]) -> list[str]:
             str(alias.get("disagreements", 0)), where_written(folder, record)]
 
 
+def read_records(folders: list[str]) -> list[tuple[Path, dict]]:
+    """Every compile record of each FOLDER/compile.jsonl, with its folder; ValueError naming the first
+    folder without one or the first line that is not a compile record with its HLO."""
+    records: list[tuple[Path, dict]] = []
+    for name in folders:
+        folder = Path(name)
+        path = folder / "compile.jsonl"
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                rec = json.loads(line)
+                rec["hlo"], rec["options"], rec["fingerprint"]  # noqa: B018 - the keys a row needs
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{path}:{n}: not a compile record with its HLO") from None
+            records.append((folder, rec))
+    return records
+
+
 def main(argv: list[str]) -> int:
     factors: list[str] | None = None
     if argv[:1] == ["--factors"]:
@@ -82,21 +101,11 @@ def main(argv: list[str]) -> int:
         print("error: usage: python tools/aliased_writes.py [--factors a,b,...] FOLDER... (folders of compile.jsonl)",
               file=sys.stderr)
         return 2
-    records: list[tuple[Path, dict]] = []
-    for name in argv:
-        folder = Path(name)
-        path = folder / "compile.jsonl"
-        if not path.is_file():
-            print(f"error: {path} is not a file", file=sys.stderr)
-            return 2
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                rec = json.loads(line)
-                rec["hlo"], rec["options"], rec["fingerprint"]  # noqa: B018 - the keys a row needs
-            except (ValueError, KeyError, TypeError):
-                print(f"error: {path}:{n}: not a compile record with its HLO", file=sys.stderr)
-                return 2
-            records.append((folder, rec))
+    try:
+        records = read_records(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if factors is None:
         keys = sorted({k for _, r in records for k in r["options"]})
         factors = [k for k in keys if len({json.dumps(r["options"].get(k)) for _, r in records}) > 1]

@@ -92,7 +92,7 @@ def _find(module: str) -> bool:
 def prepare_environment(target: Target) -> None:
     """Set what the target's compiler needs before jax is imported: the CPU as the host backend,
     for libtpu leave to load it in more than one process at once (probes run in subprocesses), and
-    and no check by the CUDA plugin of a CUDA runtime that is not needed: jax 0.9's plugin checks the
+    no check by the CUDA plugin of a CUDA runtime that is not needed: jax 0.9's plugin checks the
     runtime's version at load even when JAX_PLATFORMS leaves CUDA out (0.12's skips it then), fails
     without NVIDIA's libraries and registers no platform ("topology not implemented for cuda")."""
     if target.is_host:
