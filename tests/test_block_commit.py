@@ -1,8 +1,9 @@
-"""The block commit (outputs fed straight back, one check and one host snapshot per block, a failing
-block replayed step by step) gives the per-step commit's records, counts and trajectory on every
-planted failure; nondeterminism is counted (frozen: outputs compared bitwise with the first finite
-call's; train: a replayed block's losses compared with the block run's); the limit the docs state
-(a non-finite value the step removes again within a block) is shown to hold."""
+"""The block commit (outputs fed straight back, a row per step and one fetch per block, a device copy
+of the state at each block's start, a step whose new state is not finite rolled back by recomputing
+from it) gives the per-step commit's records, counts and trajectory on every planted failure;
+nondeterminism is counted (frozen: outputs compared bitwise with the first finite call's; train:
+reruns that differ from the first execution, reported apart); a non-finite value the step removes
+again within a block is seen, as per step."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ from .helpers import TINY
 
 
 def poisoned(bad_steps=(), state_nan_steps=(), vanish_steps=()) -> TrainProgram:
-    """A small regression whose loss is NaN at ``bad_steps`` (NaN inside the step: grads, update,
-    params), which writes NaN into an unused parameter ``u`` at ``state_nan_steps`` (the loss stays
-    finite; the NaN stays in the state) and into ``v`` at ``vanish_steps``, which the next step
-    resets to 0 (a step that cleans its own state)."""
+    """A small regression whose loss is NaN at ``bad_steps`` (the loss only: the NaN is a constant, so
+    the gradients and the new state stay finite), which writes NaN into an unused parameter ``u`` at
+    ``state_nan_steps`` (the loss stays finite; the NaN stays in the state) and into ``v`` at
+    ``vanish_steps``, which the next step resets to 0 (a step that cleans its own state)."""
     opt = optax.adam(1e-2)
     bad, state_nan, vanish = (jnp.asarray(list(x) or [-1]) for x in (bad_steps, state_nan_steps, vanish_steps))
 
@@ -80,15 +81,19 @@ def _assert_equal_commits(program, **spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case,kw,bad", [
-    ("nan inside the step", dict(bad_steps=(3, 11, 12)), [3, 11, 12]),
-    ("state nan, finite loss", dict(state_nan_steps=(6, 17)), [6, 17]),
-    ("last step of a block", dict(bad_steps=(4, 9, 10, 29)), [4, 9, 10, 29]),
+@pytest.mark.parametrize("case,kw,bad,rolled", [
+    ("nan loss, finite state", dict(bad_steps=(3, 11, 12)), [3, 11, 12], []),
+    ("state nan, finite loss", dict(state_nan_steps=(6, 17)), [6, 17], [6, 17]),
+    ("last step of a block", dict(state_nan_steps=(4, 9, 10, 29)), [4, 9, 10, 29], [4, 9, 10, 29]),
+    ("both", dict(bad_steps=(2, 14), state_nan_steps=(14, 21)), [2, 14, 21], [14, 21]),
 ])
-def test_block_commit_equals_step_commit(case, kw, bad):
+def test_block_commit_equals_step_commit(case, kw, bad, rolled):
     recs, blocks = _assert_equal_commits(poisoned(**kw), block=5)
     assert [r["step"] for r in recs if not r["finite"]] == bad, case
-    assert [(b.start, b.end) for b in blocks] == [(i, i + 5) for i in range(0, 30, 5)]
+    # contiguous blocks; a block ends at each step whose new state was rolled back, the next starts after it
+    assert [b.start for b in blocks[1:]] == [b.end for b in blocks[:-1]] and blocks[-1].end == 30
+    assert [b.end - 1 for b in blocks if b.rolled_back] == rolled
+    assert all(b.recompute is not None and b.recompute["from"] >= b.start for b in blocks if b.rolled_back)
 
 
 @pytest.mark.slow
@@ -121,17 +126,15 @@ def test_block_commit_equals_step_commit_on_the_builtin_with_a_chosen_block_size
 
 
 @pytest.mark.slow
-def test_the_stated_limit_a_nan_the_step_removes_within_a_block():
-    """``v`` is NaN after step 7 and reset by step 8: per-step sees it; a block ending after step 8
-    does not (docs/stress.md says so, and ``--commit step`` is the way to see it)."""
+def test_a_nan_the_step_removes_within_a_block_is_seen():
+    """``v`` is NaN after step 7 and reset by step 8: every step has its row, so the block commit sees
+    it wherever the block ends, as the per-step commit does (a block-end check alone would not)."""
     program = poisoned(vanish_steps=(7,))
     step_recs = [r for b in _run(program, "step", steps=12, block=5)[0] for r in b.records]
-    block_recs = [r for b in _run(program, "block", steps=12, block=5)[0] for r in b.records]
     assert [r["step"] for r in step_recs if not r["finite"]] == [7]
-    assert [r["step"] for r in block_recs if not r["finite"]] == []
-    # A block that ends on step 7 sees it.
-    block_recs = [r for b in _run(program, "block", steps=12, block=4)[0] for r in b.records]
-    assert [r["step"] for r in block_recs if not r["finite"]] == [7]
+    for block in (4, 5, 12):
+        block_recs = [r for b in _run(program, "block", steps=12, block=block)[0] for r in b.records]
+        assert [_key(r) for r in block_recs] == [_key(r) for r in step_recs], block
 
 
 NOISY_FILE = '''
@@ -145,7 +148,7 @@ import optax
 from xla_harness.programs.interface import TrainProgram, step_from_loss
 
 
-def make(every=4, nan_calls=()):
+def make(every=4, nan_calls=(), into_state=True):
     opt = optax.sgd(0.1)
     calls = itertools.count()  # the program's calls, counted on the host
 
@@ -162,18 +165,21 @@ def make(every=4, nan_calls=()):
 
     def loss(params, x):
         noise = jax.experimental.io_callback(perturbation, jax.ShapeDtypeStruct((), jnp.float32))
-        return jnp.mean(jnp.tanh(x @ params["w"]) ** 2) + noise
+        # into_state: a NaN also reaches the gradient, hence the parameters (the step's new state)
+        leak = jnp.where(jnp.isnan(noise), noise * jnp.sum(params["w"]), 0.0) if into_state else 0.0
+        return jnp.mean(jnp.tanh(x @ params["w"]) ** 2) + noise + leak
 
     return TrainProgram(name="noisy", init=init, batch=batch, step=step_from_loss(loss, opt))
 '''
 
 
-def noisy(every=4, nan_calls=()) -> TrainProgram:
+def noisy(every=4, nan_calls=(), into_state=True) -> TrainProgram:
     """A step that is not a function of its inputs (:data:`NOISY_FILE`'s ``make``): a host callback adds
-    1e-3 to the loss on every ``every``'th call of the program and makes it NaN on ``nan_calls``."""
+    1e-3 to the loss on every ``every``'th call of the program and makes it NaN on ``nan_calls`` (and,
+    ``into_state``, the gradient and so the new parameters)."""
     namespace: dict = {}
     exec(compile(NOISY_FILE, "noisy.py", "exec"), namespace)
-    return namespace["make"](every=every, nan_calls=tuple(nan_calls))
+    return namespace["make"](every=every, nan_calls=tuple(nan_calls), into_state=into_state)
 
 
 @pytest.mark.slow
@@ -193,15 +199,14 @@ def test_frozen_deterministic_step_has_no_nondeterminism_and_a_nan_first_call_is
 
 
 @pytest.mark.slow
-def test_train_replay_that_does_not_reproduce_a_nan_is_marked_nondeterministic():
-    """Call 7 (step 7 of the block run) is NaN; its replay (a later call) is finite: the replay's records
-    stand, step 7 is marked nondet. Per-step commit counts the NaN (it never calls a step twice)."""
-    blocks, _ = _run(noisy(every=10**9, nan_calls=(7,)), "block", steps=10, block=5)
-    recs = [r for b in blocks for r in b.records]
-    assert all(r["finite"] for r in recs)
-    assert [r["step"] for r in recs if r.get("nondet")] == [7]
-    blocks, _ = _run(noisy(every=10**9, nan_calls=(7,)), "step", steps=10, block=5)
-    assert [r["step"] for b in blocks for r in b.records if not r["finite"]] == [7]
+def test_a_nan_the_rerun_does_not_reproduce_is_counted_at_its_step():
+    """Call 7 (step 7's first execution) is NaN; the step run again is finite: the first execution is
+    the measurement, so both commits record step 7 non-finite and nothing nondet."""
+    for commit in ("block", "step"):
+        blocks, _ = _run(noisy(every=10**9, nan_calls=(7,)), commit, steps=10, block=5)
+        recs = [r for b in blocks for r in b.records]
+        assert [r["step"] for r in recs if not r["finite"]] == [7], commit
+        assert not any(r.get("nondet") for r in recs), commit
 
 
 def test_block_size_grows_with_cost_and_shrinks_with_failures():
@@ -259,10 +264,13 @@ def test_block_commit_restores_a_state_sharded_over_eight_devices():
 
 
 @pytest.mark.slow
-def test_a_recompute_whose_losses_differ_from_the_records_is_counted_as_nondeterminism(tmp_path):
-    """Block 5-9 fails (call 9 is NaN); the state at step 5 is recomputed from init, running steps 0-4
-    again as calls 15-19 of a step that perturbs its loss on every 4th call: steps 0, 3 and 4 come out
-    different from their records and are reported, never hidden; the replay of 5-9 marks step 7."""
+def test_a_rerun_whose_losses_differ_from_the_records_is_reported_apart(tmp_path):
+    """Calls 0-4 are steps 0-4, calls 5-9 steps 5-9 (blocks of 5; call 9 is NaN, so step 9 is rolled
+    back) and calls 10-14 block 10-14, dropped (it ran from step 9's NaN state). The state before step
+    9 is rebuilt from the device copy at step 5: steps 5-8 run again as calls 15-18. The step perturbs
+    its loss on every 4th call (3, 7, 11, 15, ...): step 5 (call 15) and step 7 (first run call 7) differ
+    from their records. They are reported on the block and in the table's rerun column, never as
+    measured steps or nondet ones."""
     from xla_harness.stress import report
     from xla_harness.stress.runner import run_matrix
 
@@ -270,14 +278,16 @@ def test_a_recompute_whose_losses_differ_from_the_records_is_counted_as_nondeter
     blocks, _ = _run(noisy(every=4, nan_calls=(9,)), "block", steps=15, block=5)
     (failed,) = [b for b in blocks if b.recompute is not None]
     assert (failed.start, failed.end) == (5, 10)
-    assert failed.recompute == {"from": 0, "steps": 5, "nondet": [0, 3, 4]}
-    assert [r["step"] for b in blocks for r in b.records if r.get("nondet")] == [7]
+    assert failed.recompute == {"from": 5, "steps": 4, "nondet": [5, 7]}
+    assert not any(r.get("nondet") for b in blocks for r in b.records)
     spec = StressSpec(program=f"{tmp_path}/noisy.py:make", seeds=(1,), steps=15, block=5,
                       program_options=(("every", 4), ("nan_calls", (9,))))
     path = run_matrix(spec, tmp_path / "r")
     (row,) = report.load_table([path.parent]).rows
-    assert row.nondet == 4 and row.nondet_steps == {(1, 0), (1, 3), (1, 4), (1, 7)}
-
+    assert row.nondet == 0 and row.rerun_differ == {(1, 5), (1, 7)} and row.rerun_steps == 4
+    assert (row.k, row.n) == (1, 15)
+    text = report.format_table(report.load_table([path.parent]))
+    assert "rerun diff" in text and "2/4" in text
 
 @pytest.mark.slow
 def test_frequent_failures_move_the_restore_point_and_keep_the_per_step_trajectory():
@@ -285,7 +295,7 @@ def test_frequent_failures_move_the_restore_point_and_keep_the_per_step_trajecto
     interval, so a failed block is recomputed from a recent copy, not from init every time; the
     records and the trajectory stay the per-step commit's."""
     bad = tuple(range(6, 160, 7))
-    recs, blocks = _assert_equal_commits(poisoned(bad_steps=bad), steps=160, block=4)
+    recs, blocks = _assert_equal_commits(poisoned(state_nan_steps=bad), steps=160, block=4)
     assert [r["step"] for r in recs if not r["finite"]] == list(bad)
     recomputed = [b.recompute for b in blocks if b.recompute is not None]
     assert len(recomputed) == len(bad)
@@ -305,12 +315,12 @@ def test_a_checkpoint_is_a_restore_point_and_a_stop_writes_one(tmp_path):
         def append(self, line):
             super().append(line)
 
-    program = poisoned(bad_steps=(27,))
+    program = poisoned(state_nan_steps=(27,))
     spec = StressSpec(program="poisoned", seeds=(1,), steps=30, block=5, checkpoint_seconds=0.0)
     h = prepare(spec, {}, program)
     blocks = list(run_seed(h, 1, initial_state(h, 1), Lines(), tmp_path, {}))
     (failed,) = [b for b in blocks if b.recompute is not None]
-    assert (failed.start, failed.recompute) == (25, {"from": 25, "steps": 0, "nondet": []})
+    assert (failed.start, failed.end, failed.recompute) == (25, 28, {"from": 25, "steps": 2, "nondet": []})
     step_recs, _ = _run(program, "step", steps=30, block=5)
     assert [_key(r) for b in blocks for r in b.records] == [_key(r) for b in step_recs for r in b.records]
     # a stop after step 12: the checkpoint holds the state at the last recorded step

@@ -90,11 +90,29 @@ def test_a_copy_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
 
 @pytest.mark.slow
 def test_a_restore_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
-    """Block commit: a failing block (an injected NaN) is restored from the host snapshot; plant a
-    restore that forgets the weak type: the restored state is refused before it is fed back."""
-    monkeypatch.setattr(snapshot, "_weak", lambda x: x)
+    """Block commit: a step whose new state is not finite (an injected NaN) is rolled back from the
+    block's device copy (or, where copies do not fit, a host snapshot); plant a restore that forgets
+    the weak type: the restored state is refused before it is fed back."""
+    from xla_harness.stress import restore
+
+    def strong(self):
+        return tuple(jax.tree_util.tree_map(lambda x: x.astype(x.dtype), self.copy))
+
+    monkeypatch.setattr(restore.DevicePoint, "restore", strong)
     with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
         _harness_losses(weak_scale_program(), commit="block", inject_rate=0.5)
+    monkeypatch.undo()
+    # The host snapshot's restore, held to the same check.
+    from xla_harness.stress.harness import abstract, check_fed_back
+
+    h = _harness(weak_scale_program(), commit="block")
+    params = initial_state(h, 1).params
+    taken = snapshot.HostSnapshot()
+    taken.take(params)
+    check_fed_back(h, taken.restore(), abstract(params))  # the real restore keeps the weak type
+    monkeypatch.setattr(snapshot, "_weak", lambda x: x)
+    with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
+        check_fed_back(h, taken.restore(), abstract(params))
     monkeypatch.undo()  # the same run with the real restore goes through, the NaN counted
     h = _harness(weak_scale_program(), commit="block", inject_rate=0.5)
     records = [r for b in run_config(h, 1, initial_state(h, 1)) for r in b.records]

@@ -1,8 +1,9 @@
 """What the stress loop asks of the device, counted by jax itself (``bench/counting.py``: every host read
 of a jax Array with its bytes, every wait, every compile by name), for 100-step runs at the
 benchmark's realistic size with nothing failing: no byte of the state goes to the host (only each
-block's losses and one flag), at most blocks + 2 host syncs, and the user's step compiled once. A
-planted per-block copy of the state to the host is caught by the same counts."""
+block's rows: a loss, a code and a flag per step), at most blocks + 2 host syncs, the user's step
+compiled once and nothing at all compiled after the first block. A planted per-block copy of the
+state to the host is caught by the same counts."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import pytest
 
 from xla_harness.programs.interface import load_program
 from xla_harness.stress import blocks as blocks_module
-from xla_harness.stress.checker import bucket, pad_size
+from xla_harness.stress.checker import bucket
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.spec import StressSpec
+from xla_harness.stress.step_rows import ROWS
 
 from .helpers import TINY
 
@@ -52,9 +54,10 @@ def _state(size: dict) -> tuple[int, int]:
 @pytest.mark.slow
 def test_a_clean_train_run_copies_no_state_to_the_host_and_compiles_the_step_once(tmp_path):
     counts, done, compiles = _run(tmp_path, "train", REALISTIC)
-    # Per block one float32 array: its state flag and its losses, padded to a power of 8.
-    assert counts.read_bytes == sum(4 * (1 + pad_size(b.end - b.start)) for b in done)
-    assert counts.read_bytes < 1e-4 * _state(REALISTIC)[0]
+    # Per block one float32 array of ROWS rows (loss, first bad value, state flag): one shape, one compile.
+    # 12 KiB a block whatever the state's size (277 MB here): none of the state's bytes.
+    assert counts.read_bytes == len(done) * ROWS * 3 * 4
+    assert counts.read_bytes < 1e-3 * _state(REALISTIC)[0]
     assert counts.reads == len(done)
     assert counts.syncs <= len(done) + 2
     assert compiles == 1
@@ -65,37 +68,53 @@ def test_a_clean_train_run_copies_no_state_to_the_host_and_compiles_the_step_onc
 def test_a_clean_frozen_run_copies_no_state_to_the_host_and_compiles_the_step_once(tmp_path):
     counts, done, compiles = _run(tmp_path, "frozen", REALISTIC)
     assert counts.reads == len(done) and counts.syncs <= len(done) + 2
-    # Per block one float32 array of its steps' flags: a finiteness flag per leaf and a few scalars.
+    # Per block one float32 array of 16 rows (10 steps per sync, a power of two): a finiteness flag per
+    # leaf and a few scalars per row.
     leaves = _state(REALISTIC)[1]
-    per_step = {counts.read_bytes // sum(4 * bucket(b.end - b.start) for b in done)}
+    per_step = {counts.read_bytes // (len(done) * 4 * bucket(10))}
     assert per_step <= set(range(leaves + 8)) and counts.read_bytes < 2e-4 * _state(REALISTIC)[0]
     assert compiles == 1
 
 
-HARNESS_FUNCTIONS = ("state_finite", "summarize_block", "_pack_flags", "repeat")
+HARNESS_FUNCTIONS = ("write_row", "_copy", "_write_flags", "repeat", "state_finite")
 
 
 def _harness_compiles() -> dict:
-    """Compiles of the harness's own block-level functions: the state's check, the gather of a block's
-    losses or flags, the frozen protocol's repeat check."""
+    """Compiles of the harness's own functions: the block protocol's row writer and restore-point copy,
+    the per-step protocols' flag rows, the frozen protocol's repeat check, the state's check."""
     return {name: COMPILES.of(name) for name in HARNESS_FUNCTIONS}
 
 
 @pytest.mark.parametrize("protocol", ["train", "frozen"])
-def test_the_functions_gathering_a_block_compile_for_a_handful_of_sizes(tmp_path, protocol):
-    """The check and the gather of a block's losses or flags compile once per padded size (powers of
-    8), not per block length: a configuration of 100 steps, whose blocks grow from one step, compiles
-    them at most three times and its own step once (a compile costs more than a short run's blocks
-    do). The train protocol's block lengths vary more than their padded sizes: padded to its own
-    length, each length would compile once more."""
+def test_nothing_compiles_after_the_first_block_of_a_clean_run(tmp_path, protocol):
+    """A configuration of 100 steps (train: blocks that grow from one step): the user's step compiles
+    once and the harness's functions once each, all of it while the first blocks run; no block length
+    compiles anything (a gather with an argument per step compiled for seconds at K = 1024)."""
     before = _harness_compiles()
     _, done, compiles = _run(tmp_path, protocol, TINY, steps=100)
     new = {k: v - before[k] for k, v in _harness_compiles().items()}
-    gather, padded = ("summarize_block", pad_size) if protocol == "train" else ("_pack_flags", bucket)
-    sizes = {padded(b.end - b.start) for b in done}
-    assert compiles == 1 and new[gather] == len(sizes) <= 3, (new, [b.end - b.start for b in done])
+    assert compiles == 1
     if protocol == "train":
-        assert len({b.end - b.start for b in done}) > len(sizes)
+        assert new["write_row"] == 1 and new["_copy"] <= 1 and new["state_finite"] == 0, new
+        assert len({b.end - b.start for b in done}) > 2  # the block sizes did change
+    else:
+        assert new["_write_flags"] == 1 and new["repeat"] == 1, new
+
+
+def test_the_compile_count_sees_a_planted_array_shaped_per_block(tmp_path, monkeypatch):
+    """The count can fail: a block array whose shape changes from block to block (what the gather of a
+    block's losses, one argument per loss, used to do) makes the row writer compile more than once."""
+    import jax.numpy as jnp
+
+    grown = iter(range(10**6))
+
+    def rows_per_block():
+        return jnp.zeros((ROWS + next(grown), 3), jnp.float32), jnp.zeros((), jnp.int32)
+
+    monkeypatch.setattr(blocks_module, "new_rows", rows_per_block)
+    before = _harness_compiles()
+    _run(tmp_path, "train", TINY, steps=60)
+    assert COMPILES.of("write_row") - before["write_row"] > 1
 
 
 @pytest.mark.slow

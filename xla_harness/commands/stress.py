@@ -97,22 +97,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --reference: check every N'th step only; the table says how many were checked "
                         "(default 1: every step)")
     p.add_argument("--commit", choices=COMMITS, default="block",
-                   help="train protocol: block feeds the step's outputs straight back and checks the state "
-                        "once per block (one small fetch, read while the next block runs; no copy of the "
-                        "state while nothing fails), and brings a block that held a non-finite step back "
-                        "to its start (recomputed from init, a checkpoint or a host copy) to replay it one "
-                        "step at a time (same counts and trajectory as step, under 1%% of the step's cost); "
-                        "step checks and rolls back every step, with a second copy of the state on the "
-                        "device. A non-finite value the step itself removes again within a block is seen "
-                        "only by step (default block)")
+                   help="train protocol; both count a step by its first execution from a finite state and "
+                        "roll back a step whose new state is not finite. block feeds the step's outputs "
+                        "straight back, writes one row per step on the device (loss, first non-finite value, "
+                        "state finite) fetched once per block while the next runs, and copies the state on "
+                        "the device at each block's start; a rollback reruns at most one block from that "
+                        "copy (reruns are never counted; those that differ are reported apart). step checks "
+                        "and commits every step against a second copy of the state (default block)")
     p.add_argument("--block", type=flags.positive, default=None, metavar="K",
-                   help="steps per block: per check (--commit block), per host sync and results line "
-                        "otherwise (default: block chooses K from the measured cost of a block's check and "
-                        "records and the failure rate seen so far, starting from one timed step; 10 "
-                        "otherwise)")
+                   help="steps per block: per fetch and results line (--commit block, at most 1024), per "
+                        "host sync and results line otherwise (default: block chooses K from the measured "
+                        "cost of a block's fetch and records and the failure rate seen so far, starting from "
+                        "one timed step; 10 otherwise)")
     p.add_argument("--checkpoint-seconds", type=flags.seconds, default=300.0, metavar="S",
-                   help="train protocol: save the state for --resume at most every S seconds and at the end "
-                        "of each (config, seed) (default 300)")
+                   help="train protocol: save the state for --resume at most every S seconds and when the run "
+                        "is stopped (SIGINT/SIGTERM) before a (config, seed) ends; a finished (config, seed) "
+                        "needs none and writes none (default 300)")
     flags.add_model_arguments(p)
     flags.add_json_argument(p, "the table")
     p.add_argument("--plot", type=Path, metavar="PNG",

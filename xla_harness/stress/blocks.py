@@ -1,24 +1,32 @@
 """The block protocol (train, ``--commit block``, the default): the step's outputs go straight back
-into it as in a plain loop, and per block of K steps the harness dispatches one check that every
-floating leaf of the state is finite and packs it with the block's losses into one small array,
-fetched in one transfer while the next block runs (:func:`dispatch_block` returns a
-:class:`PendingBlock`; :meth:`PendingBlock.resolve` is the block's verdict). A clean block costs
-the device nothing else: no copy of the state is made anywhere.
+into it as in a plain loop, and after each step one small jitted function outside the step reads
+its outputs and writes one row of the block's array on the device (:mod:`~xla_harness.stress.step_rows`:
+the loss, the first non-finite value, whether the new state is finite). The array is fetched in one
+transfer while the next block runs (:func:`dispatch_block` returns a :class:`PendingBlock`;
+:meth:`PendingBlock.resolve` reads it). At each block's start the state is copied on the device
+(one copy per block, kept until the block is found clean): the block's restore point.
 
-A block whose losses or state are non-finite is brought back to its start from a restore point
-(:mod:`~xla_harness.stress.restore`: ``init`` again, the last checkpoint, or a host copy taken once
-failures are frequent enough to pay for it), the recorded steps in between recomputed and their
-losses compared bit for bit with the records; then it is replayed step by step
-(:func:`~xla_harness.stress.steps.run_steps`, check and rollback per step), so its records, counts
-and the trajectory that continues are the per-step protocol's (the batches are a function of
-(seed, step)). The replayed losses are compared with the block run's up to the replay's first
-failure; a difference marks the step ``nondet`` (the step is not a function of its inputs), as
-does a failure the replay does not reproduce.
+**The first execution is the measurement.** A step's record is what its first execution from a
+finite state showed, whatever a later execution shows: the failures this tool counts (a race, a
+flaky device) do not replay. A step whose outputs are non-finite is recorded so; when its new
+*state* is non-finite it is rolled back (the run goes on from the state before it, as ``--commit
+step`` does), and the steps of the block after it, which ran from a non-finite state, are not
+measurements: they run again from the rolled-back state, as the next block. A step with a
+non-finite loss (or ``aux`` gradients) but a finite new state is recorded non-finite and the run
+goes on from what it returned, as a plain loop would.
 
-The block's check sees what is in the state at its end: a step that writes a non-finite value which
-a later step of the same block removes again (a step that cleans its own state), or a non-finite
-``aux["grads"]`` the step does not apply, is counted only with ``commit="step"``. Blocks holding a
-``--reference`` sample or a finite injected fault (``lost-row``/``doubled-row``) run step by step.
+To roll back, the state before the failed step is rebuilt from the block's restore point by running
+the block's earlier steps again (:func:`~xla_harness.stress.restore.recompute`, at most one block of
+steps). Those executions rebuild a state and are never counted: each is held to its record (a
+non-finite new state: the recompute is tried again, from the same point, then from the older one
+kept (``init``, the last checkpoint); after :data:`TRIES` the seed is recorded as unrecoverable and
+stops, never continuing from a non-finite state), and the steps whose loss differs in any bit from
+its record are reported apart, on the block (``recompute``), as are those that came out non-finite.
+Where device memory cannot hold the copies, the restore point is the older one alone
+(:func:`device_copies_fit`).
+
+Blocks holding a ``--reference`` sample or a finite injected fault (``lost-row``/``doubled-row``) run
+step by step (:func:`~xla_harness.stress.steps.run_steps`).
 """
 
 from __future__ import annotations
@@ -26,25 +34,30 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import numpy as np
 
-from xla_harness.stress.checker import _copy, bucket, pad
+from xla_harness.errors import HarnessError
+from xla_harness.stress.checker import _copy, bucket
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.restore import (
     Checkpointer,
+    DevicePoint,
     InitPoint,
+    Recomputed,
     RestorePoint,
     SnapshotPolicy,
     recompute,
-    same_loss,
+    recompute_checked,
     take_host_point,
 )
+from xla_harness.stress.step_rows import ROWS, RowLayout, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
+TRIES = 3  # recomputes from the block's restore point before the older one is tried
 
 @dataclass
 class BlockSize:
@@ -70,12 +83,12 @@ class BlockSize:
     clean_seconds: float = 0.0
 
     TARGET = 0.005  # half the 1% the harness may cost: what is not measured (dispatch of the check) fits
-    LIMIT = 1024
+    LIMIT = ROWS  # a block's rows on the device
     GROWTH = 8
 
     def __post_init__(self) -> None:
         if self.fixed:
-            self.size = self.fixed
+            self.fixed = self.size = min(self.fixed, self.LIMIT)
 
     @property
     def measured(self) -> bool:
@@ -109,29 +122,36 @@ class BlockSize:
         self.size = max(1, min(bucket(max(k, 1)), self.GROWTH * self.size, self.LIMIT))
 
 
+
+
 @dataclass
 class PendingBlock:
-    """Steps [start, end) dispatched, their losses and the state's flag packed into ``summary`` (on its
-    way to the host)."""
+    """Steps [start, end) dispatched from the state at ``start`` (``point``: a device copy of it, or
+    None where copies do not fit), one row per step in ``rows`` (on its way to the host)."""
 
     start: int
     end: int
-    summary: jax.Array
+    rows: jax.Array
     stopped: bool  # a stop request cut the block short at ``end``
+    point: DevicePoint | None
 
-    def resolve(self, h: Harnessed) -> tuple[list[float], bool]:
-        """The block's losses (float32 as floats) and whether the state at its end is finite: the
-        block's one fetch."""
-        host = h.counters.fetch(self.summary)
-        return [float(x) for x in host[1:1 + self.end - self.start]], bool(host[0] != 0)
+    def resolve(self, h: Harnessed) -> np.ndarray:
+        """The block's rows on the host: its one fetch."""
+        return h.counters.fetch(self.rows)[:self.end - self.start]
 
 
 def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: int, planned: set[int],
-                   should_stop: Callable[[], bool], watch_until: int) -> PendingBlock:
+                   should_stop: Callable[[], bool], watch_until: int, copy: bool) -> PendingBlock:
     """Run steps [start, end) feeding each step's outputs to the next (NaN faults planted at
-    ``planned`` steps), then dispatch the block's check; nothing waits for the device. The state's
-    signature is followed (the executable for it) up to step ``watch_until``."""
-    losses, stopped = [], False
+    ``planned`` steps), each followed by its row; nothing waits for the device. ``copy``: the state at
+    ``start`` is copied on the device first (the block's restore point). The state's signature is
+    followed (the executable for it) up to step ``watch_until``."""
+    point = None
+    if copy:
+        point = DevicePoint(_copy((state.params, state.opt_state)), start)
+        h.counters.dispatches += 1
+    rows, n = new_rows()
+    stopped = False
     for t in range(start, end):
         batch = h.batch(seed, t)
         if t <= watch_until:
@@ -140,51 +160,30 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
         if t in planned:
             new_p, new_o = h.injector()(None, new_p, new_o, step_keys(seed, t)[1])
             h.counters.dispatches += 1
+        if h.row_layout is None:
+            h.row_layout = RowLayout.of(new_p, new_o, aux)
+        rows, n = h.write_row(rows, n, new_p, new_o, aux)
+        h.counters.dispatches += 1
         state.params, state.opt_state = new_p, new_o
-        losses.append(aux["loss"])
         state.next_step = t + 1
         if should_stop():
             stopped = True
             break
-    ok = h.state_check(state.params, state.opt_state)
-    summary = h.summarize(pad(losses), ok)
-    h.counters.dispatches += 2
-    summary.copy_to_host_async()
-    return PendingBlock(start, state.next_step, summary, stopped)
+    rows.copy_to_host_async()
+    return PendingBlock(start, state.next_step, rows, stopped, point)
 
 
-def _loss_record(step: int, loss: float, planned: set[int], h: Harnessed) -> dict:
-    rec: dict[str, object] = {"step": step, "finite": True, "first_bad": None, "max_abs_update": None, "loss": loss}
+def step_record(h: Harnessed, step: int, row: np.ndarray, planned: set[int]) -> dict:
+    """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
+    layout = h.row_layout
+    if layout is None:
+        raise RuntimeError("a block's rows read before the first step's layout was taken")
+    loss, bad = layout.read(row)
+    rec: dict[str, object] = {"step": step, "finite": bad is None, "first_bad": bad, "max_abs_update": None,
+                              "loss": loss}
     if step in planned:
         rec["injected"] = h.spec.inject
     return rec
-
-
-def mark_nondeterminism(replayed: list[dict], first_run: list[float]) -> None:
-    """Mark ``nondet`` the first replayed step whose loss differs from the block run's, looking up to
-    the replay's first failure (from there on the block run went on from a non-finite state and the
-    replay from the rollback); a block whose failure the replay does not reproduce marks its last
-    step when no loss differs."""
-    for rec, first in zip(replayed, first_run, strict=True):
-        if not same_loss(rec["loss"], first):
-            rec["nondet"] = True
-            rec["nondet_detail"] = [loss_difference(first, rec["loss"])]
-            return
-        if not rec["finite"]:
-            return
-    replayed[-1]["nondet"] = True
-
-
-def loss_difference(first: float, again: float | None) -> dict:
-    """The nondeterminism detail of a train step: only its loss is compared (the block run's state is
-    not kept), as the ``aux['loss']`` leaf; None where one of the two is not finite."""
-    gap = ulp = None
-    if again is not None and math.isfinite(first):
-        a, b = np.float32(first), np.float32(again)
-        gap = float(abs(a - b))
-        if (a >= 0) == (b >= 0):  # sign and magnitude: within one sign the bits count ULPs
-            ulp = float(abs(int(a.view(np.int32)) - int(b.view(np.int32))))
-    return {"leaf": "aux['loss']", "elements": 1, "max_abs": gap, "max_ulp": ulp}
 
 
 def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:
@@ -195,9 +194,55 @@ def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:
     return bool(spec.reference) and any(t % spec.reference_every == 0 for t in range(start, end))
 
 
+def device_copies_fit(tree) -> bool:
+    """Whether two more copies of ``tree`` fit in half of what its devices have free (a device that
+    reports no memory statistics, the CPU, is taken to have room)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    per_device: dict = {}
+    for x in leaves:
+        for sh in getattr(x, "addressable_shards", ()):
+            d = sh.device
+            per_device[d] = per_device.get(d, 0) + sh.data.size * sh.data.dtype.itemsize
+    for d, need in per_device.items():
+        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+        if not stats or "bytes_limit" not in stats:
+            continue
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+        if 2 * need > free / 2:
+            return False
+    return True
+
+
+@dataclass
+class Rebuilt:
+    """How the state before a failed step was rebuilt: the recomputes tried, in order."""
+
+    tries: list[Recomputed] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.tries) and self.tries[-1].clean
+
+    def summary(self) -> dict:
+        """The block's ``recompute`` record: the last try's origin and steps, the steps whose loss
+        differed from their record in any try, those that came out non-finite, the tries, and
+        whether the state could be rebuilt at all."""
+        last = self.tries[-1]
+        out: dict[str, object] = {"from": last.start, "steps": last.steps,
+                                  "nondet": sorted({t for r in self.tries for t in r.nondet})}
+        nonfinite = sorted({t for r in self.tries for t in r.nonfinite})
+        if nonfinite:
+            out["nonfinite"] = nonfinite
+        if len(self.tries) > 1:
+            out["tries"] = len(self.tries)
+        if not self.ok:
+            out["unrecoverable"] = True
+        return out
+
+
 class _Blocks:
-    """One (configuration, seed) under the block protocol: the state, the restore point and the
-    records since it, the block being resolved."""
+    """One (configuration, seed) under the block protocol: the state, the restore points and the
+    records since the older one, the block being resolved."""
 
     def __init__(self, h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                  should_stop: Callable[[], bool], checkpointer: Checkpointer | None) -> None:
@@ -208,42 +253,50 @@ class _Blocks:
         if h.block_size is None:
             h.block_size = BlockSize(h.spec.block if not multi else h.spec.block or DEFAULT_SYNC)
         self.size: BlockSize = h.block_size  # type: ignore[assignment]
-        self.policy = SnapshotPolicy(fixed_cost=1.0 if multi else None)
+        self.copies = device_copies_fit((state.params, state.opt_state))
+        # Host copies of the state only where device copies do not fit (then they bound the recompute).
+        self.policy = SnapshotPolicy(fixed_cost=1.0 if multi else None, enabled=not self.copies)
         self.first = state.next_step
-        self.point: RestorePoint = InitPoint(h, seed)
-        if state.next_step:  # resumed: the records before it are not at hand, so a copy of the state is
-            self.point = self._host_point(state.next_step)
+        # The older restore point: init, the last checkpoint, a host copy (resumed without device copies).
+        self.point: RestorePoint | None = InitPoint(h, seed)
+        if state.next_step:  # resumed: the records before it are not at hand
+            self.point = None if self.copies else self._host_point(state.next_step)
         self.history: dict[int, dict] = {}
+        self.rolled_back: set[int] = set()  # recorded steps whose new state was not finite
         self.fed = None  # the state's signature as the step returns it (taken at the first step)
         self.last_resolved = time.perf_counter()
         self.warmed = 0
         self.saved_at = -1  # the step of the last checkpoint this run wrote
+        self.dead = False  # the state could not be rebuilt: the seed stops
 
     # -- records
 
     def _remember(self, block: BlockResult) -> None:
         for r in block.records:
             self.history[r["step"]] = r
+        self.rolled_back |= block.rolled_back
 
     def _move_point(self, point: RestorePoint) -> None:
         self.point = point
         self.history = {t: r for t, r in self.history.items() if t >= point.step}
+        self.rolled_back = {t for t in self.rolled_back if t >= point.step}
 
     # -- the loop
 
     def run(self) -> Iterator[BlockResult]:
-        state, h = self.state, self.h
-        state.backup = None  # no second copy of the state in device memory
+        """Dispatch block k+1, then resolve block k (its fetch overlaps block k+1's steps); a failed
+        block k drops block k+1, which ran from a state the rollback replaces."""
+        state = self.state
+        state.backup = None  # no per-step backup copy in device memory
         pending: PendingBlock | None = None
         s, stopped = state.next_step, False
-        while True:
+        while not self.dead:
             can = s < self.steps and not stopped
             end = min(s + self.size.size, self.steps)
-            stepwise = can and _needs_steps(h, self.planned, s, end)
+            stepwise = can and _needs_steps(self.h, self.planned, s, end)
             if pending is not None and (not can or stepwise or self._wants_drain(s)):
                 clean = yield from self._resolve(pending)
-                pending = None
-                s = state.next_step
+                pending, s = None, state.next_step
                 if clean:
                     self._at_drain(s)
                 continue
@@ -255,38 +308,33 @@ class _Blocks:
                 self._at_drain(s)
             if stepwise:
                 yield from self._stepwise(s, end)
-                stopped = state.next_step < end
-                s = state.next_step
+                stopped, s = state.next_step < end, state.next_step
                 continue
             if not self.size.measured:
                 yield from self._measure(s)
-                stopped = self.should_stop()
-                s = state.next_step
+                stopped, s = self.should_stop(), state.next_step
                 continue
             new = self._dispatch(s, end)
             stopped = new.stopped
-            if pending is not None:
-                clean = yield from self._resolve(pending)
-                if not clean:  # the block in flight ran on a state that was not finite: dropped
-                    pending = None
-                    s = state.next_step
-                    continue
+            if pending is not None and not (yield from self._resolve(pending)):
+                pending, s = None, state.next_step  # ``new`` ran from a state that was rolled back
+                continue
             pending, s = new, new.end
 
     def _wants_drain(self, s: int) -> bool:
         due = self.checkpointer is not None and s < self.steps and self.checkpointer.due()
-        return due or self.policy.due(s - self.point.step)
+        return due or (self.point is not None and self.policy.due(s - self.point.step))
 
     def _at_drain(self, s: int) -> None:
         """Nothing in flight, the state at ``s`` verified: a checkpoint when one is due (a stop
-        request makes one due), a host copy when failures make one pay."""
+        request makes one due), a host copy when failures make one pay (no device copies)."""
         state = self.state
         if s >= self.steps or s == self.saved_at:
             return
         if self.checkpointer is not None and self.checkpointer.due():
             self.saved_at = s
             self._move_point(self.checkpointer.save(s, state.params, state.opt_state))
-        elif self.policy.due(s - self.point.step) and not self.should_stop():
+        elif self.point is not None and self.policy.due(s - self.point.step) and not self.should_stop():
             t0 = time.perf_counter()
             point = self._host_point(s)
             self.policy.measured(time.perf_counter() - t0, self.size.step_seconds or 0.0)
@@ -313,70 +361,96 @@ class _Blocks:
 
     def _dispatch(self, s: int, end: int) -> PendingBlock:
         state = self.state
-        block = dispatch_block(self.h, self.seed, state, s, end, self.planned, self.should_stop, self.first + 1)
+        block = dispatch_block(self.h, self.seed, state, s, end, self.planned, self.should_stop, self.first + 1,
+                               self.copies)
         if self.fed is None:
             self.fed = abstract((state.params, state.opt_state))
         return block
 
     def _measure(self, s: int) -> Iterator[BlockResult]:
         """The first blocks of a run whose block size is not known: one step (which also compiles the
-        block's check), then one step timed on its own and its check timed with nothing else queued:
+        row writer), then one step timed on its own and its fetch timed with nothing else queued:
         what the block size starts from."""
         h, state, size = self.h, self.state, self.size
         if self.warmed < 1:
             block = self._dispatch(s, s + 1)
-            losses, ok = block.resolve(h)
+            rows = block.resolve(h)
             self.warmed += 1
-            yield from self._verdict(block, losses, ok, time.perf_counter(), sized=False)
+            yield from self._verdict(block, rows, time.perf_counter(), sized=False)
             return
         t0 = time.perf_counter()
         block = self._dispatch(s, s + 1)
         jax.block_until_ready((state.params, state.opt_state))
         h.counters.host_syncs += 1
         t1 = time.perf_counter()
-        losses, ok = block.resolve(h)
+        rows = block.resolve(h)
         t2 = time.perf_counter()
         size.start(t1 - t0, t2 - t1)
-        yield from self._verdict(block, losses, ok, t2, sized=False)
+        yield from self._verdict(block, rows, t2, sized=False)
         self.last_resolved = time.perf_counter()
 
     def _resolve(self, block: PendingBlock):
-        losses, ok = block.resolve(self.h)
-        return (yield from self._verdict(block, losses, ok, time.perf_counter()))
+        rows = block.resolve(self.h)
+        return (yield from self._verdict(block, rows, time.perf_counter()))
 
-    def _verdict(self, block: PendingBlock, losses: list[float], ok: bool, fetched: float, sized: bool = True):
-        """Record a clean block, or recover and replay a failed one; True when it was clean. The block's
-        host costs (this, the records' consumers) and the time since the last verdict size the next."""
+    def _verdict(self, block: PendingBlock, rows: np.ndarray, fetched: float, sized: bool = True):
+        """Record the block's steps from their rows up to the first whose new state is not finite
+        (rolled back: the state before it rebuilt, the rest of the block dropped); True when no step's
+        state was rolled back. The block's host costs and the time since the last verdict size the next."""
         h, state, size = self.h, self.state, self.size
         cycle, self.last_resolved = fetched - self.last_resolved, fetched
-        ran = block.end - block.start
-        if ok and all(math.isfinite(x) for x in losses):
-            result = BlockResult(h.label, self.seed, block.start, block.end,
-                                 [_loss_record(block.start + i, x, self.planned, h) for i, x in enumerate(losses)])
+        records, poisoned = [], None
+        for i, row in enumerate(rows):
+            rec = step_record(h, block.start + i, row, self.planned)
+            records.append(rec)
+            if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement
+                poisoned = block.start + i
+                break
+        failed = sum(not r["finite"] for r in records)
+        if poisoned is None:
+            result = BlockResult(h.label, self.seed, block.start, block.end, records)
             self._remember(result)
-            self.policy.observe(ran, 0)
+            self.policy.observe(len(records), failed)
             yield result
             if sized:  # the records and their consumers (progress, the results line queued) and writing it
                 host = time.perf_counter() - fetched + h.counters.line_cpu_s
-                size.observe(ran, 0, cycle, host)
+                size.observe(len(records), failed, cycle, host)
             return True
-        # Failed (whatever was dispatched after it ran on a non-finite state and is dropped): the state
-        # at its start from the restore point, then the block step by step.
-        rec = recompute(h, self.seed, self.point, block.start, self.history, self.planned, self.fed)
-        state.params, state.opt_state, state.next_step = rec.params, rec.opt_state, block.start
-        state.backup = _copy((state.params, state.opt_state))
-        h.counters.dispatches += 1
-        replay = next(run_steps(h, self.seed, state, block.end, self.planned, lambda: False, ran))
-        state.backup = None
-        mark_nondeterminism(replay.records, losses)
-        replay.recompute = rec.summary()
-        self._remember(replay)
-        self.policy.observe(ran + rec.steps, replay.nonfinite or 1)
-        size.observe(ran, replay.nonfinite or 1, 0.0, 0.0)
-        yield replay
+        result = BlockResult(h.label, self.seed, block.start, poisoned + 1, records, rolled_back={poisoned})
+        self._remember(result)
+        rebuilt = self._rebuild(block.point, poisoned)
+        result.recompute = rebuilt.summary()
+        self.policy.observe(len(records) + rebuilt.tries[-1].steps, failed)
+        size.observe(len(records), failed, 0.0, 0.0)
+        yield result
+        if not rebuilt.ok:
+            self.dead = True
+            return False
+        last = rebuilt.tries[-1]
+        state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
         self._at_drain(state.next_step)
         self.last_resolved = time.perf_counter()  # the recovery's time is not the steps'
         return False
+
+    def _rebuild(self, point: DevicePoint | None, target: int) -> Rebuilt:
+        """The state before step ``target`` (rolled back), by recompute from the block's device copy
+        (else the older restore point): once with one fetch, and where a recomputed state came out
+        non-finite, again step by step, each step run again from the state before it up to
+        :data:`TRIES` times; then from the older point step by step. Stops at the first clean one."""
+        older = self.point
+        usable_older = older is not None and (point is None or older.step < point.step) and \
+            all(t in self.history for t in range(older.step, target))
+        first = point if point is not None else (older if usable_older else None)
+        if first is None:
+            raise HarnessError(f"internal: step {target}: no restore point to rebuild the state from")
+        h, seed, history, rolled = self.h, self.seed, self.history, self.rolled_back
+        planned, fed = self.planned, self.fed
+        out = Rebuilt([recompute(h, seed, first, target, history, rolled, planned, fed)])
+        if not out.ok:
+            out.tries.append(recompute_checked(h, seed, first, target, history, rolled, planned, fed, TRIES))
+        if not out.ok and point is not None and usable_older and older is not None:
+            out.tries.append(recompute_checked(h, seed, older, target, history, rolled, planned, fed, TRIES))
+        return out
 
 
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],

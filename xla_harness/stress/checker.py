@@ -46,6 +46,7 @@ def _flags(old_params, new_params, new_opt, aux) -> dict:
         if k.endswith("_ok") and k != "loss_ok":
             ok = ok & jnp.all(v)
     flags["ok"] = ok
+    flags["state_ok"] = jnp.all(flags["params_ok"]) & jnp.all(flags["opt_ok"])
     return flags
 
 
@@ -57,13 +58,15 @@ def make_checker() -> Callable:
 def make_commit() -> Callable:
     """jit(backup_p, backup_o, new_p, new_o, aux) -> (flags, next_p, next_o, backup_p', backup_o').
 
-    Train protocol: the next state is the step's output when it is finite, else the backup
-    (rollback of params *and* optimizer state); the new backup is a separate copy of it.
+    Train protocol: the next state is the step's output when its new state (parameters and optimizer
+    state) is finite, else the backup (rollback of params *and* optimizer state); a step with a
+    non-finite loss or gradient but a finite new state is recorded non-finite and not rolled back (a
+    plain loop goes on from it). The new backup is a separate copy of the next state.
     """
 
     def commit(backup_p, backup_o, new_p, new_o, aux):
         flags = _flags(backup_p, new_p, new_o, aux)
-        ok = flags["ok"]
+        ok = flags["state_ok"]
         nxt = jax.tree_util.tree_map(lambda n, b: jnp.where(ok, n, b), (new_p, new_o), (backup_p, backup_o))
         copy = jax.tree_util.tree_map(_new_buffer, nxt)
         return flags, nxt[0], nxt[1], copy[0], copy[1]
@@ -77,6 +80,8 @@ def _new_buffer(x):
     the step fed with it would compile to another program."""
     if _floating(x):
         return x + 0
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # a typed key: its bits copied, its impl kept
+        return jax.random.wrap_key_data(jax.random.key_data(x) * 1, impl=jax.random.key_impl(x))
     return x & True if jnp.result_type(x) == jnp.bool_ else x * 1  # bool * 1 would be an integer
 
 
@@ -186,38 +191,35 @@ def bucket(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def pad_size(n: int) -> int:
-    """The power of 8 at or above ``n``: what a block's losses or flags are padded to, so the functions
-    that gather them compile for a handful of sizes per configuration (1, 8, 64, 512: a compile costs
-    tens of ms, more than a short run's blocks do), at most 7 padding rows per real one."""
-    size = 1
-    while size < n:
-        size *= 8
-    return size
+def _write_flags(rows, n, flags):
+    row = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(flags)])
+    return jax.lax.dynamic_update_slice(rows, row[None], (n, jnp.int32(0))), n + 1
 
 
-def _pack_flags(flags):
-    return jnp.stack([jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(f)])
-                      for f in flags])
-
-
-_PACK = jax.jit(_pack_flags)  # one for the process (jax.clear_caches empties it per configuration)
+_WRITE_FLAGS = jax.jit(_write_flags, donate_argnums=(0,))
 
 
 class FlagPacker:
-    """The flags of K steps (dicts of device arrays, one per step) as one float32 array [K, F] on the
-    device, and back into host dicts. Compiled once per power-of-two :func:`bucket` of K (shorter
-    blocks are padded with their last step's flags: a row holds a flag per leaf, so rows are not
-    padded as generously as losses; the per-step protocols' blocks have one length but the last)."""
+    """The flags of a block's steps (dicts of device arrays, one per step) written one row per step into
+    one float32 array [rows, F] on the device as the steps run (one jitted write per step, the row's
+    index a device scalar it returns incremented), and read back into host dicts. ``rows``: the
+    largest block (a power of two at or above the sync size), so the write compiles once per flag
+    layout, whatever the blocks' lengths."""
 
-    def __init__(self) -> None:
-        self._pack = _PACK
+    def __init__(self, rows: int = 16) -> None:
+        self.rows = bucket(rows)
 
-    def pack(self, flags: list[dict]) -> tuple[jax.Array, tuple]:
-        """(the packed array, its layout for :meth:`unpack`)."""
-        leaves, treedef = jax.tree_util.tree_flatten(flags[0])
+    def start(self, flags: dict) -> tuple[jax.Array, jax.Array, tuple]:
+        """A block's empty array for flags shaped like ``flags``, its first index, its layout for
+        :meth:`unpack`."""
+        leaves, treedef = jax.tree_util.tree_flatten(flags)
         layout = (treedef, [(int(np.prod(x.shape)), x.shape, x.dtype) for x in leaves])
-        return self._pack(pad(flags, bucket)), layout
+        width = sum(size for size, _, _ in layout[1])
+        return jnp.zeros((self.rows, width), jnp.float32), jnp.zeros((), jnp.int32), layout
+
+    @staticmethod
+    def write(rows: jax.Array, n: jax.Array, flags: dict) -> tuple[jax.Array, jax.Array]:
+        return _WRITE_FLAGS(rows, n, flags)
 
     @staticmethod
     def unpack(host: np.ndarray, n: int, layout: tuple) -> list[dict]:
@@ -231,19 +233,3 @@ class FlagPacker:
                 i += size
             out.append(jax.tree_util.tree_unflatten(treedef, values))
         return out
-
-
-def make_summarize() -> Callable:
-    """jit(losses, state_ok) -> float32[1 + len(losses)]: a block's one fetch, its state flag (1.0:
-    every floating leaf finite) then its steps' losses as float32 (compiled once per :func:`pad_size`
-    of the block's length; pad with :func:`pad`)."""
-    def summarize_block(losses, ok):
-        return jnp.concatenate([ok.astype(jnp.float32)[None],
-                                jnp.stack([jnp.asarray(x).astype(jnp.float32) for x in losses])])
-
-    return jax.jit(summarize_block)
-
-
-def pad(xs: list, size: Callable[[int], int] = pad_size) -> list:
-    """``xs`` padded to ``size(len(xs))`` (default :func:`pad_size`) with its last element."""
-    return xs + [xs[-1]] * (size(len(xs)) - len(xs))

@@ -17,10 +17,16 @@ def _checkpoint_path(out: Path, label: str, seed: int) -> Path:
     return out / "ckpt" / f"{safe}_seed{seed}.npz"
 
 
+def _is_key(dtype) -> bool:
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
 def save_checkpoint(path: Path, step: int, params, opt_state) -> None:
-    """Atomically write (step, state) so --resume need not replay from step 0."""
+    """Atomically write (step, state) so --resume need not replay from step 0 (a typed PRNG key as its
+    key data)."""
     leaves = jax.tree_util.tree_leaves((params, opt_state))
-    arrays = {f"a{i}": np.asarray(jax.device_get(x)) for i, x in enumerate(leaves)}
+    arrays = {f"a{i}": np.asarray(jax.device_get(jax.random.key_data(x) if _is_key(x.dtype) else x))
+              for i, x in enumerate(leaves)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     # Any: recent numpy stubs type savez(..., allow_pickle: bool, **kwds) and mypy matches '**' against
@@ -54,11 +60,17 @@ def load_checkpoint(path: Path, like) -> tuple[int, Any] | None:
             out = []
             for i, ref in enumerate(leaves):
                 a = z[f"a{i}"]
+                sharding = getattr(ref, "sharding", None)
+                if _is_key(ref.dtype):
+                    impl = getattr(ref.dtype, "_impl", None)
+                    if impl is None or a.shape != tuple(ref.shape) + tuple(impl.key_shape):
+                        return None
+                    out.append(jax.random.wrap_key_data(jax.device_put(a, sharding), impl=impl))
+                    continue
                 if ref.dtype == jnp.bfloat16:
                     a = a.view(jnp.bfloat16)
                 if a.shape != ref.shape:
                     return None
-                sharding = getattr(ref, "sharding", None)
                 leaf = jax.device_put(a.astype(ref.dtype), sharding)  # no sharding: uncommitted, as jit's
                 out.append(_weak(leaf) if getattr(ref, "weak_type", False) else leaf)
             return step, jax.tree_util.tree_unflatten(treedef, out)

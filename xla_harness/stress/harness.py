@@ -18,17 +18,16 @@ import numpy as np
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, guard_user_error
 from xla_harness.stress.checker import (
-    FlagPacker,
     make_checker,
     make_commit,
     make_repeat_check,
     make_state_check,
-    make_summarize,
 )
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.inject import _floating, leaf_names, make_injector, opt_target_index, step_keys, target_index
 from xla_harness.stress.proof import ProvenStep, leaf_signature, signature
 from xla_harness.stress.spec import StressSpec, build
+from xla_harness.stress.step_rows import RowLayout, make_row_writer
 
 
 @dataclass
@@ -74,8 +73,8 @@ class Harnessed:
     _injector: Callable | None = None
     state_check: Callable = field(default_factory=make_state_check)
     repeat_check: Callable = field(default_factory=make_repeat_check)
-    summarize: Callable = field(default_factory=make_summarize)  # block protocol: a block's one fetch
-    packer: FlagPacker = field(default_factory=FlagPacker)  # per-step protocols: a block's flags, one fetch
+    write_row: Callable = field(default_factory=make_row_writer)  # block protocol: a step's row of its block
+    row_layout: RowLayout | None = None  # block protocol: the names behind a row's code (taken at the first step)
     counters: Counters = field(default_factory=Counters)
     output_names: list[str] | None = None  # frozen: names of the step's output leaves (nondeterminism detail)
     block_size: object = None  # block commit: the block sizer (blocks.BlockSize), carried from seed to seed
@@ -251,9 +250,11 @@ class BlockResult:
     start: int
     end: int
     records: list[dict] = field(default_factory=list)
-    # A recompute that brought the state back to this block's start: {"from", "steps", "nondet"}
-    # (the steps whose recomputed loss differs from the one recorded; None: no recompute).
+    # Block protocol, a block whose last step's new state was not finite: how the state before that
+    # step was rebuilt, {"from", "steps", "nondet", ["nonfinite", "tries", "unrecoverable"]} (the steps
+    # whose recomputed loss differed from the one recorded; None: no recompute).
     recompute: dict | None = None
+    rolled_back: set[int] = field(default_factory=set)  # steps whose new state was not finite (not kept)
 
     @property
     def nonfinite(self) -> int:

@@ -120,8 +120,11 @@ class Block:
     protocol: str = "train"
     fingerprint: dict | None = None  # of the compiled step (stress.fingerprint.fingerprint)
     donate_argnums: tuple[int, ...] = ()
-    # A failed block brought back to its start by recomputing from a restore point: {"from": step,
-    # "steps": steps run again, "nondet": [earlier steps whose recomputed loss differed from their record]}.
+    # How the state at the block's end was rebuilt by recomputing from a restore point (its last step's
+    # new state was not finite and was rolled back): {"from": step, "steps": steps run again, "nondet":
+    # [steps whose recomputed loss differed from their record], optional "nonfinite": [steps whose
+    # recomputed new state was not finite], "tries": recomputes tried, "unrecoverable": true}. (Older
+    # files: the state at the block's start, from ``from`` < start.)
     recompute: dict | None = None
 
     @property
@@ -268,13 +271,7 @@ def parse_block(obj: Mapping) -> Block:
 
     recompute = optional("recompute", (dict, None), None)
     if recompute is not None:
-        origin = _int(recompute, "from", "block recompute")
-        _int(recompute, "steps", "block recompute")
-        for t in _need(recompute, "nondet", list, "block recompute"):
-            _typed(t, int, "an entry of block recompute 'nondet'")
-            if not origin <= t < start:
-                raise RecordError(f"block recompute marks step {t}, not one between its origin {origin} and the "
-                                  f"block's start {start}")
+        _check_recompute(recompute, end)
 
     return Block(label=_need(obj, "label", str, what), seed=_int(obj, "seed", what, hi=2**31), start=start, end=end,
                  nonfinite=nonfinite, silent=silent, steps=steps, config=config,
@@ -282,6 +279,23 @@ def parse_block(obj: Mapping) -> Block:
                  program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
                  fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate),
                  recompute=recompute)
+
+
+def _check_recompute(recompute: Mapping, end: int) -> None:
+    origin = _int(recompute, "from", "block recompute")
+    _int(recompute, "steps", "block recompute")
+    for key in ("nondet", "nonfinite"):
+        if key == "nonfinite" and key not in recompute:
+            continue
+        for t in _need(recompute, key, list, "block recompute"):
+            _typed(t, int, f"an entry of block recompute '{key}'")
+            if not origin <= t < end:
+                raise RecordError(f"block recompute marks step {t}, not one between its origin {origin} and the "
+                                  f"block's end {end}")
+    if "tries" in recompute:
+        _int(recompute, "tries", "block recompute")
+    if "unrecoverable" in recompute:
+        _need(recompute, "unrecoverable", bool, "block recompute")
 
 
 def check_block_in_spec(block: Block, spec: Mapping[str, Any]) -> None:

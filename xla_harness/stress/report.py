@@ -27,13 +27,19 @@ class Row:
     referenced: int = 0
     injected: int = 0
     # Steps found nondeterministic, (seed, step): frozen, a finite call whose outputs differ from the
-    # first's; train, a replayed step whose loss differs from its first run's, or a clean step whose
-    # loss differs when a recompute ran it again.
+    # first's; train, a step its record marks so (results written before the first execution was the
+    # measurement: a replay whose loss differed).
     nondet_steps: set[tuple[int, int]] = field(default_factory=set)
     # Per output leaf a nondeterministic step changed: {"steps", "max_elements", "max_abs", "max_ulp"}.
     nondet_leaves: dict[str, dict] = field(default_factory=dict)
-    nondet_recomputed: int = 0  # nondet steps found by a recompute (their loss only)
     nondet_detailed: int = 0  # nondet steps whose record says which leaves differed
+    # Train, block commit: steps run again only to rebuild a rolled-back state (never measurements):
+    # how many, (seed, step) of those whose loss differed in any bit from the first execution, of those
+    # whose new state came out non-finite, and (seed, step) where no finite state could be rebuilt.
+    rerun_steps: int = 0
+    rerun_differ: set[tuple[int, int]] = field(default_factory=set)
+    rerun_nonfinite: set[tuple[int, int]] = field(default_factory=set)
+    unrecoverable: list[tuple[int, int]] = field(default_factory=list)
     protocol: str = "train"
     first_bad: dict[str, int] = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the first block's configuration
@@ -91,9 +97,11 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
             row = rows.setdefault(b.label, Row(b.label, config=dict(b.config), protocol=b.protocol))
             seeds.add(b.seed)
             if b.recompute is not None:
-                new = {(b.seed, t) for t in b.recompute["nondet"]} - row.nondet_steps
-                row.nondet_steps |= new
-                row.nondet_recomputed += len(new)
+                row.rerun_steps += b.recompute["steps"]
+                row.rerun_differ |= {(b.seed, t) for t in b.recompute["nondet"]}
+                row.rerun_nonfinite |= {(b.seed, t) for t in b.recompute.get("nonfinite", ())}
+                if b.recompute.get("unrecoverable"):
+                    row.unrecoverable.append((b.seed, b.end - 1))
             for s in b.steps:
                 key = (fp, b.label, b.seed, s.step)
                 if key in seen:
@@ -107,6 +115,11 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
     if order:
         labels = [lab for lab in order if lab in rows] + [lab for lab in labels if lab not in order]
     table = Table([rows[lab] for lab in labels], sorted(seeds), files[0].header.env if files else None)
+    for r in table.rows:
+        for seed, step in r.unrecoverable:
+            table.warnings.append(f"{r.label} seed {seed}: stopped after step {step}: the state before it could "
+                                  "not be rebuilt finite (every recompute from its restore points came out "
+                                  "non-finite); the seed's later steps were not measured")
     if conflicts:
         table.warnings.append(f"{len(conflicts)} step(s) recorded twice with different outcomes "
                               f"(first: {conflicts[0]})")
@@ -257,6 +270,8 @@ def _columns(t: Table) -> list[tuple[str, Callable[[Row], str]]]:
     cols: list[tuple[str, Callable[[Row], str]]] = []
     if any(r.protocol == "frozen" or r.nondet for r in t.rows):
         cols.append(("nondet", lambda r: str(r.nondet)))
+    if any(r.rerun_steps for r in t.rows):
+        cols.append(("rerun diff", lambda r: f"{len(r.rerun_differ)}/{r.rerun_steps}" if r.rerun_steps else "-"))
     if any(r.injected for r in t.rows):
         cols.append(("injected", lambda r: str(r.injected)))
     if any(r.referenced for r in t.rows):
@@ -282,9 +297,15 @@ def _notes(t: Table, headers: list[str]) -> list[str]:
                    "its own verdict, k/n <= its one-sided exact 95% upper bound")
     if "nondet" in headers:
         out.append("nondet: steps whose outputs were not a function of their inputs (frozen: a finite call whose "
-                   "outputs differ in any bit from the seed's first finite call; train: a replayed or recomputed "
-                   "step whose loss differs from its first run, looked for only around failures)")
+                   "outputs differ in any bit from the seed's first finite call; train: a step its record marks "
+                   "so, in results written by an earlier version that replayed failed blocks)")
         out += [line for r in t.rows for line in nondet_lines(r)]
+    if "rerun diff" in headers:
+        out.append("rerun diff: steps run again only to rebuild a rolled-back state (from the block's restore "
+                   "point to the failed step), never counted: of those, how many gave a loss that differs in any "
+                   "bit from their first execution (nondeterminism) / how many were run again")
+        out += [f"  {r.label}: {len(r.rerun_nonfinite)} rerun step(s) came out non-finite (the rerun was tried "
+                "again; the first execution, finite, is what counts)" for r in t.rows if r.rerun_nonfinite]
     out.append(_finite_errors_note(t))
     if "vs baseline" in headers:
         out.append("vs baseline: two-sided Fisher exact p of the row's rate against its configuration's baseline "
@@ -307,10 +328,7 @@ def nondet_lines(r: Row, leaves: int = 5) -> list[str]:
             parts.append(f"{name} in {d['steps']} (up to {d['max_elements']} element(s), {size}{ulp})")
         more = f"; {len(ranked) - leaves} more leaves" if len(ranked) > leaves else ""
         out[0] += ": " + "; ".join(parts) + more
-    if r.nondet_recomputed:
-        out.append(f"    {r.nondet_recomputed} of them found when steps were recomputed to reach a failed block "
-                   "(their loss differed from the record)")
-    undetailed = r.nondet - r.nondet_recomputed - r.nondet_detailed
+    undetailed = r.nondet - r.nondet_detailed
     if undetailed > 0:
         out.append(f"    {undetailed} of them recorded without the leaves that differed (results written before "
                    "per-leaf detail; run again with this version)")
@@ -358,7 +376,10 @@ def table_json(t: Table) -> dict:
              "first_bad": r.first_bad,
              "silent": r.silent, "referenced": r.referenced,
              "nondet": r.nondet, "protocol": r.protocol,
-             **({"nondet_leaves": r.nondet_leaves, "nondet_recomputed": r.nondet_recomputed} if r.nondet else {}),
+             **({"nondet_leaves": r.nondet_leaves} if r.nondet else {}),
+             **({"reruns": {"steps": r.rerun_steps, "differ": sorted(r.rerun_differ),
+                            "nonfinite": sorted(r.rerun_nonfinite), "unrecoverable": sorted(r.unrecoverable)}}
+                if r.rerun_steps or r.unrecoverable else {}),
              **({"per_seed_upper": {str(s): stats.upper_bound(k, n) for s, (k, n) in sorted(r.per_seed.items())}}
                 if r.protocol == "frozen" else {}),
              **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}

@@ -1,18 +1,19 @@
-"""Where the block protocol gets a state back from when a block failed: a restore point (a step and
-a way to rebuild the state there) and the recorded steps since it, recomputed.
+"""Where the block protocol gets a state back from when a step's new state was not finite: a restore
+point (a step and a way to rebuild the state there) and the recorded steps since it, recomputed.
 
+* :class:`DevicePoint`: a copy of the state on the device, taken at each block's start while two
+  copies fit in device memory (the default: a rollback recomputes at most one block);
 * :class:`InitPoint`: step 0, ``init(seed)`` again (nothing kept anywhere);
 * :class:`CheckpointPoint`: the ``--resume`` checkpoint last written (read back from disk);
 * :class:`HostPoint`: a copy of the state in host memory (:class:`~xla_harness.stress.snapshot.HostSnapshot`),
-  taken only once failures are seen, at the interval that minimises the expected cost
-  (:class:`SnapshotPolicy`).
+  taken, where device copies do not fit, only once failures are seen, at the interval that
+  minimises the expected cost (:class:`SnapshotPolicy`).
 
-A clean block costs the device nothing: no copy of the state is made while nothing fails. To get
-back to a failed block's start, :func:`recompute` rebuilds the restore point's state and replays
-the recorded steps in between (a step recorded non-finite was rolled back: skipped; a finite fault
-planted there is planted again), comparing each recomputed loss bit for bit with the recorded one:
-a difference is nondeterminism and is reported as such (the state then carries on from what the
-step computed this time).
+:func:`recompute` rebuilds the restore point's state and runs the recorded steps in between again
+(a step that was rolled back is skipped; a finite fault planted there is planted again). Those
+executions rebuild a state and are never measurements: each is checked (a non-finite new state
+makes the result unusable, and the caller tries again), and a loss that differs in any bit from its
+record is reported as nondeterminism found by a recompute.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.checker import _copy, pad
+from xla_harness.stress.checker import _copy
 from xla_harness.stress.checkpoint import load_checkpoint, save_checkpoint
 from xla_harness.stress.harness import Harnessed, call_user, check_fed_back, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.proof import abstract_like
 from xla_harness.stress.snapshot import HostSnapshot
+from xla_harness.stress.step_rows import ROWS, new_rows
 
 
 class RestorePoint(Protocol):
@@ -69,6 +71,18 @@ class CheckpointPoint:
 
 
 @dataclass
+class DevicePoint:
+    """A copy of the state in device memory, taken at a block's start (the block protocol's restore
+    point while copies fit)."""
+
+    copy: tuple
+    step: int
+
+    def restore(self) -> tuple:
+        return tuple(_copy(self.copy))
+
+
+@dataclass
 class HostPoint:
     snapshot: HostSnapshot
     step: int
@@ -88,13 +102,14 @@ class SnapshotPolicy:
     cost_steps: float | None = None
     steps: int = 0
     failures: int = 0
+    enabled: bool = True  # False: never due (the block's device copies bound the recompute)
 
     def observe(self, ran: int, failed: int) -> None:
         self.steps += ran
         self.failures += failed
 
     def due(self, since_point: int) -> bool:
-        if not self.failures or since_point <= 0:
+        if not self.enabled or not self.failures or since_point <= 0:
             return False
         cost = self.fixed_cost if self.fixed_cost is not None else (self.cost_steps or 1.0)
         return since_point >= math.sqrt(2 * cost * max(self.steps, 1) / self.failures)
@@ -116,33 +131,43 @@ class Recomputed:
     opt_state: object
     start: int
     steps: int  # steps run again
-    nondet: list[int] = field(default_factory=list)  # steps whose loss differs from the recorded one
+    nondet: list[int] = field(default_factory=list)  # steps whose loss differs in any bit from the recorded one
+    nonfinite: list[int] = field(default_factory=list)  # steps whose new state came out non-finite this time
+    restored_ok: bool = True  # the restore point's state was finite (checked, not assumed)
     seconds: float = 0.0
 
-    def summary(self) -> dict:
-        return {"from": self.start, "steps": self.steps, "nondet": list(self.nondet)}
+    checked: bool = False  # :func:`recompute_checked`: a step that came out non-finite was run again
+    gave_up: bool = False  # checked: a step came out non-finite ``tries`` times in a row
+
+    @property
+    def clean(self) -> bool:
+        """The state it rebuilt is one every recomputed step left finite."""
+        if self.checked:
+            return self.restored_ok and not self.gave_up
+        return self.restored_ok and not self.nonfinite
 
 
 def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, dict],
-              planned: set[int], fed_signature) -> Recomputed:
-    """The state at ``target``: ``point``'s, then every recorded step in between run again as the run
-    ran it (``history``: step -> its record; non-finite steps were rolled back and are skipped;
-    finite faults planted again). The recomputed losses are fetched once and compared bit for bit
-    with the records. ``fed_signature``: the state's signature as the step returned it (the
-    restored state is held to it)."""
+              rolled_back: set[int], planned: set[int], fed_signature) -> Recomputed:
+    """The state before step ``target``: ``point``'s (checked finite), then every recorded step in
+    between run again as the run ran it (``history``: step -> its record; the steps in
+    ``rolled_back`` were rolled back and are skipped; finite faults planted again), each followed by
+    its row (:mod:`~xla_harness.stress.step_rows`), fetched once: a step whose new state comes out
+    non-finite is in ``nonfinite`` (the result is not :attr:`~Recomputed.clean`), a loss that differs
+    in any bit from its record in ``nondet``. These executions rebuild a state: none is a
+    measurement. ``fed_signature``: the state's signature as the step returned it (the restored state
+    is held to it)."""
     t0 = time.perf_counter()
-    params, opt_state = point.restore()
-    h.counters.dispatches += 1
-    if fed_signature is not None and point.step > 0:
-        check_fed_back(h, (params, opt_state), fed_signature)
-    losses: list = []
-    ran: list[int] = []
+    params, opt_state = _restored(h, point, fed_signature)
     finite_fault = h.spec.inject in ("lost-row", "doubled-row")
+    ran: list[int] = []
+    chunks: list[tuple[list[int], jax.Array]] = []
+    rows, n = new_rows()
     for t in range(point.step, target):
         rec = history.get(t)
         if rec is None:
             raise HarnessError(f"internal: step {t} has no record to recompute from (restore point {point.step})")
-        if not rec["finite"]:
+        if t in rolled_back:
             continue
         batch = h.batch(seed, t)
         if len(ran) < 2:
@@ -152,30 +177,97 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
         if old is not None:
             new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
             h.counters.dispatches += 2
+        rows, n = h.write_row(rows, n, new_p, new_o, aux)
+        h.counters.dispatches += 1
         params, opt_state = new_p, new_o
-        losses.append(aux["loss"])
         ran.append(t)
+        if len(ran) % ROWS == 0:
+            chunks.append((ran[-ROWS:], rows))
+            rows, n = new_rows()
+    if len(ran) % ROWS:
+        chunks.append((ran[-(len(ran) % ROWS):], rows))
     out = Recomputed(params, opt_state, point.step, len(ran))
-    if losses:
-        host = h.counters.fetch(_stack(losses))[:len(losses)]
-        out.nondet = [t for t, x in zip(ran, host, strict=True) if not same_loss(history[t]["loss"], float(x))]
+    if not ran:
+        out.restored_ok = bool(h.counters.fetch(h.state_check(params, opt_state)))
+    for steps, chunk in chunks:
+        _read_rows(h.counters.fetch(chunk), steps, history, out)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _restored(h: Harnessed, point: RestorePoint, fed_signature) -> tuple:
+    """The restore point's state in buffers of its own, held to the signature the step returned."""
+    params, opt_state = point.restore()
+    h.counters.dispatches += 1
+    if fed_signature is not None and point.step > 0:
+        check_fed_back(h, (params, opt_state), fed_signature)
+    return params, opt_state
+
+
+def _read_rows(host: np.ndarray, steps: list[int], history: dict[int, dict], out: Recomputed) -> None:
+    for t, row in zip(steps, host, strict=False):
+        if row[2] == 0:
+            out.nonfinite.append(t)
+        if not same_loss(history[t]["loss"], float(row[0])):
+            out.nondet.append(t)
+
+
+def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, dict],
+                      rolled_back: set[int], planned: set[int], fed_signature, tries: int) -> Recomputed:
+    """:func:`recompute`, each step committed as ``--commit step`` commits it (a backup copy of the
+    state before it on the device; a new state that is not finite rolled back) and its flags fetched
+    before the next: a step whose new state comes out non-finite is run again from the state before
+    it, up to ``tries`` times (then the result is not clean). One host sync per step: for when the
+    one-fetch recompute met a non-finite state, so that a high failure rate still rebuilds."""
+    t0 = time.perf_counter()
+    params, opt_state = _restored(h, point, fed_signature)
+    out = Recomputed(params, opt_state, point.step, 0, checked=True)
+    out.restored_ok = bool(h.counters.fetch(h.state_check(params, opt_state)))
+    if not out.restored_ok:
+        return out
+    finite_fault = h.spec.inject in ("lost-row", "doubled-row")
+    backup = _copy((params, opt_state))
+    h.counters.dispatches += 2
+    for t in range(point.step, target):
+        rec = history.get(t)
+        if rec is None:
+            raise HarnessError(f"internal: step {t} has no record to recompute from (restore point {point.step})")
+        if t in rolled_back:
+            continue
+        batch = h.batch(seed, t)
+        for attempt in range(tries):
+            if out.steps < 2:
+                follow_signature(h, (params, opt_state, batch))
+            old = _copy(params) if finite_fault and t in planned else None
+            new_p, new_o, aux = h.call_step(params, opt_state, batch)
+            if old is not None:
+                new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
+                h.counters.dispatches += 2
+            flags, params, opt_state, bp, bo = h.commit(backup[0], backup[1], new_p, new_o, aux)
+            backup = (bp, bo)
+            h.counters.dispatches += 1
+            out.steps += 1
+            state_ok, loss = (float(x) for x in h.counters.fetch(
+                jax.numpy.stack([flags["state_ok"].astype(jax.numpy.float32), flags["loss"]])))
+            if attempt == 0 and not same_loss(rec["loss"], loss):
+                out.nondet.append(t)
+            if state_ok:
+                break
+            out.nonfinite.append(t)  # rolled back on the device: the state before t, run again
+        else:
+            out.gave_up = True
+            break
+    out.params, out.opt_state = params, opt_state
     out.seconds = time.perf_counter() - t0
     return out
 
 
 def same_loss(recorded: float | None, value: float) -> bool:
     """A loss recorded as ``recorded`` (None: non-finite) and computed again as ``value`` (float32)
-    are the same float32."""
+    are the same float32, bit for bit (0.0 and -0.0 differ)."""
     if recorded is None:
         return not math.isfinite(value)
-    return math.isfinite(value) and np.float32(value) == np.float32(recorded)
-
-
-_STACK = jax.jit(lambda xs: jax.numpy.stack([jax.numpy.asarray(x).astype(jax.numpy.float32) for x in xs]))
-
-
-def _stack(losses: list) -> jax.Array:
-    return _STACK(pad(losses))
+    return math.isfinite(value) and np.float32(value).tobytes() == np.float32(recorded).tobytes()
 
 
 @dataclass

@@ -35,6 +35,7 @@ class _Leaf:
     sharding: object
     devices: list  # one per buffer, in the order of ``buffers``
     buffers: list  # numpy, one per addressable shard
+    key_impl: object = None  # a typed PRNG key leaf: its implementation (the buffers hold its key data)
 
 
 def _committed(x) -> bool:
@@ -52,6 +53,9 @@ class HostSnapshot:
     def take(self, tree) -> None:
         """Copy ``tree`` (jax Arrays) into host memory; blocks until the copy is complete."""
         leaves, treedef = jax.tree_util.tree_flatten(tree)
+        impls = [jax.random.key_impl(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else None
+                 for x in leaves]
+        leaves = [jax.random.key_data(x) if impl is not None else x for x, impl in zip(leaves, impls, strict=True)]
         shards = [list(x.addressable_shards) for x in leaves]
         for per_leaf in shards:  # start every transfer before waiting for any (accelerators)
             for sh in per_leaf:
@@ -72,7 +76,7 @@ class HostSnapshot:
                 del view  # no reference to the device buffer survives the copy
                 out.append(b)
             new_leaves.append(_Leaf(tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)), _committed(x),
-                                    x.sharding, [sh.data.devices().pop() for sh in per_leaf], out))
+                                    x.sharding, [sh.data.devices().pop() for sh in per_leaf], out, impls[i]))
         self._leaves, self._treedef = new_leaves, treedef
         self.nbytes = sum(b.nbytes for leaf in new_leaves for b in leaf.buffers)
 
@@ -88,6 +92,8 @@ class HostSnapshot:
                 arr = jax.make_array_from_single_device_arrays(
                     leaf.shape, leaf.sharding,
                     [jax.device_put(b.copy(), d) for b, d in zip(leaf.buffers, leaf.devices, strict=True)])
+            if leaf.key_impl is not None:
+                arr = jax.random.wrap_key_data(arr, impl=leaf.key_impl)
             out.append(_weak(arr) if leaf.weak_type else arr)
         # A buffer of XLA's own for every leaf (device_put may alias the host copy on CPU).
         return _copy(jax.tree_util.tree_unflatten(self._treedef, out))

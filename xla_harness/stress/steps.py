@@ -3,8 +3,8 @@ compares them bitwise with the seed's first finite call's (``nondet``); ``train`
 step`` commits each step (a non-finite one rolled back to a backup copy kept on the device), and the
 block protocol replays a failing block this way.
 
-The checks stay on the device: per block of steps their flags are packed into one array
-(:class:`FlagPacker`) that is fetched in one transfer, one block late (the next block is dispatched
+The checks stay on the device: each step's flags are written as one row of its block's array
+(:class:`FlagPacker`), fetched in one transfer, one block late (the next block is dispatched
 first, so the device never waits for the host).
 """
 
@@ -103,12 +103,14 @@ class _Pending:
             if bool(f.get("nondet", False)) and self.start + i in self.details:
                 f["nondet_detail"] = h.counters.fetch(self.details[self.start + i])
         records = host_records(self.start, host, h, planned)
+        rolled_back = {self.start + i for i, f in enumerate(host) if "state_ok" in f and not bool(f["state_ok"])}
         for r in records:
             if r["step"] in self.refs:
                 ref = self.refs.pop(r["step"])
                 # A rejected (non-finite) step was not applied: nothing to compare.
                 r["reference"] = ref if r["finite"] else {**ref, "ok": True, "skipped": "non-finite"}
-        return BlockResult(h.label, seed, self.start, self.end, records)
+        return BlockResult(h.label, seed, self.start, self.end, records,
+                           rolled_back=rolled_back if h.spec.protocol == "train" else set())
 
 
 def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set[int], refs: dict[int, dict],
@@ -161,20 +163,28 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     (``nondet``). Per ``sync`` steps the flags are packed on the device and fetched in one transfer
     after the next block's steps are dispatched (``drain()`` true at a block's end: fetched before,
     so the state is the block's end when it is yielded)."""
-    flags_list: list = []
+    packer = FlagPacker(sync)
+    rows: jax.Array | None = None
+    n: jax.Array | None = None
+    layout: tuple = ()
+    count = 0
     block_start = first_checked = state.next_step
     refs: dict[int, dict] = {}
     details: dict[int, jax.Array] = {}
     pending: _Pending | None = None
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
-        flags_list.append(_checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details))
+        flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
+        if rows is None or n is None:
+            rows, n, layout = packer.start(flags)
+        rows, n = packer.write(rows, n, flags)
+        h.counters.dispatches += 1
+        count += 1
         state.next_step = s + 1
         stop = should_stop()
-        if len(flags_list) == sync or s == steps - 1 or stop:
-            block = _Pending(block_start, s + 1, h.packer.pack(flags_list), refs, details)
-            h.counters.dispatches += 1
-            flags_list, refs, details, block_start = [], {}, {}, s + 1
+        if count == sync or s == steps - 1 or stop:
+            block = _Pending(block_start, s + 1, (rows, layout), refs, details)
+            rows, count, refs, details, block_start = None, 0, {}, {}, s + 1
             if pending is not None:
                 yield pending.resolve(h, seed, planned)
             pending = block

@@ -1,0 +1,145 @@
+"""The host's work per step that the harness adds to a plain loop, measured where the step itself costs
+nothing: a 1-element state (``w: f32[1]``, SGD), so what is left is dispatch, the batch and its keys,
+and the harness's bookkeeping. On a GPU whose step takes under a millisecond, that host work is what
+could make the device wait.
+
+Two loops of the same program, interleaved round by round (the order alternates):
+
+* **plain**: ``p, o, aux = step(p, o, program.batch(key, s))`` with ``step = jax.jit(program.step,
+  donate_argnums=(0, 1))`` and the same per-step keys the harness derives (``step_keys``);
+* **harness**: ``stress``'s train loop (``--commit block`` unless ``--commit step``), every block
+  appended to a results file by the results sink's writer thread, as ``stress`` runs it.
+
+The figure is process CPU time per step (all threads), harness minus plain, per round: its median
+and the lowest-highest spread over rounds, in microseconds. Target (issue #43): at most 30 us.
+
+    python bench/host_per_step.py [--steps 3000] [--rounds 5] [--commit block|step] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+
+from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
+from xla_harness.stress import store as results  # noqa: E402
+from xla_harness.stress.inject import step_keys  # noqa: E402
+from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
+from xla_harness.stress.sink import ResultsSink  # noqa: E402
+from xla_harness.stress.spec import StressSpec  # noqa: E402
+
+TARGET_US = 30.0
+
+
+def one_element() -> TrainProgram:
+    opt = optax.sgd(1e-3)
+
+    def init(key):
+        params = {"w": jax.random.normal(key, (1,))}
+        return params, opt.init(params)
+
+    def batch(key, step):
+        return jax.random.normal(key, (1,))
+
+    def loss(params, x):
+        return jnp.sum((params["w"] * x - 1.0) ** 2)
+
+    return TrainProgram(name="one-element", init=init, batch=batch, step=step_from_loss(loss, opt))
+
+
+class Loops:
+    def __init__(self, steps: int, commit: str) -> None:
+        self.steps = steps
+        self.program = one_element()
+        spec = StressSpec(program="one-element", seeds=(1,), steps=steps, commit=commit)
+        self.h = prepare(spec, {}, self.program)
+        state = initial_state(self.h, 1)
+        check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
+        self.plain_step = jax.jit(self.program.step, donate_argnums=(0, 1))
+        self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-host-"))
+        self.env = results.environment()
+        self.runs = 0
+
+    def plain(self, seed: int) -> None:
+        p, o = self.program.init(jax.random.key(seed))
+        aux = None
+        for s in range(self.steps):
+            p, o, aux = self.plain_step(p, o, self.program.batch(step_keys(seed, s)[0], s))
+        jax.block_until_ready((p, o, aux))
+
+    def harness(self, seed: int) -> None:
+        self.runs += 1
+        path = self.tmp / f"stress{self.runs}.jsonl"
+        spec = self.h.spec.to_dict()
+        with results.open_run(path, spec, resume=False) as store:
+            store.write_header(spec, self.env)
+            with ResultsSink(store) as sink:
+                for _ in run_seed(self.h, seed, initial_state(self.h, seed), sink, self.tmp, self.env):
+                    pass
+        path.unlink()
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def bench(steps: int, rounds: int, commit: str) -> dict:
+    loops = Loops(steps, commit)
+    loops.plain(1000)  # compile and warm up (untimed)
+    loops.harness(1000)
+    cpu: dict[str, list[float]] = {"plain": [], "harness": []}
+    wall: dict[str, list[float]] = {"plain": [], "harness": []}
+    for r in range(rounds):
+        for name in (("plain", "harness") if r % 2 == 0 else ("harness", "plain")):
+            c0, w0 = time.process_time(), time.perf_counter()
+            getattr(loops, name)(1 + r)
+            cpu[name].append((time.process_time() - c0) / steps)
+            wall[name].append((time.perf_counter() - w0) / steps)
+    loops.close()
+    added = [(h - p) * 1e6 for h, p in zip(cpu["harness"], cpu["plain"], strict=True)]
+    return {"steps": steps, "rounds": rounds, "commit": commit, "jax": jax.__version__,
+            "backend": jax.default_backend(), "cpus": os.cpu_count(), "load": os.getloadavg()[0],
+            "plain_cpu_us": statistics.median(cpu["plain"]) * 1e6,
+            "harness_cpu_us": statistics.median(cpu["harness"]) * 1e6,
+            "plain_wall_us": statistics.median(wall["plain"]) * 1e6,
+            "harness_wall_us": statistics.median(wall["harness"]) * 1e6,
+            "added_cpu_us": statistics.median(added), "added_cpu_us_spread": (min(added), max(added)),
+            "target_us": TARGET_US}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--commit", choices=["block", "step"], default="block")
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.steps < 1:
+        ap.error("--rounds and --steps must be positive")
+    r = bench(args.steps, args.rounds, args.commit)
+    lo, hi = r["added_cpu_us_spread"]
+    print(f"backend {r['backend']}, jax {r['jax']}, {r['cpus']} CPUs, load {r['load']:.1f}; 1-element program, "
+          f"{r['steps']} steps x {r['rounds']} rounds, --commit {r['commit']}")
+    print(f"plain loop   CPU {r['plain_cpu_us']:7.1f} us/step  (wall {r['plain_wall_us']:7.1f})")
+    print(f"harness      CPU {r['harness_cpu_us']:7.1f} us/step  (wall {r['harness_wall_us']:7.1f})")
+    print(f"harness adds CPU {r['added_cpu_us']:7.1f} us/step (spread {lo:.1f} to {hi:.1f} over rounds); "
+          f"target <= {TARGET_US:.0f}")
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""What the block protocol keeps of every step's first execution, on the device: one row per step in a
+block's one float32 array ``[ROWS, 3]``: the step's loss as float32; the position of the first
+non-finite value among the loss, ``aux["grads"]``, ``aux["updates"]``, the new parameters and the new
+optimizer state, or -1; and 1.0 when the new state (parameters and optimizer state) is finite. One
+jitted function writes it after each step (:func:`make_row_writer`), reading the step's outputs and
+writing 12 bytes. The array is fetched once per block.
+
+The writer compiles once per state signature (the array has a fixed number of rows and the row's
+index is a device scalar it returns incremented), so no block length, however it changes, compiles
+anything; the same writer records the steps a recompute runs again.
+
+:class:`RowLayout` turns a row's code back into the name the per-step protocol gives the first bad
+value (``loss``, ``grad:params['w']``, ``param:...``, ``opt:...``), in the same order it looks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xla_harness.stress.inject import _floating, leaf_names
+
+ROWS = 1024  # rows of a block's array: the largest block (blocks.BlockSize.LIMIT)
+_STAGES = (("grads", "grad"), ("updates", "update"))
+
+
+def _ok_vector(new_params, new_opt, aux) -> jax.Array:
+    """Per checked value, in the per-step protocol's order, whether it is finite: the loss, then each
+    floating leaf of aux['grads'], aux['updates'], the new parameters, the new optimizer state."""
+    parts = [jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))[None]]
+    trees = [aux[key] for key, _ in _STAGES if key in aux] + [new_params, new_opt]
+    for tree in trees:
+        parts += [jnp.all(jnp.isfinite(x))[None] for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
+    return jnp.concatenate(parts)
+
+
+def _state_ok(new_params, new_opt) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if _floating(x)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def write_row(rows, n, new_params, new_opt, aux):
+    """``rows`` with row ``n`` set to (the loss as float32, the first non-finite value's position or
+    -1, 1.0 when the new state is finite), and ``n + 1``."""
+    ok = _ok_vector(new_params, new_opt, aux)
+    code = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.float32)
+    loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
+    row = jnp.stack([loss, code, _state_ok(new_params, new_opt).astype(jnp.float32)])[None]
+    return jax.lax.dynamic_update_slice(rows, row, (n, jnp.int32(0))), n + 1
+
+
+def make_row_writer() -> Callable:
+    """jit(rows, n, new_params, new_opt, aux) -> (rows', n + 1): :func:`write_row`, ``rows`` donated
+    (updated in place)."""
+    return jax.jit(write_row, donate_argnums=(0,))
+
+
+def new_rows() -> tuple[jax.Array, jax.Array]:
+    """A block's empty array and its first row's index (device arrays of their own)."""
+    return jnp.zeros((ROWS, 3), jnp.float32), jnp.zeros((), jnp.int32)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """The names behind a row's code: position 0 is the loss, then one per checked leaf."""
+
+    names: tuple[str, ...]
+
+    @staticmethod
+    def of(new_params, new_opt, aux) -> RowLayout:
+        names = ["loss"]
+        for key, stage in _STAGES:
+            if key in aux:
+                names += [f"{stage}:{n}" for n, x in zip(leaf_names(aux[key]), jax.tree_util.tree_leaves(aux[key]),
+                                                          strict=True) if _floating(x)]
+        for stage, tree in (("param", new_params), ("opt", new_opt)):
+            names += [f"{stage}:{n}" for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True)
+                      if _floating(x)]
+        return RowLayout(tuple(names))
+
+    def read(self, row: np.ndarray) -> tuple[float | None, str | None]:
+        """(the loss, None where it is not finite; the first bad value's name, None where every value
+        was finite)."""
+        loss, code = float(row[0]), int(row[1])
+        bad = None if code < 0 else (self.names[code] if code < len(self.names) else "?")
+        return (loss if math.isfinite(loss) else None), bad
