@@ -32,6 +32,7 @@ help:
 	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
 	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec, precision) one at a time, full + remat (results/tpu-aot/sweep)"
 	@echo "make gpu-fidelity [AUTOTUNE=file]  the #35409 program compiled ahead of time for cuda:h200 (jax 0.11.2, CUDA 13 plugin) against the H200's own compile, fusion by fusion (results/gpu/.../fidelity)"
+	@echo "make gpu-evidence [GPU_EVIDENCE_ARGS=--tiny]  on a GPU machine (its python3, no network): benches, first-failure cost, #35409 frozen + autotune results (results/gpu/<date>-<device>)"
 	@echo "make tpu-pairs  [MATRIX_PINS=..] the unknowns (and precision, specs, axis types) pairwise: 15 cells, full + remat (results/tpu-aot/pairs)"
 	@echo "make scan       scan the model compiled here for hazardous in-place fusions (ARGS=paths)"
 	@echo "make gradcheck  gradient checks on stock jax (MASKING=1: patched jax, flag on; FRAMEWORKS=tf,mlx: also TF and MLX)"

@@ -71,3 +71,13 @@ tpu-pairs: setup
 	CHECK_PY="$(PY)" TPU_TARGET="$(TPU_TARGET)" MATRIX_PINS="$(MATRIX_PINS)" PAIRS_CELLS="$(PAIRS_CELLS)" PAIRS_OUT="$(PAIRS_OUT)" \
 	  DEFAULT_JAX_PIN="$(DEFAULT_JAX_PIN)" VENV="$(VENV)" tools/tpu-pairs
 	$(VENV)/bin/xla-harness report $(PAIRS_OUT) || [ $$? -eq 1 ]
+
+# The GPU evidence (#43) in one command, on a machine with a GPU and its own jax (no venv, no network:
+# the device's python3 with this checkout on PYTHONPATH): benches, the first failure's cost, #35409
+# frozen with per-leaf nondeterminism and the autotune results, in GPU_EVIDENCE_BUDGET seconds;
+# results/gpu/<date>-<device>/README.md. GPU_EVIDENCE_ARGS=--tiny runs it at a CPU's size.
+GPU_EVIDENCE_PY     ?= python3
+GPU_EVIDENCE_BUDGET ?= 480
+.PHONY: gpu-evidence
+gpu-evidence:
+	PYTHONPATH=$(CURDIR) $(GPU_EVIDENCE_PY) tools/gpu_evidence.py --budget $(GPU_EVIDENCE_BUDGET) $(GPU_EVIDENCE_ARGS)

@@ -65,7 +65,7 @@ class BlockSize:
     from what the run measures. A block's fixed cost is ``c`` steps' worth of time: its check on the
     device and its fetch (measured once, on an idle device: :meth:`start`) and the host's work for it
     (the records, the results line, progress: measured every block); a block holding a failure costs
-    its replay, about K more steps. Per step that is c/K + r*K at failure rate r: K = c / TARGET
+    its rollback, up to K more steps. Per step that is c/K + r*K at failure rate r: K = c / TARGET
     keeps the fixed costs under TARGET of the step's time, and once failures are seen K is held at
     sqrt(c / r), the minimum of the sum. The step's time is the clean blocks' wall time over their
     steps (on an accelerator, the device's pace: the host runs a block ahead). K is a power of two
@@ -100,7 +100,7 @@ class BlockSize:
         self.update(0, 0, step_seconds, check_seconds)
 
     def observe(self, ran: int, failed: int, wall_seconds: float, host_seconds: float) -> None:
-        """A block of ``ran`` steps resolved ``wall_seconds`` after the one before it (0: a replay, not
+        """A block of ``ran`` steps resolved ``wall_seconds`` after the one before it (0: a rollback, not
         timed), its host work ``host_seconds``; ``failed`` failures in it."""
         if wall_seconds > 0:
             self.clean_steps += ran
@@ -173,7 +173,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     return PendingBlock(start, state.next_step, rows, stopped, point)
 
 
-def step_record(h: Harnessed, step: int, row: np.ndarray, planned: set[int]) -> dict:
+def step_record(h: Harnessed, step: int, row: list[float], planned: set[int]) -> dict:
     """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
     layout = h.row_layout
     if layout is None:
@@ -400,7 +400,7 @@ class _Blocks:
         h, state, size = self.h, self.state, self.size
         cycle, self.last_resolved = fetched - self.last_resolved, fetched
         records, poisoned = [], None
-        for i, row in enumerate(rows):
+        for i, row in enumerate(rows.tolist()):
             rec = step_record(h, block.start + i, row, self.planned)
             records.append(rec)
             if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement

@@ -85,7 +85,7 @@ class Step:
     loss: float | None
     reference: dict | None = None
     injected: str | None = None  # the fault planted at this step, if any
-    nondet: bool = False  # outputs (frozen) or loss (train replay) differ from another call on the same inputs
+    nondet: bool = False  # outputs (frozen; train: files of earlier versions' replays) differ from another call
     # Where a nondet step differed: per output leaf that changed, {"leaf", "elements", "max_abs", "max_ulp"}
     # (frozen: every leaf of (params, opt_state, aux); train: the loss only). None: not recorded.
     nondet_detail: tuple[dict, ...] | None = None
@@ -217,7 +217,33 @@ def parse_header(obj: Mapping) -> Header:
     return Header(spec=spec, fingerprint=fp, env=env, time=time)
 
 
+_PLAIN_STEP = ("step", "finite", "first_bad", "max_abs_update", "loss")
+
+
+def _plain_step(obj: Any) -> Step | None:
+    """The common record (exactly the five keys, each of its exact type, numbers finite), read without
+    the general checks' per-key calls; None for anything else (the general path then says what is
+    wrong, or reads the optional keys)."""
+    if type(obj) is not dict or len(obj) != 5:
+        return None
+    try:
+        step, finite, bad, upd, loss = (obj[k] for k in _PLAIN_STEP)
+    except KeyError:
+        return None
+    if type(step) is not int or not 0 <= step < MAX_INDEX or type(finite) is not bool:
+        return None
+    if bad is not None and type(bad) is not str:
+        return None
+    for x in (upd, loss):
+        if x is not None and (type(x) is not float or not math.isfinite(x)):
+            return None
+    return Step(step=step, finite=finite, first_bad=bad, max_abs_update=upd, loss=loss)
+
+
 def parse_step(obj: Any, what: str) -> Step:
+    plain = _plain_step(obj)
+    if plain is not None:
+        return plain
     _typed(obj, dict, what)
     ref = obj.get("reference")
     if ref is not None:

@@ -7,21 +7,21 @@ harness adds runs in *separate* jitted functions over the step's inputs and outp
 
 * **checks** (is the loss finite, every new parameter and optimizer-state leaf,
   ``aux["grads"]``/``aux["updates"]`` when the step exposes them);
-* **commit** (protocol ``train``): ``block`` (default, :mod:`~xla_harness.stress.blocks`) feeds the
-  step's outputs straight back, keeps per step only the loss, and per block of K steps checks the
-  state once, all fetched in one small transfer while the next block runs; a block holding a
-  non-finite step is brought back to its start (recomputed from a restore point,
-  :mod:`~xla_harness.stress.restore`) and replayed with ``step``
-  (:mod:`~xla_harness.stress.steps`), which checks every step and rolls a non-finite one back
-  (params *and* optimizer state) to a copy kept on device, so one event is one failure and every
-  step is one Bernoulli trial; both give the same records, counts and trajectory;
+* **commit** (protocol ``train``): both count a step by its first execution from a finite state
+  and roll back a step whose new state is not finite (params *and* optimizer state), so one event
+  is one failure and every step is one Bernoulli trial. ``block`` (default,
+  :mod:`~xla_harness.stress.blocks`) feeds the step's outputs straight back, writes one row per step
+  on the device (:mod:`~xla_harness.stress.step_rows`) fetched once per block while the next runs,
+  and rolls back by rerunning at most one block from a device copy of the state taken at the block's
+  start (:mod:`~xla_harness.stress.restore`; reruns are never counted). ``step``
+  (:mod:`~xla_harness.stress.steps`) commits every step against a copy kept on device;
 * **fault injection** (``inject_rate``, keyed by (seed, step) and planned on the host):
   corrupts the step's *output* between calls and is recorded per step as ``injected``;
   NaN/inf kinds prove the detector, the finite kinds (a lost or doubled row of the target
   matrix's update) prove ``reference``;
 * **nondeterminism**: frozen compares every call's outputs bitwise with the seed's first finite
-  call's, train a replayed block's losses with its first run's, and a recompute's with the records
-  (``nondet``).
+  call's (``nondet``); train reports the reruns that rebuild a state and differ from their first
+  execution apart, on the block (``recompute``).
 
 Protocols: ``train`` runs a trajectory (new batch every step, donated state); ``frozen`` is the
 reporter's: identical params, optimizer state and batch on every call, no donation, each call a
@@ -102,8 +102,8 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
-    the step's outputs fed straight back, one check per block fetched a block late, a failing block
-    recomputed from a restore point and replayed step by step. ``commit="step"`` and the frozen
+    the step's outputs fed straight back, a row per step fetched once per block a block late, a step
+    whose new state is not finite rolled back by rerunning from the block's restore point. ``commit="step"`` and the frozen
     protocol: :func:`~xla_harness.stress.steps.run_steps`, every step checked (and in train rolled
     back) as it comes. A stop request ends the current block early; the partial block is yielded so
     nothing that ran is lost. ``checkpointer`` (train): the ``--resume`` checkpoints, written where the

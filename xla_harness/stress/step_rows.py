@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from xla_harness.stress.inject import _floating, leaf_names
 
@@ -83,7 +82,7 @@ class RowLayout:
                       if _floating(x)]
         return RowLayout(tuple(names))
 
-    def read(self, row: np.ndarray) -> tuple[float | None, str | None]:
+    def read(self, row) -> tuple[float | None, str | None]:
         """(the loss, None where it is not finite; the first bad value's name, None where every value
         was finite)."""
         loss, code = float(row[0]), int(row[1])

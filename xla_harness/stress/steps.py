@@ -1,7 +1,7 @@
 """The per-step protocols: every step checked as it runs. ``frozen`` checks each call's outputs and
 compares them bitwise with the seed's first finite call's (``nondet``); ``train`` with ``--commit
 step`` commits each step (a non-finite one rolled back to a backup copy kept on the device), and the
-block protocol replays a failing block this way.
+block protocol runs a block holding a finite fault or a ``--reference`` sample this way.
 
 The checks stay on the device: each step's flags are written as one row of its block's array
 (:class:`FlagPacker`), fetched in one transfer, one block late (the next block is dispatched

@@ -1,0 +1,51 @@
+"""``make gpu-evidence`` (tools/gpu_evidence.py) at a CPU's size (``--tiny``): every step runs in its own
+process and lands in the README table it writes, the GPU-only step is said not to run here, and a
+budget too small for any step is a failure (exit 1), not an empty success."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "gpu_evidence.py"
+
+
+def _run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_the_tiny_evidence_runs_every_step_and_writes_its_table(tmp_path):
+    out = tmp_path / "ev"
+    done = _run("--tiny", "--out", str(out), "--budget", "600")
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = {o["step"]: o for o in json.loads((out / "outcomes.json").read_text())}
+    assert list(outcomes) == ["bench-100", "first-failure", "frozen", "bench-1000", "first-block",
+                              "frozen-deterministic"]
+    for name in ("bench-100", "first-failure", "frozen", "bench-1000", "first-block"):
+        assert outcomes[name]["status"] == "ok", outcomes[name]
+        assert outcomes[name]["figures"], name
+        assert (out / name / "output.txt").read_text().startswith("$ ")
+    assert outcomes["frozen-deterministic"]["status"] == "needs a GPU"
+    assert any(f.startswith("first failure: step") for f in outcomes["first-failure"]["figures"])
+    assert (out / "frozen" / "stress.jsonl").exists() and (out / "bench-100" / "bench.json").exists()
+    readme = (out / "README.md").read_text()
+    assert "| [frozen](frozen/output.txt) |" in readme and "they measure nothing about a GPU" in readme
+
+
+def test_a_budget_that_fits_no_step_fails_and_a_used_folder_is_refused(tmp_path):
+    out = tmp_path / "ev"
+    done = _run("--tiny", "--out", str(out), "--budget", "5", timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    statuses = {o["status"] for o in json.loads((out / "outcomes.json").read_text())}
+    assert statuses <= {"not run", "needs a GPU"} and "not run" in statuses
+    again = _run("--tiny", "--out", str(out), timeout=300)
+    assert again.returncode == 2 and again.stderr.startswith("error: ") and "not empty" in again.stderr

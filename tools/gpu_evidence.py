@@ -1,0 +1,197 @@
+"""One command for the GPU evidence (``make gpu-evidence``): on a machine with a GPU and the jax it
+has (run from source: ``PYTHONPATH=$PWD python3 tools/gpu_evidence.py``; no network is needed), in
+at most ``--budget`` seconds (default 480), each step in its own process with what is left of the
+budget as its limit, in this order:
+
+1. ``bench/stress_overhead.py --size realistic --steps 100`` (2 rounds): the harness against a plain
+   loop, wall time and counts;
+2. ``bench/first_failure.py``: what the first failure of a 1000-step realistic run costs;
+3. ``stress --program issue-35409 --protocol frozen`` at full size (10 calls), per-leaf nondeterminism,
+   with the device's autotune results written (``XLA_FLAGS=--xla_gpu_dump_autotune_results_to``);
+4. ``bench/stress_overhead.py`` at 1000 steps (1 round);
+5. ``bench/first_block.py``: time to the first block, the #35409 program at scale 1/32;
+6. the frozen run again with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, the flag ``--variants
+   deterministic`` sets (one compile, without a second baseline).
+
+The full-size #35409 compile took 303 s wall on the H200 machine (results/gpu/h200-2026-11-26), so
+in 480 s the last steps may not fit: they are listed as not run, with the budget that was left.
+
+Everything goes under ``results/gpu/<date>-<device>/`` (``--out`` to choose), one folder per step with
+its ``output.txt`` and what it wrote, and a ``README.md`` this script writes: per step the command,
+its exit status and time, and the lines that carry its figures. A step that does not fit in the
+budget left is listed as not run. Afterwards, on the development machine, ``make gpu-fidelity
+AUTOTUNE=<out>/frozen/autotune.txt`` holds the ahead-of-time compile to the device's choices.
+
+``--tiny`` runs every step at a size a CPU finishes in about two minutes (the test of this script);
+on a CPU the deterministic step is not run (its flag is the GPU compiler's), and the README says so.
+Exit 0 when every step ran (or, on a CPU, was not run for want of a GPU), 1 when one failed or did not
+fit.
+
+    python tools/gpu_evidence.py [--out DIR] [--budget 480] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Step:
+    name: str
+    what: str
+    argv: list[str]
+    cap: float  # seconds at most, when the budget leaves that much
+    env: dict[str, str] = field(default_factory=dict)
+    keep: str = r""  # output lines matching this are the figures quoted in the README
+    gpu_only: bool = False
+
+
+@dataclass
+class Outcome:
+    step: Step
+    status: str  # ok | failed (exit N) | timed out | not run | needs a GPU
+    seconds: float = 0.0
+    figures: list[str] = field(default_factory=list)
+
+
+def steps(out: Path, tiny: bool) -> list[Step]:
+    py = sys.executable
+    size = "tiny" if tiny else "realistic"
+    scale = "0.015625" if tiny else "1"
+    frozen_steps = "3" if tiny else "10"
+    frozen = [py, "-m", "xla_harness.cli", "stress", "--program", "issue-35409", "--program-option",
+              f"scale={scale}", "--protocol", "frozen", "--modes", "full", "--remat", "on", "--seeds", "1",
+              "--steps", frozen_steps]
+    bench_keep = r"^(user|block|step) |device->host|target"
+    first_block_program = (["--program", "examples/quickstart/my_model.py:make"] if tiny else
+                           ["--program", "issue-35409", "--option", "scale=0.03125"])
+    autotune = str(out / "frozen" / "autotune.txt")
+    xla_flags = os.environ.get("XLA_FLAGS", "")
+    return [
+        Step("bench-100", f"the harness against a plain loop, {size}, 100 steps x 2 rounds",
+             [py, "bench/stress_overhead.py", "--size", size, "--steps", "20" if tiny else "100", "--rounds",
+              "1" if tiny else "2", "--json", str(out / "bench-100" / "bench.json")], 90, keep=bench_keep),
+        Step("first-failure", f"the first failure of a {size} run: steps rerun and their time",
+             [py, "bench/first_failure.py", "--size", size, "--steps", "60" if tiny else "1000", "--json",
+              str(out / "first-failure" / "first_failure.json")], 90, keep=r"^first failure|^that block"),
+        Step("frozen", f"#35409 frozen, scale {scale}, per-leaf nondeterminism; the device's autotune results",
+             frozen + ["--out", str(out / "frozen")], 240,
+             env={"XLA_FLAGS": f"{xla_flags} --xla_gpu_dump_autotune_results_to={autotune}".strip()},
+             keep=r"^issue-35409|nondet|^config"),
+        Step("bench-1000", f"the harness against a plain loop, 1000 steps x 1 round ({size})",
+             [py, "bench/stress_overhead.py", "--size", size, "--steps", "40" if tiny else "1000", "--rounds", "1",
+              "--json", str(out / "bench-1000" / "bench.json")], 120, keep=bench_keep),
+        Step("first-block", "time to the first block against a plain loop's first step (#35409 at scale 1/32)",
+             [py, "bench/first_block.py", *first_block_program, "--rounds", "1"], 90, keep=r"ratio|stress|plain"),
+        Step("frozen-deterministic", "the frozen run again with XLA_FLAGS=--xla_gpu_deterministic_ops=true (what "
+             "--variants deterministic sets)", frozen + ["--out", str(out / "frozen-deterministic")], 240,
+             env={"XLA_FLAGS": f"{xla_flags} --xla_gpu_deterministic_ops=true".strip()},
+             keep=r"^issue-35409|nondet|^config", gpu_only=True),
+    ]
+
+
+def run_step(step: Step, out: Path, left: float, gpu: bool) -> Outcome:
+    folder = out / step.name
+    if step.gpu_only and not gpu:
+        return Outcome(step, "needs a GPU", figures=["not run: the flag changes nothing on this backend"])
+    folder.mkdir(parents=True, exist_ok=True)
+    limit = min(step.cap, left)
+    if limit < 10:
+        return Outcome(step, "not run", figures=[f"{left:.0f} s of the budget left"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYTHONUNBUFFERED": "1", **step.env}
+    t0 = time.monotonic()
+    print(f"gpu-evidence: {step.name} (at most {limit:.0f} s): {step.what}", flush=True)
+    with open(folder / "output.txt", "w") as log:
+        log.write("$ " + " ".join(step.argv) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.run(step.argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=limit, stdin=subprocess.DEVNULL)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    seconds = time.monotonic() - t0
+    text = (folder / "output.txt").read_text(errors="replace").splitlines()
+    figures = [line.strip() for line in text[1:] if step.keep and re.search(step.keep, line.strip())][:12]
+    if code is None:
+        return Outcome(step, "timed out", seconds, figures)
+    if code in (0, 1):  # stress exits 1 when it found non-finite steps or nondeterminism: measured
+        return Outcome(step, "ok", seconds, figures)
+    return Outcome(step, f"failed (exit {code})", seconds, figures or text[-3:])
+
+
+def device() -> tuple[str, str, bool]:
+    """(the device kind as jax names it, a folder-safe slug of it, whether it is a GPU)."""
+    code = "import jax; d = jax.devices()[0]; print(d.platform, d.device_kind, sep='|')"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    platform, _, kind = got.stdout.strip().rpartition("\n")[-1].partition("|")
+    kind = kind or platform or "unknown"
+    return kind, re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-"), platform in ("gpu", "cuda", "rocm")
+
+
+def readme(out: Path, outcomes: list[Outcome], kind: str, budget: float, spent: float, tiny: bool) -> str:
+    import jax
+
+    lines = [f"# GPU evidence: {kind}, {datetime.date.today().isoformat()}", "",
+             f"Written by `tools/gpu_evidence.py{' --tiny' if tiny else ''}` (`make gpu-evidence`): jax "
+             f"{jax.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} host CPUs; "
+             f"{spent:.0f} s of a {budget:.0f} s budget. Each folder holds the step's `output.txt` (its command "
+             "first) and what it wrote.", "",
+             "| step | what | status | seconds | figures |", "| --- | --- | --- | --- | --- |"]
+    for o in outcomes:
+        figures = "<br>".join(f.replace("|", "/") for f in o.figures) or "-"
+        lines.append(f"| [{o.step.name}]({o.step.name}/output.txt) | {o.step.what} | {o.status} | "
+                     f"{o.seconds:.0f} | {figures} |")
+    lines += ["", "Then, on the development machine: `make gpu-fidelity AUTOTUNE=" +
+              f"{out.name}/frozen/autotune.txt` (the ahead-of-time compile held to this device's autotuner)."]
+    if tiny:
+        lines += ["", "`--tiny`: every step at a size a CPU finishes quickly; these figures test the script, "
+                  "they measure nothing about a GPU."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="default: results/gpu/<date>-<device kind>")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for all steps together (default 480)")
+    ap.add_argument("--tiny", action="store_true", help="every step at a CPU's size (tests this script)")
+    args = ap.parse_args()
+    if not args.budget > 0:
+        print("error: --budget must be a positive number of seconds", file=sys.stderr)
+        return 2
+    kind, slug, gpu = device()
+    out = args.out or ROOT / "results" / "gpu" / f"{datetime.date.today().isoformat()}-{slug}"
+    if out.exists() and any(out.iterdir()):
+        print(f"error: {out} exists and is not empty; choose another --out", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    outcomes = []
+    for step in steps(out, args.tiny):
+        outcomes.append(run_step(step, out, args.budget - (time.monotonic() - t0), gpu))
+        print(f"gpu-evidence: {step.name}: {outcomes[-1].status} ({outcomes[-1].seconds:.0f} s)", flush=True)
+    spent = time.monotonic() - t0
+    (out / "README.md").write_text(readme(out, outcomes, kind, args.budget, spent, args.tiny))
+    (out / "outcomes.json").write_text(json.dumps(
+        [{"step": o.step.name, "status": o.status, "seconds": round(o.seconds, 1), "figures": o.figures}
+         for o in outcomes], indent=2) + "\n")
+    print(f"gpu-evidence: {out}/README.md")
+    bad = [o for o in outcomes if o.status not in ("ok", "needs a GPU")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
