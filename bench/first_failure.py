@@ -57,7 +57,7 @@ def bench(size: str, steps: int) -> dict:
         run_matrix(spec, Path(tmp), on_event=lambda e: stamps.append((time.perf_counter(), e)))
         total = time.perf_counter() - t0
     blocks = [(t, e.block) for t, e in stamps if e.kind == "block" and e.block is not None]
-    first = next(i for i, (_, b) in enumerate(blocks) if b.rolled_back)
+    first = next(i for i, (_, b) in enumerate(blocks) if b.recompute is not None)
     t_fail, failed = blocks[first]
     t_prev, prev = blocks[first - 1]
     clean = [(blocks[i][0] - blocks[i - 1][0], blocks[i][1].end - blocks[i][1].start)

@@ -168,3 +168,37 @@ def test_fed_back_dtype_change_is_refused():
     with pytest.raises(HarnessError, match=r"\['w'\] back with dtype float32 where the step returned bfloat16"):
         check_fed_back(h, {"w": jnp.ones(3)}, {"w": jnp.ones(3, jnp.bfloat16)})
 
+
+
+def test_the_plain_loop_is_traced_anew_and_nothing_else_compiles_again():
+    """The proof's plain loop shares no trace with the harness's (the step's body is traced twice:
+    once for each lowering, so a lowering the harness got wrong cannot be read back from jax's
+    cache as the plain loop's), and the caches are not cleared: a jitted function the user's batch
+    calls compiles once, not again after the proof."""
+    from xla_harness.stress.runner import check_same_program, first_batch
+
+    traces = []
+
+    @jax.jit
+    def features(key):
+        return jax.random.normal(key, (4,))
+
+    base = weak_scale_program()
+
+    def step(params, opt_state, batch):
+        traces.append(1)
+        return base.step(params, opt_state, batch)
+
+    def batch(key, s):
+        features(key)  # a jitted function of the user's, compiled the first time it runs
+        return base.batch(key, s)
+
+    program = TrainProgram(name="traced", init=base.init, batch=batch, step=step)
+    h = _harness(program)
+    state = initial_state(h, 1)
+    b = first_batch(h, 1)
+    assert features._cache_size() == 1
+    check_same_program(h, state.params, state.opt_state, b)
+    assert len(traces) == 2  # the harness's lowering and the plain loop's, each its own trace
+    first_batch(h, 1)
+    assert features._cache_size() == 1  # the proof emptied no cache: the batch's function did not compile again

@@ -4,6 +4,7 @@ hand, which the harness's step must match."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -59,6 +60,17 @@ def fingerprint(compiled) -> dict:
     return out
 
 
-def plain_jit(program: TrainProgram, donate_argnums: tuple[int, ...]) -> jax.stages.Wrapped:
-    """The step as a user jits it by hand: ``jax.jit(step, donate_argnums=..., **jit_kwargs)``."""
-    return jax.jit(program.step, donate_argnums=donate_argnums, **program.jit_kwargs)
+def plain_jit(program: TrainProgram, donate_argnums: tuple[int, ...], fresh: bool = False) -> jax.stages.Wrapped:
+    """The step as a user jits it by hand: ``jax.jit(step, donate_argnums=..., **jit_kwargs)``.
+    ``fresh``: of a new function object that calls the step (same name, same program), so jax's
+    trace and lowering caches, keyed on the function, hold nothing for it: its lowering is made anew
+    (the same-program proof's independent plain loop)."""
+    step = program.step
+    if fresh:
+        inner = step
+
+        @functools.wraps(inner)
+        def step(*args, **kwargs):
+            return inner(*args, **kwargs)
+
+    return jax.jit(step, donate_argnums=donate_argnums, **program.jit_kwargs)

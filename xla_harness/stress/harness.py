@@ -173,7 +173,7 @@ def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:
     the harness's lowering on ``args`` against a plain loop's on ``plain_args``, compiled once; from
     here on the loop calls that executable. Returns (and records) its fingerprint."""
     if h.proven is None:
-        h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate), h.label)
+        h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label)
     try:
         fp = h.proven.prove(args, plain_args, signature(args))
     except HarnessError:

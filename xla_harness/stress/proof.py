@@ -1,7 +1,9 @@
 """The same-program proof, with one compile: the step the harness calls, lowered on the arguments
 it will call it with, against a plain loop's ``jax.jit`` of the user's step lowered on the
-arguments a plain loop has, independently of it (after ``jax.clear_caches()``, from a new
-``jax.jit``). The two lowerings must be equal in everything that decides the executable: the
+arguments a plain loop has, independently of it (a new ``jax.jit`` of a new function object that
+calls the user's step, so no trace or lowering of the harness's is found in jax's caches; the
+caches are not cleared, so nothing else the user's code compiled, inside its ``batch`` or ``init``,
+compiles again). The two lowerings must be equal in everything that decides the executable: the
 StableHLO module without debug information, and the compile arguments jax hands XLA with it
 (argument and result avals with their weak types, shardings, layouts, committedness, donation,
 compiler options, devices). Then the harness's lowering is compiled, once, and that executable is
@@ -146,8 +148,7 @@ class ProvenStep:
             self.current, self.current_signature = self._by_signature[signature], signature
             return self._fingerprints[signature]
         ours = self.jitted.lower(*args)
-        jax.clear_caches()  # the plain loop's trace and lowering share nothing with the harness's
-        plain = self._plain().lower(*plain_args)
+        plain = self._plain().lower(*plain_args)  # a function jax has not traced: nothing shared
         compare_lowerings(lowering_identity(ours), lowering_identity(plain), self.label)
         compiled = ours.compile()
         self.compiles += 1

@@ -79,8 +79,8 @@ RESULTS_NAME = "stress.jsonl"
 def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = False) -> dict:
     """The step the harness runs, on the arguments it will call it with, against a plain loop's first
     step lowered independently: a fresh ``jax.jit(step, donate_argnums=..., **jit_kwargs)`` of the
-    user's step, traced and lowered after ``jax.clear_caches()`` (nothing shared with the harness's
-    lowering), on the arguments a plain loop has (``init``'s and ``batch``'s outputs, abstract).
+    user's step, of a new function object (jax's caches hold nothing of the harness's lowering for
+    it), on the arguments a plain loop has (``init``'s and ``batch``'s outputs, abstract).
     Equal StableHLO and compile arguments (avals with weak types, shardings, layouts, committedness,
     donation, compiler options), or HarnessError naming the first difference: a harness that changed
     an argument's dtype, weak type, sharding or committedness, or the donation, fails here. Then the
@@ -103,11 +103,11 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
     the step's outputs fed straight back, a row per step fetched once per block a block late, a step
-    whose new state is not finite rolled back by rerunning from the block's restore point. ``commit="step"`` and the frozen
-    protocol: :func:`~xla_harness.stress.steps.run_steps`, every step checked (and in train rolled
-    back) as it comes. A stop request ends the current block early; the partial block is yielded so
-    nothing that ran is lost. ``checkpointer`` (train): the ``--resume`` checkpoints, written where the
-    loop has nothing in flight.
+    whose new state is not finite rolled back by rerunning from the block's restore point.
+    ``commit="step"`` and the frozen protocol: :func:`~xla_harness.stress.steps.run_steps`, every
+    step checked (and in train rolled back) as it comes. A stop request ends the current block early;
+    the partial block is yielded so nothing that ran is lost. ``checkpointer`` (train): the
+    ``--resume`` checkpoints, written where the loop has nothing in flight.
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps

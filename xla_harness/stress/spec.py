@@ -28,11 +28,11 @@ class StressSpec:
     :mod:`xla_harness.programs.variants`, ``baseline`` first) multiply every configuration: each
     is compiled separately and its rows are compared with the baseline's.
 
-    ``commit`` (train protocol): ``block`` feeds the step's outputs straight back, writes a row per
-    step on the device and fetches them once per block of ``block`` steps (None: chosen from the
-    observed cost and failure rate); ``step`` checks and commits every step. Both count a step by
-    its first execution from a finite state and roll back a step whose new state is not finite. In the per-step protocols ``block`` is the number of
-    steps per host sync (None: 10).
+    ``commit`` (train protocol): ``block`` feeds the step's outputs straight back, writes a row per step on
+    the device and fetches them once per block of ``block`` steps (None: chosen from the observed cost and
+    failure rate); ``step`` checks and commits every step. Both count a step by its first execution from a
+    finite state and roll back a step whose new state is not finite. In the per-step protocols ``block`` is
+    the number of steps per host sync (None: 10).
     """
 
     modes: tuple[str, ...] = MODES
