@@ -41,6 +41,7 @@ def test_the_tiny_evidence_runs_every_step_and_writes_its_table(tmp_path):
     assert "| [frozen](frozen/output.txt) |" in readme and "they measure nothing about a GPU" in readme
 
 
+@pytest.mark.slow
 def test_a_budget_that_fits_no_step_fails_and_a_used_folder_is_refused(tmp_path):
     out = tmp_path / "ev"
     done = _run("--tiny", "--out", str(out), "--budget", "5", timeout=300)

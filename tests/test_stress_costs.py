@@ -33,12 +33,22 @@ REALISTIC = dict(vocab=32768, d_model=512, layers=2, heads=8, seq=32, batch=8)  
 COMPILES = counting.CompileCounts()
 
 
+AT_FIRST_BLOCK: list[int] = []  # COMPILES.total when the last _run's first block was recorded
+
+
 def _run(tmp_path: Path, protocol: str, size: dict, steps: int = 100):
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=steps, protocol=protocol, **size)
     events = []
     before = COMPILES.of("step")
+    AT_FIRST_BLOCK.clear()
+
+    def on_event(e):
+        if e.kind == "block" and not AT_FIRST_BLOCK:
+            AT_FIRST_BLOCK.append(COMPILES.total)
+        events.append(e)
+
     with counting.DeviceCounts() as counts:
-        run_matrix(spec, tmp_path / protocol, on_event=events.append)
+        run_matrix(spec, tmp_path / protocol, on_event=on_event)
     done = [e.block for e in events if e.kind == "block"]
     assert sum(b.end - b.start for b in done) == steps and all(r["finite"] for b in done for r in b.records)
     return counts, done, COMPILES.of("step") - before
@@ -94,11 +104,11 @@ def test_nothing_compiles_after_the_first_block_of_a_clean_run(tmp_path, protoco
     _, done, compiles = _run(tmp_path, protocol, TINY, steps=100)
     new = {k: v - before[k] for k, v in _harness_compiles().items()}
     assert compiles == 1
+    assert COMPILES.total == AT_FIRST_BLOCK[0], "something compiled after the first block"
+    # Once each at most (an earlier test in this process may have compiled them for this signature).
+    assert all(n <= 1 for n in new.values()) and new["state_finite"] == 0, new
     if protocol == "train":
-        assert new["write_row"] == 1 and new["_copy"] <= 1 and new["state_finite"] == 0, new
         assert len({b.end - b.start for b in done}) > 2  # the block sizes did change
-    else:
-        assert new["_write_flags"] == 1 and new["repeat"] == 1, new
 
 
 def test_the_compile_count_sees_a_planted_array_shaped_per_block(tmp_path, monkeypatch):
@@ -115,6 +125,7 @@ def test_the_compile_count_sees_a_planted_array_shaped_per_block(tmp_path, monke
     before = _harness_compiles()
     _run(tmp_path, "train", TINY, steps=60)
     assert COMPILES.of("write_row") - before["write_row"] > 1
+    assert COMPILES.total > AT_FIRST_BLOCK[0]  # the after-the-first-block check sees them
 
 
 @pytest.mark.slow

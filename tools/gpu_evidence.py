@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from xla_harness import subproc  # noqa: E402
 
 
 @dataclass
@@ -116,11 +119,11 @@ def run_step(step: Step, out: Path, left: float, gpu: bool) -> Outcome:
     with open(folder / "output.txt", "w") as log:
         log.write("$ " + " ".join(step.argv) + "\n")
         log.flush()
-        try:
-            proc = subprocess.run(step.argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=limit, stdin=subprocess.DEVNULL)
+        try:  # the step's whole process group is killed at its limit (xla_harness.subproc)
+            proc = subproc.run(step.argv, timeout=limit, what=step.name, cwd=ROOT, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             code: int | None = proc.returncode
-        except subprocess.TimeoutExpired:
+        except subproc.ChildTimeout:
             code = None
     seconds = time.monotonic() - t0
     text = (folder / "output.txt").read_text(errors="replace").splitlines()
@@ -135,8 +138,8 @@ def run_step(step: Step, out: Path, left: float, gpu: bool) -> Outcome:
 def device() -> tuple[str, str, bool]:
     """(the device kind as jax names it, a folder-safe slug of it, whether it is a GPU)."""
     code = "import jax; d = jax.devices()[0]; print(d.platform, d.device_kind, sep='|')"
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    got = subproc.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                      env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     platform, _, kind = got.stdout.strip().rpartition("\n")[-1].partition("|")
     kind = kind or platform or "unknown"
     return kind, re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-"), platform in ("gpu", "cuda", "rocm")
