@@ -308,7 +308,7 @@ def test_a_checkpoint_is_a_restore_point_and_a_stop_writes_one(tmp_path):
     """With a checkpoint due at every block, a failed block is recomputed from the newest checkpoint
     (nothing to run again), and the records stay the per-step commit's; a stop writes the
     checkpoint --resume starts from."""
-    from xla_harness.stress.checkpoint import _checkpoint_path, load_checkpoint
+    from xla_harness.stress.checkpoint import checkpoint_path, load_checkpoint
     from xla_harness.stress.runner import run_seed
 
     class Lines(list):
@@ -330,5 +330,5 @@ def test_a_checkpoint_is_a_restore_point_and_a_stop_writes_one(tmp_path):
     got = list(run_seed(h, 1, state, Lines(), tmp_path / "stop", {}, should_stop=lambda: next(stops) >= 12))
     end = got[-1].end
     assert end < 30 and state.next_step == end
-    ck = load_checkpoint(_checkpoint_path(tmp_path / "stop", h.label, 1), (state.params, state.opt_state))
+    ck = load_checkpoint(checkpoint_path(tmp_path / "stop", h.label, 1), (state.params, state.opt_state))
     assert ck is not None and ck[0] == end

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xla_harness.stress.checker import _leaf_difference, differences
+from xla_harness.stress.differences import differences, leaf_difference
 
 PERTURBED = '''
 import itertools
@@ -58,16 +58,16 @@ def test_leaf_difference_counts_elements_gap_and_ulps_per_dtype():
         up = jnp.nextafter(a[1], jnp.asarray(-9, dtype))  # one ULP further from zero, negative side
         b = a.at[1].set(up).at[3].set(jnp.nextafter(jnp.nextafter(a[3], jnp.asarray(9, dtype)),
                                                     jnp.asarray(9, dtype)))
-        count, gap, ulp = np.asarray(_leaf_difference(a, b))
+        count, gap, ulp = np.asarray(leaf_difference(a, b))
         assert (count, ulp) == (2, 2), dtype
         assert gap == pytest.approx(float(jnp.abs(b[3].astype(jnp.float32) - a[3].astype(jnp.float32))))
     # a signed zero differs in its bits, by nothing in value
-    assert list(np.asarray(_leaf_difference(jnp.zeros(2), jnp.zeros(2).at[0].set(-0.0)))) == [1, 0, 0]
+    assert list(np.asarray(leaf_difference(jnp.zeros(2), jnp.zeros(2).at[0].set(-0.0)))) == [1, 0, 0]
     # across zero: the ULPs of both sides add up
     tiny = jnp.asarray([np.float32(1e-45)])
-    assert list(np.asarray(_leaf_difference(tiny, -tiny))) == [1, pytest.approx(2e-45, abs=1e-45), 2]
+    assert list(np.asarray(leaf_difference(tiny, -tiny))) == [1, pytest.approx(2e-45, abs=1e-45), 2]
     # integers: the difference itself
-    assert list(np.asarray(_leaf_difference(jnp.arange(4), jnp.arange(4).at[2].set(7)))) == [1, 5, 5]
+    assert list(np.asarray(leaf_difference(jnp.arange(4), jnp.arange(4).at[2].set(7)))) == [1, 5, 5]
     assert differences({"a": jnp.ones(2)}, {"a": jnp.ones(2)}).shape == (1, 3)
 
 

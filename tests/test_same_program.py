@@ -82,7 +82,7 @@ def test_weak_type_leaf_keeps_the_plain_loops_losses_bit_for_bit(commit):
 def test_a_copy_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
     """Per-step commit: plant the old backup copy (``x + zeros((), dtype)``: strong): the first
     feedback is refused."""
-    monkeypatch.setattr(checker, "_new_buffer", lambda x: x + jnp.zeros((), x.dtype) if jnp.issubdtype(
+    monkeypatch.setattr(checker, "new_buffer", lambda x: x + jnp.zeros((), x.dtype) if jnp.issubdtype(
         x.dtype, jnp.floating) else x * 1)
     with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
         _harness_losses(weak_scale_program(), commit="step")
@@ -110,7 +110,7 @@ def test_a_restore_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
     taken = snapshot.HostSnapshot()
     taken.take(params)
     check_fed_back(h, taken.restore(), abstract(params))  # the real restore keeps the weak type
-    monkeypatch.setattr(snapshot, "_weak", lambda x: x)
+    monkeypatch.setattr(snapshot, "as_weak", lambda x: x)
     with pytest.raises(HarnessError, match=r"\['scale'\] back with weak type False where the step returned True"):
         check_fed_back(h, taken.restore(), abstract(params))
     monkeypatch.undo()  # the same run with the real restore goes through, the NaN counted

@@ -16,11 +16,10 @@ import pytest
 
 from xla_harness.programs.interface import load_program
 from xla_harness.stress import blocks as blocks_module
-from xla_harness.stress.checker import bucket
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.spec import StressSpec
-from xla_harness.stress.step_rows import ROWS
+from xla_harness.stress.step_rows import ROWS, bucket
 
 from .helpers import TINY
 
@@ -86,7 +85,7 @@ def test_a_clean_frozen_run_copies_no_state_to_the_host_and_compiles_the_step_on
     assert compiles == 1
 
 
-HARNESS_FUNCTIONS = ("write_row", "_copy", "_write_flags", "repeat", "state_finite")
+HARNESS_FUNCTIONS = ("write_row", "copy_tree", "_write_flags", "repeat", "state_finite")
 
 
 def _harness_compiles() -> dict:

@@ -40,11 +40,11 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.checker import _copy, bucket
+from xla_harness.stress.checkpoint import Checkpointer
+from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.restore import (
-    Checkpointer,
     DevicePoint,
     InitPoint,
     Recomputed,
@@ -54,7 +54,7 @@ from xla_harness.stress.restore import (
     recompute_checked,
     take_host_point,
 )
-from xla_harness.stress.step_rows import ROWS, RowLayout, new_rows
+from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
 TRIES = 3  # recomputes from the block's restore point before the older one is tried
@@ -148,7 +148,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     followed (the executable for it) up to step ``watch_until``."""
     point = None
     if copy:
-        point = DevicePoint(_copy((state.params, state.opt_state)), start)
+        point = DevicePoint(copy_tree((state.params, state.opt_state)), start)
         h.counters.dispatches += 1
     rows, n = new_rows()
     stopped = False
@@ -254,6 +254,10 @@ class _Blocks:
             h.block_size = BlockSize(h.spec.block if not multi else h.spec.block or DEFAULT_SYNC)
         self.size: BlockSize = h.block_size  # type: ignore[assignment]
         self.copies = device_copies_fit((state.params, state.opt_state))
+        if multi:  # a copy is a computation every process must run: all take them, or none does
+            from jax.experimental import multihost_utils
+
+            self.copies = bool(np.all(multihost_utils.process_allgather(np.asarray(self.copies))))
         # Host copies of the state only where device copies do not fit (then they bound the recompute).
         self.policy = SnapshotPolicy(fixed_cost=1.0 if multi else None, enabled=not self.copies)
         self.first = state.next_step
@@ -349,7 +353,7 @@ class _Blocks:
     def _stepwise(self, s: int, end: int) -> Iterator[BlockResult]:
         """A block run step by step (a finite fault or a --reference sample in it), from a verified state."""
         state, h = self.state, self.h
-        state.backup = _copy((state.params, state.opt_state))
+        state.backup = copy_tree((state.params, state.opt_state))
         h.counters.dispatches += 1
         for block in run_steps(h, self.seed, state, end, self.planned, self.should_stop, end - s):
             self._remember(block)

@@ -1,9 +1,15 @@
-"""Checkpoints of one (configuration, seed) so ``--resume`` need not replay from step 0."""
+"""Checkpoints of one (configuration, seed) so ``--resume`` need not replay from step 0: the file format
+(:func:`save_checkpoint`, :func:`load_checkpoint`), when the train protocol writes one
+(:class:`Checkpointer`), and a checkpoint as the block protocol's older restore point
+(:class:`CheckpointPoint`)."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xla_harness.errors import HarnessError
+from xla_harness.stress.harness import Harnessed
+from xla_harness.stress.proof import abstract_like
 
-def _checkpoint_path(out: Path, label: str, seed: int) -> Path:
+
+def checkpoint_path(out: Path, label: str, seed: int) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label.replace("=", "-"))
     return out / "ckpt" / f"{safe}_seed{seed}.npz"
 
@@ -39,7 +49,7 @@ def save_checkpoint(path: Path, step: int, params, opt_state) -> None:
     os.replace(tmp, path)
 
 
-def _weak(x):
+def as_weak(x):
     """``x`` as a weakly typed array (what a step returns for a weak leaf); ``x`` unchanged where this
     jax has no way to say so (the same-program check then refuses the resumed run, naming the leaf)."""
     try:
@@ -72,7 +82,46 @@ def load_checkpoint(path: Path, like) -> tuple[int, Any] | None:
                 if a.shape != ref.shape:
                     return None
                 leaf = jax.device_put(a.astype(ref.dtype), sharding)  # no sharding: uncommitted, as jit's
-                out.append(_weak(leaf) if getattr(ref, "weak_type", False) else leaf)
+                out.append(as_weak(leaf) if getattr(ref, "weak_type", False) else leaf)
             return step, jax.tree_util.tree_unflatten(treedef, out)
     except (OSError, KeyError, ValueError):
         return None
+
+
+@dataclass
+class CheckpointPoint:
+    path: Path
+    step: int
+    like: tuple  # the state's leaves as the step returns them (ShapeDtypeStructs)
+
+    def restore(self) -> tuple:
+        got = load_checkpoint(self.path, self.like)
+        if got is None or got[0] != self.step:
+            raise HarnessError(f"the checkpoint {self.path} written at step {self.step} could not be read back")
+        return tuple(got[1])
+
+
+@dataclass
+class Checkpointer:
+    """The train protocol's ``--resume`` checkpoints of one (configuration, seed): due every
+    ``every_seconds`` and when a stop is requested; written only after the results sink has put every
+    line before it on disk (``before_save``), so a checkpoint is never ahead of the records. What it
+    writes is also the block protocol's newest restore point."""
+
+    h: Harnessed
+    path: Path
+    every_seconds: float
+    should_stop: Callable[[], bool]
+    before_save: Callable[[], None] = lambda: None
+    last: float = field(default_factory=time.monotonic)
+
+    def due(self) -> bool:
+        return self.should_stop() or time.monotonic() - self.last >= self.every_seconds
+
+    def save(self, step: int, params, opt_state) -> CheckpointPoint:
+        self.before_save()
+        save_checkpoint(self.path, step, params, opt_state)
+        self.h.counters.host_syncs += 1
+        self.h.counters.d2h_bytes += sum(x.nbytes for x in jax.tree_util.tree_leaves((params, opt_state)))
+        self.last = time.monotonic()
+        return CheckpointPoint(self.path, step, abstract_like((params, opt_state)))

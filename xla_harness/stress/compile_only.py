@@ -496,14 +496,14 @@ def _target_leaf(compiled, target_leaf: str | None) -> dict | None:
     shape, from the executable's arguments (what ``triage`` reads W's scatter by)."""
     import jax
 
-    from xla_harness.stress.inject import _floating
+    from xla_harness.stress.leaves import is_floating
 
     try:
         params = compiled.args_info[0][0]
     except (AttributeError, IndexError, KeyError, TypeError):
         return None
     leaves = [(jax.tree_util.keystr(path), tuple(x.shape))
-              for path, x in jax.tree_util.tree_flatten_with_path(params)[0] if _floating(x)]
+              for path, x in jax.tree_util.tree_flatten_with_path(params)[0] if is_floating(x)]
     if not leaves:
         return None
     name, shape = next(((n, s) for n, s in leaves if n == target_leaf), max(leaves, key=lambda ns: _size(ns[1])))

@@ -17,14 +17,11 @@ import numpy as np
 
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, guard_user_error
-from xla_harness.stress.checker import (
-    make_checker,
-    make_commit,
-    make_repeat_check,
-    make_state_check,
-)
+from xla_harness.stress.checker import make_checker, make_commit, make_state_check
+from xla_harness.stress.differences import make_repeat_check
 from xla_harness.stress.fingerprint import plain_jit
-from xla_harness.stress.inject import _floating, leaf_names, make_injector, opt_target_index, step_keys, target_index
+from xla_harness.stress.inject import make_injector, opt_target_index, step_keys, target_index
+from xla_harness.stress.leaves import is_floating, leaf_names
 from xla_harness.stress.proof import ProvenStep, leaf_signature, signature
 from xla_harness.stress.spec import StressSpec, build
 from xla_harness.stress.step_rows import RowLayout, make_row_writer
@@ -91,7 +88,10 @@ class Harnessed:
     def call_step(self, params, opt_state, batch):
         """One call of the user's step (guarded: what it raises is one HarnessError)."""
         self.counters.dispatches += 1
-        return call_user(self.spec, "step", self.step, params, opt_state, batch)
+        out = call_user(self.spec, "step", self.step, params, opt_state, batch)
+        if self.proven is not None:  # a call in another signature proves and compiles it: counted
+            self.counters.step_compiles = self.proven.compiles
+        return out
 
     def batch(self, seed: int, step: int):
         """The user's batch of ``step`` of ``seed`` (a function of the two)."""
@@ -165,7 +165,7 @@ def prepare(spec: StressSpec, options: dict, program: TrainProgram | None = None
 
 
 def _float_names(tree) -> list[str]:
-    return [n for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True) if _floating(x)]
+    return [n for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True) if is_floating(x)]
 
 
 def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:

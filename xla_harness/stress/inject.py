@@ -15,12 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from xla_harness.errors import HarnessError
+from xla_harness.stress.leaves import is_floating, leaf_names
 
 INJECT_KINDS = ("nan", "inf-opt", "nan-opt", "lost-row", "doubled-row")
-
-
-def leaf_names(tree) -> list[str]:
-    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 @jax.jit
@@ -45,10 +42,6 @@ def injected_steps(seed: int, steps: int, rate: float) -> np.ndarray:
     return np.flatnonzero(np.asarray(hits))
 
 
-def _floating(x) -> bool:
-    return jnp.issubdtype(jnp.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype, jnp.floating)
-
-
 def target_index(params, target_leaf: str | None) -> int:
     """Index (in tree_leaves order) of the parameter leaf faults are injected into."""
     names = leaf_names(params)
@@ -57,7 +50,7 @@ def target_index(params, target_leaf: str | None) -> int:
         if target_leaf not in names:
             raise HarnessError(f"target leaf {target_leaf} is not a parameter (have {', '.join(names[:8])}...)")
         return names.index(target_leaf)
-    floats = [i for i, x in enumerate(leaves) if _floating(x)]
+    floats = [i for i, x in enumerate(leaves) if is_floating(x)]
     if not floats:
         raise HarnessError("the program has no floating-point parameter to inject faults into")
     return max(floats, key=lambda i: leaves[i].size)
@@ -66,7 +59,7 @@ def target_index(params, target_leaf: str | None) -> int:
 def opt_target_index(opt_state, like) -> int:
     """The last optimizer-state leaf shaped like the target parameter (Adam's second moment)."""
     cands = [i for i, x in enumerate(jax.tree_util.tree_leaves(opt_state))
-             if _floating(x) and x.shape == like.shape]
+             if is_floating(x) and x.shape == like.shape]
     if not cands:
         raise HarnessError("no optimizer-state leaf has the target parameter's shape; "
                            "nan-opt/inf-opt injection needs one")

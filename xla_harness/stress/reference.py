@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xla_harness.programs.interface import TrainProgram
-from xla_harness.stress.inject import leaf_names
+from xla_harness.stress.leaves import leaf_names
 
 # Relative tolerance of the float64 reference check per floating dtype: whole leaf (2-norm) and per row.
 REFERENCE_RTOL = {"float32": 2e-2, "bfloat16": 0.3, "float16": 0.1, "float64": 1e-6}

@@ -4,7 +4,8 @@ point (a step and a way to rebuild the state there) and the recorded steps since
 * :class:`DevicePoint`: a copy of the state on the device, taken at each block's start while two
   copies fit in device memory (the default: a rollback recomputes at most one block);
 * :class:`InitPoint`: step 0, ``init(seed)`` again (nothing kept anywhere);
-* :class:`CheckpointPoint`: the ``--resume`` checkpoint last written (read back from disk);
+* :class:`~xla_harness.stress.checkpoint.CheckpointPoint`: the ``--resume`` checkpoint last written
+  (read back from disk);
 * :class:`HostPoint`: a copy of the state in host memory (:class:`~xla_harness.stress.snapshot.HostSnapshot`),
   taken, where device copies do not fit, only once failures are seen, at the interval that
   minimises the expected cost (:class:`SnapshotPolicy`).
@@ -20,20 +21,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.checker import _copy
-from xla_harness.stress.checkpoint import load_checkpoint, save_checkpoint
+from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.harness import Harnessed, call_user, check_fed_back, follow_signature
 from xla_harness.stress.inject import step_keys
-from xla_harness.stress.proof import abstract_like
 from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.step_rows import ROWS, new_rows
 
@@ -58,19 +55,6 @@ class InitPoint:
 
 
 @dataclass
-class CheckpointPoint:
-    path: Path
-    step: int
-    like: tuple  # the state's leaves as the step returns them (ShapeDtypeStructs)
-
-    def restore(self) -> tuple:
-        got = load_checkpoint(self.path, self.like)
-        if got is None or got[0] != self.step:
-            raise HarnessError(f"the checkpoint {self.path} written at step {self.step} could not be read back")
-        return tuple(got[1])
-
-
-@dataclass
 class DevicePoint:
     """A copy of the state in device memory, taken at a block's start (the block protocol's restore
     point while copies fit)."""
@@ -79,7 +63,7 @@ class DevicePoint:
     step: int
 
     def restore(self) -> tuple:
-        return tuple(_copy(self.copy))
+        return tuple(copy_tree(self.copy))
 
 
 @dataclass
@@ -172,7 +156,7 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
         batch = h.batch(seed, t)
         if len(ran) < 2:
             follow_signature(h, (params, opt_state, batch))
-        old = _copy(params) if finite_fault and t in planned else None
+        old = copy_tree(params) if finite_fault and t in planned else None
         new_p, new_o, aux = h.call_step(params, opt_state, batch)
         if old is not None:
             new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
@@ -226,7 +210,7 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
     if not out.restored_ok:
         return out
     finite_fault = h.spec.inject in ("lost-row", "doubled-row")
-    backup = _copy((params, opt_state))
+    backup = copy_tree((params, opt_state))
     h.counters.dispatches += 2
     for t in range(point.step, target):
         rec = history.get(t)
@@ -238,7 +222,7 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
         for attempt in range(tries):
             if out.steps < 2:
                 follow_signature(h, (params, opt_state, batch))
-            old = _copy(params) if finite_fault and t in planned else None
+            old = copy_tree(params) if finite_fault and t in planned else None
             new_p, new_o, aux = h.call_step(params, opt_state, batch)
             if old is not None:
                 new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
@@ -268,29 +252,3 @@ def same_loss(recorded: float | None, value: float) -> bool:
     if recorded is None:
         return not math.isfinite(value)
     return math.isfinite(value) and np.float32(value).tobytes() == np.float32(recorded).tobytes()
-
-
-@dataclass
-class Checkpointer:
-    """The train protocol's ``--resume`` checkpoints of one (configuration, seed): due every
-    ``every_seconds`` and when a stop is requested; written only after the results sink has put every
-    line before it on disk (``before_save``), so a checkpoint is never ahead of the records. What it
-    writes is also the block protocol's newest restore point."""
-
-    h: Harnessed
-    path: Path
-    every_seconds: float
-    should_stop: Callable[[], bool]
-    before_save: Callable[[], None] = lambda: None
-    last: float = field(default_factory=time.monotonic)
-
-    def due(self) -> bool:
-        return self.should_stop() or time.monotonic() - self.last >= self.every_seconds
-
-    def save(self, step: int, params, opt_state) -> CheckpointPoint:
-        self.before_save()
-        save_checkpoint(self.path, step, params, opt_state)
-        self.h.counters.host_syncs += 1
-        self.h.counters.d2h_bytes += sum(x.nbytes for x in jax.tree_util.tree_leaves((params, opt_state)))
-        self.last = time.monotonic()
-        return CheckpointPoint(self.path, step, abstract_like((params, opt_state)))

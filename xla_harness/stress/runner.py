@@ -47,8 +47,8 @@ import jax
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.blocks import BlockSize, run_blocks
-from xla_harness.stress.checker import _copy
-from xla_harness.stress.checkpoint import _checkpoint_path, load_checkpoint
+from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.harness import (
     BlockResult,
@@ -63,7 +63,6 @@ from xla_harness.stress.harness import (
     prove_step,
 )
 from xla_harness.stress.inject import injected_steps
-from xla_harness.stress.restore import Checkpointer
 from xla_harness.stress.sink import ResultsSink
 from xla_harness.stress.spec import BUILTIN, StressSpec, build
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
@@ -116,7 +115,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
         yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer)
         return
     if spec.protocol == "train" and state.backup is None:
-        state.backup = _copy((state.params, state.opt_state))
+        state.backup = copy_tree((state.params, state.opt_state))
         h.counters.dispatches += 1
     due = checkpointer.due if checkpointer is not None else (lambda: False)
     for block in run_steps(h, seed, state, steps, planned, should_stop, spec.block or DEFAULT_SYNC, drain=due):
@@ -192,7 +191,7 @@ def _resume_state(h: Harnessed, out: Path, seed: int, start: int) -> RunState:
         return state
     # Restored as a plain loop holds its state at a later step: as the step returns it.
     returned = jax.eval_shape(h.jitted, state.params, state.opt_state, first_batch(h, seed))[:2]
-    ck = load_checkpoint(_checkpoint_path(out, h.label, seed), tuple(returned)) \
+    ck = load_checkpoint(checkpoint_path(out, h.label, seed), tuple(returned)) \
         if jax.process_count() == 1 else None
     if ck is not None and ck[0] <= start:
         state.next_step, (state.params, state.opt_state) = ck[0], ck[1]
@@ -217,7 +216,7 @@ def run_seed(h: Harnessed, seed: int, state: RunState, store, out: Path, env: di
     finished seed needs none), written after ``store`` has drained."""
     checkpointer = None
     if h.spec.protocol == "train" and jax.process_count() == 1:
-        checkpointer = Checkpointer(h, _checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
+        checkpointer = Checkpointer(h, checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
                                     getattr(store, "drain", lambda: None))
     measure = getattr(store, "line_cpu_seconds", None)
     for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer):

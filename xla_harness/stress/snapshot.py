@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from xla_harness.stress.checker import _copy
-from xla_harness.stress.checkpoint import _weak
+from xla_harness.stress.checkpoint import as_weak
+from xla_harness.stress.copies import copy_tree
 
 
 @dataclass
@@ -94,6 +94,6 @@ class HostSnapshot:
                     [jax.device_put(b.copy(), d) for b, d in zip(leaf.buffers, leaf.devices, strict=True)])
             if leaf.key_impl is not None:
                 arr = jax.random.wrap_key_data(arr, impl=leaf.key_impl)
-            out.append(_weak(arr) if leaf.weak_type else arr)
+            out.append(as_weak(arr) if leaf.weak_type else arr)
         # A buffer of XLA's own for every leaf (device_put may alias the host copy on CPU).
-        return _copy(jax.tree_util.tree_unflatten(self._treedef, out))
+        return copy_tree(jax.tree_util.tree_unflatten(self._treedef, out))

@@ -5,6 +5,9 @@ optimizer state, or -1; and 1.0 when the new state (parameters and optimizer sta
 jitted function writes it after each step (:func:`make_row_writer`), reading the step's outputs and
 writing 12 bytes. The array is fetched once per block.
 
+The per-step protocols keep their flags the same way (:class:`FlagPacker`): a row per step, one
+array per block, one fetch.
+
 The writer compiles once per state signature (the array has a fixed number of rows and the row's
 index is a device scalar it returns incremented), so no block length, however it changes, compiles
 anything; the same writer records the steps a recompute runs again.
@@ -21,8 +24,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from xla_harness.stress.inject import _floating, leaf_names
+from xla_harness.stress.leaves import is_floating, leaf_names
 
 ROWS = 1024  # rows of a block's array: the largest block (blocks.BlockSize.LIMIT)
 _STAGES = (("grads", "grad"), ("updates", "update"))
@@ -34,12 +38,12 @@ def _ok_vector(new_params, new_opt, aux) -> jax.Array:
     parts = [jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))[None]]
     trees = [aux[key] for key, _ in _STAGES if key in aux] + [new_params, new_opt]
     for tree in trees:
-        parts += [jnp.all(jnp.isfinite(x))[None] for x in jax.tree_util.tree_leaves(tree) if _floating(x)]
+        parts += [jnp.all(jnp.isfinite(x))[None] for x in jax.tree_util.tree_leaves(tree) if is_floating(x)]
     return jnp.concatenate(parts)
 
 
 def _state_ok(new_params, new_opt) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if _floating(x)]
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if is_floating(x)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
@@ -76,10 +80,10 @@ class RowLayout:
         for key, stage in _STAGES:
             if key in aux:
                 names += [f"{stage}:{n}" for n, x in zip(leaf_names(aux[key]), jax.tree_util.tree_leaves(aux[key]),
-                                                          strict=True) if _floating(x)]
+                                                          strict=True) if is_floating(x)]
         for stage, tree in (("param", new_params), ("opt", new_opt)):
             names += [f"{stage}:{n}" for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True)
-                      if _floating(x)]
+                      if is_floating(x)]
         return RowLayout(tuple(names))
 
     def read(self, row) -> tuple[float | None, str | None]:
@@ -88,3 +92,52 @@ class RowLayout:
         loss, code = float(row[0]), int(row[1])
         bad = None if code < 0 else (self.names[code] if code < len(self.names) else "?")
         return (loss if math.isfinite(loss) else None), bad
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n`` (a block's size)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _write_flags(rows, n, flags):
+    row = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(flags)])
+    return jax.lax.dynamic_update_slice(rows, row[None], (n, jnp.int32(0))), n + 1
+
+
+_WRITE_FLAGS = jax.jit(_write_flags, donate_argnums=(0,))
+
+
+class FlagPacker:
+    """The flags of a block's steps (dicts of device arrays, one per step) written one row per step into
+    one float32 array [rows, F] on the device as the steps run (one jitted write per step, the row's
+    index a device scalar it returns incremented), and read back into host dicts. ``rows``: the
+    largest block (a power of two at or above the sync size), so the write compiles once per flag
+    layout, whatever the blocks' lengths."""
+
+    def __init__(self, rows: int = 16) -> None:
+        self.rows = bucket(rows)
+
+    def start(self, flags: dict) -> tuple[jax.Array, jax.Array, tuple]:
+        """A block's empty array for flags shaped like ``flags``, its first index, its layout for
+        :meth:`unpack`."""
+        leaves, treedef = jax.tree_util.tree_flatten(flags)
+        layout = (treedef, [(int(np.prod(x.shape)), x.shape, x.dtype) for x in leaves])
+        width = sum(size for size, _, _ in layout[1])
+        return jnp.zeros((self.rows, width), jnp.float32), jnp.zeros((), jnp.int32), layout
+
+    @staticmethod
+    def write(rows: jax.Array, n: jax.Array, flags: dict) -> tuple[jax.Array, jax.Array]:
+        return _WRITE_FLAGS(rows, n, flags)
+
+    @staticmethod
+    def unpack(host: np.ndarray, n: int, layout: tuple) -> list[dict]:
+        treedef, parts = layout
+        out = []
+        for row in host[:n]:
+            values, i = [], 0
+            for size, shape, dtype in parts:
+                chunk = row[i:i + size].reshape(shape)
+                values.append(chunk != 0 if dtype == jnp.bool_ else chunk)
+                i += size
+            out.append(jax.tree_util.tree_unflatten(treedef, values))
+        return out

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.checker import FlagPacker
 from xla_harness.stress.harness import (
     BlockResult,
     Harnessed,
@@ -28,6 +27,7 @@ from xla_harness.stress.harness import (
 )
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.reference import reference_check
+from xla_harness.stress.step_rows import FlagPacker
 
 DEFAULT_SYNC = 10  # steps per host sync of the per-step protocols when --block is not given
 
@@ -69,7 +69,7 @@ def output_names(outputs) -> list[str]:
 
 
 def leaf_detail(names: list[str], detail) -> list[dict]:
-    """The leaves a nondeterministic call changed (rows of ``checker.differences``): name, elements that
+    """The leaves a nondeterministic call changed (rows of ``differences.differences``): name, elements that
     differ in any bit, the largest absolute and ULP difference; most elements first."""
     out = []
     for name, (count, gap, ulp) in zip(names, detail, strict=True):
