@@ -10,6 +10,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from xla_harness.stress.copies import new_buffer
+
 
 def _bits(x) -> jax.Array:
     """``x`` as integers with the same bits (floats) or as it is: bitwise comparison, NaN payloads and
@@ -90,3 +92,12 @@ def make_repeat_check() -> Callable:
         return differs, detail, kept, first_ok | ok
 
     return jax.jit(repeat, donate_argnums=(0,))
+
+
+@jax.jit
+def start_repeat(outputs):
+    """The repeat check's state before a seed's first call: a copy of that call's outputs (donated to
+    the check, which replaces it by the outputs of the first finite call) and ``first_ok`` false, as
+    jitted outputs, so the seed's first call runs the same check, in the same signature, as every
+    later call (nothing compiles after it)."""
+    return jax.tree_util.tree_map(new_buffer, outputs), jnp.zeros((), jnp.bool_)

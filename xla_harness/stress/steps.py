@@ -14,9 +14,9 @@ import math
 from collections.abc import Callable, Iterator
 
 import jax
-import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
+from xla_harness.stress.differences import start_repeat
 from xla_harness.stress.harness import (
     BlockResult,
     Harnessed,
@@ -136,13 +136,12 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
         outputs = (new_p, new_o, aux)
         if h.output_names is None:
             h.output_names = output_names(outputs)
-        if state.first is None:
-            state.first, state.first_ok = outputs, flags["ok"]
-            flags["nondet"] = jnp.bool_(False)
-        else:
-            flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
-                state.first, state.first_ok, outputs, flags["ok"])
+        if state.first is None:  # the seed's first call: compared with a copy of itself, no finite call yet,
+            state.first, state.first_ok = start_repeat(outputs)  # so the check compiles at step 0
             h.counters.dispatches += 1
+        flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
+            state.first, state.first_ok, outputs, flags["ok"])
+        h.counters.dispatches += 1
         return flags
     backup_p, backup_o = _backup(state)
     returned = abstract((new_p, new_o)) if watched else None
