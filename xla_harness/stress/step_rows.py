@@ -32,28 +32,28 @@ ROWS = 1024  # rows of a block's array: the largest block (blocks.BlockSize.LIMI
 _STAGES = (("grads", "grad"), ("updates", "update"))
 
 
-def _ok_vector(new_params, new_opt, aux) -> jax.Array:
-    """Per checked value, in the per-step protocol's order, whether it is finite: the loss, then each
-    floating leaf of aux['grads'], aux['updates'], the new parameters, the new optimizer state."""
-    parts = [jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))[None]]
-    trees = [aux[key] for key, _ in _STAGES if key in aux] + [new_params, new_opt]
-    for tree in trees:
-        parts += [jnp.all(jnp.isfinite(x))[None] for x in jax.tree_util.tree_leaves(tree) if is_floating(x)]
-    return jnp.concatenate(parts)
-
-
-def _state_ok(new_params, new_opt) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if is_floating(x)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+def _ok_parts(new_params, new_opt, aux) -> tuple[list[jax.Array], int]:
+    """Per checked value, in the per-step protocol's order, whether it is finite (the loss, then each
+    floating leaf of aux['grads'], aux['updates'], the new parameters, the new optimizer state), and
+    where the state's begin: each leaf read once."""
+    parts = [jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))]
+    for key, _ in _STAGES:
+        if key in aux:
+            parts += [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(aux[key]) if is_floating(x)]
+    state_from = len(parts)
+    parts += [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if is_floating(x)]
+    return parts, state_from
 
 
 def write_row(rows, n, new_params, new_opt, aux):
     """``rows`` with row ``n`` set to (the loss as float32, the first non-finite value's position or
     -1, 1.0 when the new state is finite), and ``n + 1``."""
-    ok = _ok_vector(new_params, new_opt, aux)
+    parts, state_from = _ok_parts(new_params, new_opt, aux)
+    ok = jnp.stack(parts)
     code = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.float32)
+    state_ok = jnp.all(ok[state_from:]) if len(parts) > state_from else jnp.bool_(True)
     loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
-    row = jnp.stack([loss, code, _state_ok(new_params, new_opt).astype(jnp.float32)])[None]
+    row = jnp.stack([loss, code, state_ok.astype(jnp.float32)])[None]
     return jax.lax.dynamic_update_slice(rows, row, (n, jnp.int32(0))), n + 1
 
 
