@@ -147,20 +147,11 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
     ran: list[int] = []
     chunks: list[tuple[list[int], jax.Array]] = []
     rows, n = new_rows()
-    for t in range(point.step, target):
-        rec = history.get(t)
-        if rec is None:
-            raise HarnessError(f"internal: step {t} has no record to recompute from (restore point {point.step})")
-        if t in rolled_back:
-            continue
+    for t in _kept_steps(history, rolled_back, point.step, target):
         batch = h.batch(seed, t)
         if len(ran) < 2:
             follow_signature(h, (params, opt_state, batch))
-        old = copy_tree(params) if finite_fault and t in planned else None
-        new_p, new_o, aux = h.call_step(params, opt_state, batch)
-        if old is not None:
-            new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
-            h.counters.dispatches += 2
+        new_p, new_o, aux = _run_again(h, seed, t, params, opt_state, batch, finite_fault and t in planned)
         rows, n = h.write_row(rows, n, new_p, new_o, aux)
         h.counters.dispatches += 1
         params, opt_state = new_p, new_o
@@ -177,6 +168,25 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
         _read_rows(h.counters.fetch(chunk), steps, history, out)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _kept_steps(history: dict[int, dict], rolled_back: set[int], start: int, target: int):
+    """The recorded steps in [start, target) whose new state was kept (not rolled back), in order."""
+    for t in range(start, target):
+        if t not in history:
+            raise HarnessError(f"internal: step {t} has no record to recompute from (restore point {start})")
+        if t not in rolled_back:
+            yield t
+
+
+def _run_again(h: Harnessed, seed: int, t: int, params, opt_state, batch, finite_fault: bool) -> tuple:
+    """Step ``t`` run again as the run ran it: a finite fault planted at it is planted again."""
+    old = copy_tree(params) if finite_fault else None
+    new_p, new_o, aux = h.call_step(params, opt_state, batch)
+    if old is not None:
+        new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
+        h.counters.dispatches += 2
+    return new_p, new_o, aux
 
 
 def _restored(h: Harnessed, point: RestorePoint, fed_signature) -> tuple:
@@ -212,21 +222,13 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
     finite_fault = h.spec.inject in ("lost-row", "doubled-row")
     backup = copy_tree((params, opt_state))
     h.counters.dispatches += 2
-    for t in range(point.step, target):
-        rec = history.get(t)
-        if rec is None:
-            raise HarnessError(f"internal: step {t} has no record to recompute from (restore point {point.step})")
-        if t in rolled_back:
-            continue
+    for t in _kept_steps(history, rolled_back, point.step, target):
+        rec = history[t]
         batch = h.batch(seed, t)
         for attempt in range(tries):
             if out.steps < 2:
                 follow_signature(h, (params, opt_state, batch))
-            old = copy_tree(params) if finite_fault and t in planned else None
-            new_p, new_o, aux = h.call_step(params, opt_state, batch)
-            if old is not None:
-                new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
-                h.counters.dispatches += 2
+            new_p, new_o, aux = _run_again(h, seed, t, params, opt_state, batch, finite_fault and t in planned)
             flags, params, opt_state, bp, bo = h.commit(backup[0], backup[1], new_p, new_o, aux)
             backup = (bp, bo)
             h.counters.dispatches += 1
