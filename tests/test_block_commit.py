@@ -311,9 +311,12 @@ def test_a_checkpoint_is_a_restore_point_and_a_stop_writes_one(tmp_path):
     from xla_harness.stress.checkpoint import checkpoint_path, load_checkpoint
     from xla_harness.stress.runner import run_seed
 
-    class Lines(list):
-        def append(self, line):
-            super().append(line)
+    class Lines(list):  # a BlockStore that keeps the lines in memory
+        def drain(self) -> None:
+            pass
+
+        def line_cpu_seconds(self) -> float:
+            return 0.0
 
     program = poisoned(state_nan_steps=(27,))
     spec = StressSpec(program="poisoned", seeds=(1,), steps=30, block=5, checkpoint_seconds=0.0)

@@ -245,9 +245,10 @@ class _Blocks:
     records since the older one, the block being resolved."""
 
     def __init__(self, h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
-                 should_stop: Callable[[], bool], checkpointer: Checkpointer | None) -> None:
+                 should_stop: Callable[[], bool], checkpointer: Checkpointer | None,
+                 line_cost: Callable[[], float]) -> None:
         self.h, self.seed, self.state, self.steps, self.planned = h, seed, state, steps, planned
-        self.should_stop, self.checkpointer = should_stop, checkpointer
+        self.should_stop, self.checkpointer, self.line_cost = should_stop, checkpointer, line_cost
         multi = jax.process_count() > 1
         # Every process must check (a collective) after the same steps: K is measured only in one process.
         if h.block_size is None:
@@ -417,7 +418,7 @@ class _Blocks:
             self.policy.observe(len(records), failed)
             yield result
             if sized:  # the records and their consumers (progress, the results line queued) and writing it
-                host = time.perf_counter() - fetched + h.counters.line_cpu_s
+                host = time.perf_counter() - fetched + self.line_cost()
                 size.observe(len(records), failed, cycle, host)
             return True
         result = BlockResult(h.label, self.seed, block.start, poisoned + 1, records, rolled_back={poisoned})
@@ -458,7 +459,9 @@ class _Blocks:
 
 
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
-               should_stop: Callable[[], bool], checkpointer: Checkpointer | None = None) -> Iterator[BlockResult]:
+               should_stop: Callable[[], bool], checkpointer: Checkpointer | None = None,
+               line_cost: Callable[[], float] = lambda: 0.0) -> Iterator[BlockResult]:
     """Steps [state.next_step, steps) of one (configuration, seed) under the block protocol (see the
-    module docstring), one BlockResult per block, in order."""
-    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer).run()
+    module docstring), one BlockResult per block, in order. ``line_cost``: the CPU seconds a block's
+    results line costs its consumer (part of a block's fixed cost, for the block size)."""
+    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost).run()

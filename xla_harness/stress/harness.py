@@ -38,7 +38,6 @@ class Counters:
     d2h_bytes: int = 0
     dispatches: int = 0
     step_compiles: int = 0
-    line_cpu_s: float = 0.0  # what writing one results line costs (the sink's thread), for the block size
 
     def fetch(self, x) -> np.ndarray:
         """``x`` (one device array) on the host: one sync, its bytes counted."""

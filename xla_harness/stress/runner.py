@@ -63,7 +63,7 @@ from xla_harness.stress.harness import (
     prove_step,
 )
 from xla_harness.stress.inject import injected_steps
-from xla_harness.stress.sink import ResultsSink
+from xla_harness.stress.sink import BlockStore, ResultsSink
 from xla_harness.stress.spec import BUILTIN, StressSpec, build
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
@@ -97,7 +97,8 @@ def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = F
 
 def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = None,
                should_stop: Callable[[], bool] = lambda: False,
-               checkpointer: Checkpointer | None = None) -> Iterator[BlockResult]:
+               checkpointer: Checkpointer | None = None,
+               line_cost: Callable[[], float] = lambda: 0.0) -> Iterator[BlockResult]:
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
@@ -106,13 +107,14 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     ``commit="step"`` and the frozen protocol: :func:`~xla_harness.stress.steps.run_steps`, every
     step checked (and in train rolled back) as it comes. A stop request ends the current block early;
     the partial block is yielded so nothing that ran is lost. ``checkpointer`` (train): the
-    ``--resume`` checkpoints, written where the loop has nothing in flight.
+    ``--resume`` checkpoints, written where the loop has nothing in flight. ``line_cost``: what the
+    consumer's results line costs, in CPU seconds (the block sizer counts it).
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
     if spec.protocol == "train" and spec.commit == "block":
-        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer)
+        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost)
         return
     if spec.protocol == "train" and state.backup is None:
         state.backup = copy_tree((state.params, state.opt_state))
@@ -209,20 +211,19 @@ def _replay_gap(h: Harnessed, seed: int, state: RunState, start: int) -> None:
         pass
 
 
-def run_seed(h: Harnessed, seed: int, state: RunState, store, out: Path, env: dict,
+def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: Path, env: dict,
              should_stop: Callable[[], bool] = lambda: False) -> Iterator[BlockResult]:
-    """Run one (config, seed) to its end: every block appended to ``store`` (a results sink or writer);
+    """Run one (config, seed) to its end: every block appended to ``store`` (the results sink);
     train protocol: a checkpoint for --resume every ``checkpoint_seconds`` and when stopped early (a
-    finished seed needs none), written after ``store`` has drained."""
+    finished seed needs none), written after ``store`` has drained; the block sizer is told what a
+    line costs ``store`` to write."""
     checkpointer = None
     if h.spec.protocol == "train" and jax.process_count() == 1:
         checkpointer = Checkpointer(h, checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
-                                    getattr(store, "drain", lambda: None))
-    measure = getattr(store, "line_cpu_seconds", None)
-    for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer):
+                                    store.drain)
+    for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer,
+                            line_cost=store.line_cpu_seconds):
         store.append(block_line(block, h, env))
-        if measure is not None:
-            h.counters.line_cpu_s = measure()
         yield block
 
 

@@ -15,8 +15,22 @@ import contextlib
 import queue
 import threading
 import time
+from typing import Protocol
 
 from xla_harness.errors import HarnessError
+
+
+class BlockStore(Protocol):
+    """Where a (configuration, seed)'s block lines go (:func:`~xla_harness.stress.runner.run_seed`):
+    ``append`` a line, ``drain`` until every line appended is on disk (before a checkpoint, which must
+    never be ahead of the records), and the CPU time one line costs to write (what the block sizer
+    counts as a block's host cost)."""
+
+    def append(self, record) -> None: ...
+
+    def drain(self) -> None: ...
+
+    def line_cpu_seconds(self) -> float: ...
 
 
 class ResultsSink:
