@@ -17,7 +17,7 @@ import pytest
 from xla_harness import __version__, cli
 from xla_harness.cli import main
 from xla_harness.commands import scan as scan_cmd
-from xla_harness.stress import session
+from xla_harness.stress import progress as progress_module
 
 from .helpers import TINY_ARGS
 
@@ -181,7 +181,7 @@ def test_progress_on_a_terminal_fits_it(columns, monkeypatch):
     err = FakeTTY()
     monkeypatch.setattr(sys, "stderr", err)
     monkeypatch.setenv("COLUMNS", str(columns))
-    bar = session.Progress("auto")
+    bar = progress_module.Progress("auto")
     _feed(bar)
     text = err.getvalue()
     assert text.count("\r") == 4 and text.endswith("\n") and text.count("\n") == 1  # no blank line from close
@@ -195,18 +195,18 @@ def test_progress_width_follows_the_terminal_size(monkeypatch):
     err = FakeTTY()  # no fileno: falls back to shutil.get_terminal_size
     monkeypatch.setattr(sys, "stderr", err)
     monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setattr(session.shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((50, 20)))
-    _feed(session.Progress("auto"))
+    monkeypatch.setattr(progress_module.shutil, "get_terminal_size", lambda *a, **k: os.terminal_size((50, 20)))
+    _feed(progress_module.Progress("auto"))
     assert {len(p) for p in err.getvalue().replace("\n", "\r").split("\r") if p} == {49}
 
 
 def test_progress_off_a_terminal_is_silent_unless_asked(monkeypatch):
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    bar = session.Progress("auto")
+    bar = progress_module.Progress("auto")
     _feed(bar)
     assert err.getvalue() == "" and bar.fingerprints  # fingerprints are still collected
-    lines = session.Progress("lines")
+    lines = progress_module.Progress("lines")
     _feed(lines)
     text = err.getvalue()
     assert "\r" not in text and text.count("\n") == 2  # one line per finished configuration
@@ -216,18 +216,18 @@ def test_progress_off_a_terminal_is_silent_unless_asked(monkeypatch):
 def test_progress_lines_on_a_terminal_and_quiet(monkeypatch):
     err = FakeTTY()
     monkeypatch.setattr(sys, "stderr", err)
-    _feed(session.Progress("lines"))  # asked for log lines: plain lines even on a terminal
+    _feed(progress_module.Progress("lines"))  # asked for log lines: plain lines even on a terminal
     assert "\r" not in err.getvalue() and err.getvalue().count("\n") == 2
     err.seek(0)
     err.truncate()
-    _feed(session.Progress("off"))
+    _feed(progress_module.Progress("off"))
     assert err.getvalue() == ""
 
 
 def test_progress_lines_between_configurations_every_so_often(monkeypatch):
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    bar = session.Progress("lines")
+    bar = progress_module.Progress("lines")
     bar.LOG_EVERY_S = 0.0  # every event is "30 s later"
     _feed(bar)
     assert err.getvalue().count("\n") == 4

@@ -107,7 +107,7 @@ def test_a_swallowed_signal_still_ends_the_command(monkeypatch, capsys):
 def test_a_run_takes_a_signal_recorded_while_its_command_started(monkeypatch):
     """Under the CLI, a signal recorded before the stop flag was installed stops the run there (it was
     cleared and so lost); outside the CLI (several runs in one process) it stays an earlier run's."""
-    from xla_harness.stress.session import StopFlag
+    from xla_harness.stress.stopping import StopFlag
 
     old = interrupts.cli_handlers()
     try:

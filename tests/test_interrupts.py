@@ -144,7 +144,7 @@ def test_guard_user_error_blames_the_program_until_an_interrupt_arrives():
 def test_a_run_starts_and_ends_with_a_clean_record():
     """A signal recorded by one run (the pytest plugin runs several in a process) does not turn a later
     run's program error into an interrupt."""
-    from xla_harness.stress.session import StopFlag
+    from xla_harness.stress.stopping import StopFlag
 
     interrupts.record(signal.SIGTERM)
     stop = StopFlag()

@@ -164,7 +164,7 @@ def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
     """(HLO text, module label, backend rules, buffer assignment text or None, its values file's text
     or None) of --model."""
     from xla_harness.commands import flags
-    from xla_harness.stress.session import ensure_host_devices
+    from xla_harness.stress.distributed import ensure_host_devices
     from xla_harness.targets.devices import prepare_environment
 
     if isinstance(args.model, str):

@@ -9,7 +9,9 @@ from pathlib import Path
 from xla_harness import interrupts
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
-from xla_harness.stress.session import STOP_GRACE_S, Progress, StopFlag, ensure_host_devices, init_distributed
+from xla_harness.stress.distributed import ensure_host_devices, init_distributed
+from xla_harness.stress.progress import Progress
+from xla_harness.stress.stopping import STOP_GRACE_S, StopFlag
 
 PROTOCOLS = ("train", "frozen")
 COMMITS = ("block", "step")
