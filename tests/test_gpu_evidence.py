@@ -50,3 +50,19 @@ def test_a_budget_that_fits_no_step_fails_and_a_used_folder_is_refused(tmp_path)
     assert statuses <= {"not run", "needs a GPU"} and "not run" in statuses
     again = _run("--tiny", "--out", str(out), timeout=300)
     assert again.returncode == 2 and again.stderr.startswith("error: ") and "not empty" in again.stderr
+
+
+@pytest.mark.slow
+def test_a_bench_that_crashes_is_a_failure_and_a_finding_of_stress_is_a_measurement(tmp_path):
+    """Exit 1 is a traceback for a bench script (nothing measured) and a finding for stress."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_evidence", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_evidence"] = tool  # dataclasses look their module up
+    spec.loader.exec_module(tool)
+    crash = [sys.executable, "-c", "raise SystemExit(1)"]
+    bench = tool.Step("bench", "a bench that crashes", crash, 60)
+    found = tool.Step("stress", "stress that found something", crash, 60, measured_exits=(0, 1))
+    assert tool.run_step(bench, tmp_path, 60, gpu=False).status == "failed (exit 1)"
+    assert tool.run_step(found, tmp_path, 60, gpu=False).status == "ok"

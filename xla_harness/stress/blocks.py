@@ -224,11 +224,11 @@ class Rebuilt:
         return bool(self.tries) and self.tries[-1].clean
 
     def summary(self) -> dict:
-        """The block's ``recompute`` record: the last try's origin and steps, the steps whose loss
-        differed from their record in any try, those that came out non-finite, the tries, and
-        whether the state could be rebuilt at all."""
+        """The block's ``recompute`` record: the last try's origin, the steps run again in all tries,
+        the steps whose loss differed from their record in any try, those that came out non-finite,
+        the tries, and whether the state could be rebuilt at all."""
         last = self.tries[-1]
-        out: dict[str, object] = {"from": last.start, "steps": last.steps,
+        out: dict[str, object] = {"from": last.start, "steps": sum(r.steps for r in self.tries),
                                   "nondet": sorted({t for r in self.tries for t in r.nondet})}
         nonfinite = sorted({t for r in self.tries for t in r.nonfinite})
         if nonfinite:
