@@ -294,3 +294,53 @@ def test_this_clone_records_its_commit(fresh_commit):
 ])
 def test_resume_may_change_how_often_steps_are_checked_not_what_is_measured(old, new, differs):
     assert results.spec_difference({**SPEC, **old}, {**SPEC, **new}) == differs
+
+
+def test_nothing_is_fsynced_on_the_loop_s_thread_before_step_0(tmp_path, monkeypatch):
+    """The results file's header (its first line, fsynced) is written by the results sink's thread, so
+    the loop starts step 0 without waiting for a disk: every fsync before the step's first call runs
+    on another thread, and the header is still the file's first line. Planted: the header written on
+    the loop's thread is caught."""
+    import threading
+
+    from xla_harness.stress import runner
+    from xla_harness.stress.harness import Harnessed
+    from xla_harness.stress.spec import StressSpec
+
+    from .helpers import TINY
+
+    loop = threading.current_thread()
+    fsyncs_on_loop: list[str] = []
+    first_call: list[int] = []
+    real_fsync, real_call = os.fsync, Harnessed.call_step
+
+    def fsync(fd):
+        if threading.current_thread() is loop and not first_call:
+            fsyncs_on_loop.append("before step 0")
+        return real_fsync(fd)
+
+    def call_step(self, *args):
+        first_call.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Harnessed, "call_step", call_step)
+    spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=3, **TINY)
+    path = runner.run_matrix(spec, tmp_path / "a")
+    assert first_call and fsyncs_on_loop == []
+    assert isinstance(records.parse_line(path.read_bytes().splitlines()[0]), records.Header)
+
+    real_new_header = results.RunWriter.new_header
+
+    def written_on_the_loop(self, spec, env):  # the old order: the header fsynced before step 0
+        header = real_new_header(self, spec, env)
+        self.append(header)
+        return header
+
+    monkeypatch.setattr(results.RunWriter, "new_header", written_on_the_loop)
+    monkeypatch.setattr(runner.ResultsSink, "append",
+                        lambda self, r, real=runner.ResultsSink.append: None if isinstance(r, records.Header)
+                        else real(self, r))
+    first_call.clear()
+    runner.run_matrix(spec, tmp_path / "b")
+    assert fsyncs_on_loop

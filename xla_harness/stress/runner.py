@@ -247,8 +247,8 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
         done_steps = sum(min(v, spec.steps) for v in done.values())
         nonfinite = sum(b.nonfinite for b in store.blocks)
         emit = on_event or (lambda e: None)
-        if store.header is None:
-            store.write_header(spec.to_dict(), env)
+        if store.header is None:  # written by the sink's thread, the first line, while step 0 compiles and runs
+            sink.append(store.new_header(spec.to_dict(), env))
         for options, program in zip(spec.configs(), programs, strict=True):
             label = spec.label(options)
             h = None

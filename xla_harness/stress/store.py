@@ -266,13 +266,18 @@ class RunWriter:
             self.close()
             raise HarnessError(f"cannot write results to {path}: {exc.strerror}") from None
 
-    def write_header(self, spec: dict, env: dict) -> records.Header:
-        """Write the header of a run of ``spec``, with this process's jax settings added to it
-        (:func:`with_jax_settings`: they are part of what a step computes)."""
+    def new_header(self, spec: dict, env: dict) -> records.Header:
+        """The header of a run of ``spec``, with this process's jax settings added to it
+        (:func:`with_jax_settings`: they are part of what a step computes), taken as this file's
+        header; the caller appends it before any other line (or calls :meth:`write_header`)."""
         spec = with_jax_settings(spec)
-        header = records.Header(spec=spec, fingerprint=records.spec_fingerprint(spec), env=env, time=now())
+        self.header = records.Header(spec=spec, fingerprint=records.spec_fingerprint(spec), env=env, time=now())
+        return self.header
+
+    def write_header(self, spec: dict, env: dict) -> records.Header:
+        """Write the header of a run of ``spec`` now (:meth:`new_header`)."""
+        header = self.new_header(spec, env)
         self.append(header)
-        self.header = header
         return header
 
     def append(self, record: records.Record | dict) -> None:
