@@ -241,8 +241,9 @@ def _recorded_prefix(path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_and_resume_at_random_points_count_what_the_oracle_says(tmp_path):
-    """SIGKILL at random points of a run (block commit, checkpoints every block), each followed by
+@pytest.mark.parametrize("commit", ["block", "step"])
+def test_kill_9_and_resume_at_random_points_count_what_the_oracle_says(tmp_path, commit):
+    """SIGKILL at random points of a run (either commit, checkpoints every block), each followed by
     ``--resume``: every step is recorded once, and each step's record is what the first execution
     from a finite state drew in the process that recorded it (an execution a kill cut off was never
     recorded, and the resumed process measures the step again)."""
@@ -259,7 +260,7 @@ def test_kill_9_and_resume_at_random_points_count_what_the_oracle_says(tmp_path)
     steps = 600
     argv = [sys.executable, "-m", "xla_harness.cli", "stress", "--program", f"{tmp_path}/prog.py:make",
             "--seeds", "1", "--steps", str(steps), "--checkpoint-seconds", "0", "--program-option", "p=0.03",
-            "--program-option", "where=mixed", "--program-option", f"log={log}", "--quiet", "--out", str(out)]
+            "--program-option", "where=mixed", "--program-option", f"log={log}", "--commit", commit, "--quiet", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
     rng = random.Random(43)
     prefixes = [0]
