@@ -260,7 +260,8 @@ def test_kill_9_and_resume_at_random_points_count_what_the_oracle_says(tmp_path,
     steps = 600
     argv = [sys.executable, "-m", "xla_harness.cli", "stress", "--program", f"{tmp_path}/prog.py:make",
             "--seeds", "1", "--steps", str(steps), "--checkpoint-seconds", "0", "--program-option", "p=0.03",
-            "--program-option", "where=mixed", "--program-option", f"log={log}", "--commit", commit, "--quiet", "--out", str(out)]
+            "--program-option", "where=mixed", "--program-option", f"log={log}", "--commit", commit, "--quiet",
+            "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"}
     rng = random.Random(43)
     prefixes = [0]

@@ -41,7 +41,6 @@ import numpy as np
 
 from xla_harness.errors import HarnessError
 from xla_harness.stress.checkpoint import Checkpointer
-from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.restore import (
@@ -148,8 +147,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     followed (the executable for it) up to step ``watch_until``."""
     point = None
     if copy:
-        point = DevicePoint(copy_tree((state.params, state.opt_state)), start)
-        h.counters.dispatches += 1
+        point = DevicePoint(h.copy((state.params, state.opt_state)), start)
     rows, n = new_rows()
     stopped = False
     for t in range(start, end):
@@ -159,11 +157,9 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
         new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
         if t in planned:
             new_p, new_o = h.injector()(None, new_p, new_o, step_keys(seed, t)[1])
-            h.counters.dispatches += 1
         if h.row_layout is None:
             h.row_layout = RowLayout.of(new_p, new_o, aux)
         rows, n = h.write_row(rows, n, new_p, new_o, aux)
-        h.counters.dispatches += 1
         state.params, state.opt_state = new_p, new_o
         state.next_step = t + 1
         if should_stop():
@@ -346,16 +342,12 @@ class _Blocks:
             self._move_point(point)
 
     def _host_point(self, s: int) -> RestorePoint:
-        point = take_host_point((self.state.params, self.state.opt_state), s)
-        self.h.counters.host_syncs += 1
-        self.h.counters.d2h_bytes += point.snapshot.nbytes
-        return point
+        return self.h.counters.to_host(lambda tree: take_host_point(tree, s), (self.state.params, self.state.opt_state))
 
     def _stepwise(self, s: int, end: int) -> Iterator[BlockResult]:
         """A block run step by step (a finite fault or a --reference sample in it), from a verified state."""
         state, h = self.state, self.h
-        state.backup = copy_tree((state.params, state.opt_state))
-        h.counters.dispatches += 1
+        state.backup = h.copy((state.params, state.opt_state))
         for block in run_steps(h, self.seed, state, end, self.planned, self.should_stop, end - s):
             self._remember(block)
             self.policy.observe(block.end - block.start, block.nonfinite)
@@ -385,8 +377,7 @@ class _Blocks:
             return
         t0 = time.perf_counter()
         block = self._dispatch(s, s + 1)
-        jax.block_until_ready((state.params, state.opt_state))
-        h.counters.host_syncs += 1
+        h.counters.wait((state.params, state.opt_state))
         t1 = time.perf_counter()
         rows = block.resolve(h)
         t2 = time.perf_counter()

@@ -120,8 +120,6 @@ class Checkpointer:
 
     def save(self, step: int, params, opt_state) -> CheckpointPoint:
         self.before_save()
-        save_checkpoint(self.path, step, params, opt_state)
-        self.h.counters.host_syncs += 1
-        self.h.counters.d2h_bytes += sum(x.nbytes for x in jax.tree_util.tree_leaves((params, opt_state)))
+        self.h.counters.to_host(lambda tree: save_checkpoint(self.path, step, *tree), (params, opt_state))
         self.last = time.monotonic()
         return CheckpointPoint(self.path, step, abstract_like((params, opt_state)))

@@ -18,7 +18,8 @@ import numpy as np
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, guard_user_error
 from xla_harness.stress.checker import make_checker, make_commit, make_state_check
-from xla_harness.stress.differences import make_repeat_check
+from xla_harness.stress.copies import copy_tree
+from xla_harness.stress.differences import make_repeat_check, start_repeat
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.inject import make_injector, opt_target_index, step_keys, target_index
 from xla_harness.stress.leaves import is_floating, leaf_names
@@ -29,15 +30,24 @@ from xla_harness.stress.step_rows import RowLayout, make_row_writer
 
 @dataclass
 class Counters:
-    """What the harness did beyond calling the step, counted where it does it (machine-independent,
-    so tests can assert them): host syncs (each blocking fetch from the device), the bytes those
-    fetches copied to the host, the jitted functions it dispatched (the user's step included),
-    compiles of the user's step, results lines written and fsyncs (counted by the results sink)."""
+    """What the harness did beyond calling the step, counted where it happens (machine-independent,
+    so tests can assert them): host syncs (each blocking fetch from the device or wait for it), the
+    bytes those fetches copied to the host, and the jitted functions it dispatched (the user's step
+    included). Nothing increments them by hand: the harness's functions are :meth:`counted`, and
+    every read of the device goes through :meth:`fetch`, :meth:`wait` or :meth:`to_host`."""
 
     host_syncs: int = 0
     d2h_bytes: int = 0
     dispatches: int = 0
-    step_compiles: int = 0
+
+    def dispatch(self, fn: Callable, *args):
+        """``fn(*args)``: one dispatch of a jitted function."""
+        self.dispatches += 1
+        return fn(*args)
+
+    def counted(self, fn: Callable) -> Counted:
+        """``fn`` with each call counted as one dispatch (a function already counted here is kept)."""
+        return fn if isinstance(fn, Counted) and fn.counters is self else Counted(fn, self)
 
     def fetch(self, x) -> np.ndarray:
         """``x`` (one device array) on the host: one sync, its bytes counted."""
@@ -45,6 +55,31 @@ class Counters:
         self.host_syncs += 1
         self.d2h_bytes += host.nbytes
         return host
+
+    def wait(self, tree) -> None:
+        """Wait for the device to have computed ``tree``: one sync, nothing copied."""
+        jax.block_until_ready(tree)
+        self.host_syncs += 1
+
+    def to_host(self, copy: Callable, tree):
+        """``copy(tree)``, a function that copies the whole of ``tree`` to host memory (a snapshot, a
+        checkpoint): one sync, the tree's bytes counted."""
+        out = copy(tree)
+        self.host_syncs += 1
+        self.d2h_bytes += sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))
+        return out
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A jitted function of the harness's own (outside the user's step) whose every call is one
+    dispatch in ``counters``."""
+
+    fn: Callable
+    counters: Counters
+
+    def __call__(self, *args):
+        return self.counters.dispatch(self.fn, *args)
 
 
 @dataclass
@@ -72,6 +107,8 @@ class Harnessed:
     write_row: Callable = field(default_factory=make_row_writer)  # block protocol: a step's row of its block
     row_layout: RowLayout | None = None  # block protocol: the names behind a row's code (taken at the first step)
     counters: Counters = field(default_factory=Counters)
+    copy: Callable = field(init=False)  # copy_tree, counted
+    start_repeat: Callable = field(init=False)  # frozen: the repeat check's state before a seed's first call, counted
     output_names: list[str] | None = None  # frozen: names of the step's output leaves (nondeterminism detail)
     block_size: object = None  # block commit: the block sizer (blocks.BlockSize), carried from seed to seed
 
@@ -79,18 +116,26 @@ class Harnessed:
     def donate(self) -> tuple[int, ...]:
         return () if self.spec.protocol == "frozen" else tuple(self.program.donate_argnums)
 
+    def __post_init__(self) -> None:
+        counted = self.counters.counted  # every function of the harness's own: each call one dispatch
+        self.checker, self.commit, self.state_check = counted(self.checker), counted(self.commit), \
+            counted(self.state_check)
+        self.repeat_check, self.write_row = counted(self.repeat_check), counted(self.write_row)
+        self.copy, self.start_repeat = counted(copy_tree), counted(start_repeat)
+
     def injector(self) -> Callable:
         if self._injector is None:
-            self._injector = make_injector(self.spec.inject, self.p_index, self.o_index)
+            self._injector = self.counters.counted(make_injector(self.spec.inject, self.p_index, self.o_index))
         return self._injector
 
     def call_step(self, params, opt_state, batch):
         """One call of the user's step (guarded: what it raises is one HarnessError)."""
-        self.counters.dispatches += 1
-        out = call_user(self.spec, "step", self.step, params, opt_state, batch)
-        if self.proven is not None:  # a call in another signature proves and compiles it: counted
-            self.counters.step_compiles = self.proven.compiles
-        return out
+        return self.counters.dispatch(call_user, self.spec, "step", self.step, params, opt_state, batch)
+
+    @property
+    def step_compiles(self) -> int:
+        """Compiles of the user's step so far (one per argument signature met, each proven first)."""
+        return self.proven.compiles if self.proven is not None else 0
 
     def batch(self, seed: int, step: int):
         """The user's batch of ``step`` of ``seed`` (a function of the two)."""
@@ -179,7 +224,6 @@ def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:
         raise
     except BaseException as e:  # noqa: BLE001 - lowering traces the user's step
         raise guard_user_error(e, h.spec.program, "step") from e
-    h.counters.step_compiles = h.proven.compiles
     h.step, h.fingerprint = h.proven, fp
     return fp
 
@@ -196,7 +240,6 @@ def follow_signature(h: Harnessed, args: tuple) -> None:
         raise
     except BaseException as e:  # noqa: BLE001 - lowering traces the user's step
         raise guard_user_error(e, h.spec.program, "step") from e
-    h.counters.step_compiles = h.proven.compiles
 
 
 _SIGNATURE_PARTS = ("shape", "dtype", "weak type", "sharding", "layout", "committedness")

@@ -153,7 +153,6 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
             follow_signature(h, (params, opt_state, batch))
         new_p, new_o, aux = _run_again(h, seed, t, params, opt_state, batch, finite_fault and t in planned)
         rows, n = h.write_row(rows, n, new_p, new_o, aux)
-        h.counters.dispatches += 1
         params, opt_state = new_p, new_o
         ran.append(t)
         if len(ran) % ROWS == 0:
@@ -181,18 +180,16 @@ def _kept_steps(history: dict[int, dict], rolled_back: set[int], start: int, tar
 
 def _run_again(h: Harnessed, seed: int, t: int, params, opt_state, batch, finite_fault: bool) -> tuple:
     """Step ``t`` run again as the run ran it: a finite fault planted at it is planted again."""
-    old = copy_tree(params) if finite_fault else None
+    old = h.copy(params) if finite_fault else None
     new_p, new_o, aux = h.call_step(params, opt_state, batch)
     if old is not None:
         new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
-        h.counters.dispatches += 2
     return new_p, new_o, aux
 
 
 def _restored(h: Harnessed, point: RestorePoint, fed_signature) -> tuple:
     """The restore point's state in buffers of its own, held to the signature the step returned."""
-    params, opt_state = point.restore()
-    h.counters.dispatches += 1
+    params, opt_state = h.counters.dispatch(point.restore)
     if fed_signature is not None and point.step > 0:
         check_fed_back(h, (params, opt_state), fed_signature)
     return params, opt_state
@@ -220,8 +217,7 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
     if not out.restored_ok:
         return out
     finite_fault = h.spec.inject in ("lost-row", "doubled-row")
-    backup = copy_tree((params, opt_state))
-    h.counters.dispatches += 2
+    backup = h.copy((params, opt_state))
     for t in _kept_steps(history, rolled_back, point.step, target):
         rec = history[t]
         batch = h.batch(seed, t)
@@ -231,7 +227,6 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
             new_p, new_o, aux = _run_again(h, seed, t, params, opt_state, batch, finite_fault and t in planned)
             flags, params, opt_state, bp, bo = h.commit(backup[0], backup[1], new_p, new_o, aux)
             backup = (bp, bo)
-            h.counters.dispatches += 1
             out.steps += 1
             state_ok, loss = (float(x) for x in h.counters.fetch(
                 jax.numpy.stack([flags["state_ok"].astype(jax.numpy.float32), flags["loss"]])))

@@ -48,7 +48,6 @@ from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.blocks import BlockSize, run_blocks
 from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
-from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.harness import (
     BlockResult,
@@ -117,8 +116,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
         yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost)
         return
     if spec.protocol == "train" and state.backup is None:
-        state.backup = copy_tree((state.params, state.opt_state))
-        h.counters.dispatches += 1
+        state.backup = h.copy((state.params, state.opt_state))
     due = checkpointer.due if checkpointer is not None else (lambda: False)
     for block in run_steps(h, seed, state, steps, planned, should_stop, spec.block or DEFAULT_SYNC, drain=due):
         yield block

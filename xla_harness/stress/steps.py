@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 import jax
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.differences import start_repeat
 from xla_harness.stress.harness import (
     BlockResult,
     Harnessed,
@@ -127,26 +126,21 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
     if s in planned:
         old_p = state.params if frozen else _backup(state)[0]
         new_p, new_o = h.injector()(old_p, new_p, new_o, k_fault)
-        h.counters.dispatches += 1
     if sample:
         refs[s] = reference_check(h.program, before[0], before[1], before[2], jax.device_get(new_p))
     if frozen:
         flags = dict(h.checker(state.params, new_p, new_o, aux))
-        h.counters.dispatches += 1
         outputs = (new_p, new_o, aux)
         if h.output_names is None:
             h.output_names = output_names(outputs)
         if state.first is None:  # the seed's first call: compared with a copy of itself, no finite call yet,
-            state.first, state.first_ok = start_repeat(outputs)  # so the check compiles at step 0
-            h.counters.dispatches += 1
+            state.first, state.first_ok = h.start_repeat(outputs)  # so the check compiles at step 0
         flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
             state.first, state.first_ok, outputs, flags["ok"])
-        h.counters.dispatches += 1
         return flags
     backup_p, backup_o = _backup(state)
     returned = abstract((new_p, new_o)) if watched else None
     flags, state.params, state.opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
-    h.counters.dispatches += 1
     state.backup = (bp, bo)
     if returned is not None:
         check_fed_back(h, (state.params, state.opt_state), returned)
@@ -176,8 +170,7 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
         flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
         if rows is None or n is None:
             rows, n, layout = packer.start(flags)
-        rows, n = packer.write(rows, n, flags)
-        h.counters.dispatches += 1
+        rows, n = h.counters.dispatch(packer.write, rows, n, flags)
         count += 1
         state.next_step = s + 1
         stop = should_stop()
