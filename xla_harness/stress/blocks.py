@@ -43,6 +43,7 @@ from xla_harness.errors import HarnessError
 from xla_harness.stress.checkpoint import Checkpointer
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
+from xla_harness.stress.pipeline import Pipeline, Verdict
 from xla_harness.stress.restore import (
     DevicePoint,
     InitPoint,
@@ -269,6 +270,7 @@ class _Blocks:
         self.warmed = 0
         self.saved_at = -1  # the step of the last checkpoint this run wrote
         self.dead = False  # the state could not be rebuilt: the seed stops
+        self.stopped = False  # a stop request cut the last block short
 
     # -- records
 
@@ -285,42 +287,40 @@ class _Blocks:
     # -- the loop
 
     def run(self) -> Iterator[BlockResult]:
-        """Dispatch block k+1, then resolve block k (its fetch overlaps block k+1's steps); a failed
-        block k drops block k+1, which ran from a state the rollback replaces."""
-        state = self.state
-        state.backup = None  # no per-step backup copy in device memory
-        pending: PendingBlock | None = None
-        s, stopped = state.next_step, False
+        """Dispatch block k+1, then resolve block k (its fetch overlaps block k+1's steps; a block
+        rolled back drops k+1, which ran from a state the rollback replaced). Where the loop needs
+        the state verified (a block run step by step, the first blocks that measure the block size,
+        a checkpoint or host copy due, the end), the block in flight is resolved first."""
+        self.state.backup = None  # no per-step backup copy in device memory
+        pipe: Pipeline[PendingBlock] = Pipeline(self._resolve)
         while not self.dead:
-            can = s < self.steps and not stopped
-            end = min(s + self.size.size, self.steps)
-            stepwise = can and _needs_steps(self.h, self.planned, s, end)
-            if pending is not None and (not can or stepwise or self._wants_drain(s)):
-                clean = yield from self._resolve(pending)
-                pending, s = None, state.next_step
-                if clean:
-                    self._at_drain(s)
+            s = self.state.next_step  # where the block in flight, if any, ends
+            kind, end = self._next(s)
+            if pipe.pending is not None and (kind != "block" or self._wants_drain(s)):
+                yield from pipe.flush()
                 continue
-            if not can:
-                if stopped:  # a stop with nothing in flight: the checkpoint --resume starts from
-                    self._at_drain(s)
+            self._at_drain(s)  # nothing in flight: the state at s is verified
+            if kind == "done":
                 return
-            if self._wants_drain(s):  # nothing in flight: the state at s is verified
-                self._at_drain(s)
-            if stepwise:
+            if kind == "stepwise":
                 yield from self._stepwise(s, end)
-                stopped, s = state.next_step < end, state.next_step
-                continue
-            if not self.size.measured:
+            elif kind == "measure":
                 yield from self._measure(s)
-                stopped, s = self.should_stop(), state.next_step
-                continue
-            new = self._dispatch(s, end)
-            stopped = new.stopped
-            if pending is not None and not (yield from self._resolve(pending)):
-                pending, s = None, state.next_step  # ``new`` ran from a state that was rolled back
-                continue
-            pending, s = new, new.end
+            else:
+                yield from pipe.push(self._dispatch(s, end))
+
+    def _next(self, s: int) -> tuple[str, int]:
+        """What runs from step ``s``: ``done`` (the end, or a stop request met), a block run ``stepwise``
+        (a finite fault or a --reference sample in it), one step to ``measure`` the block size, or a
+        ``block`` dispatched to run ahead; and the step it ends at."""
+        if s >= self.steps or self.stopped:
+            return "done", s
+        end = min(s + self.size.size, self.steps)
+        if _needs_steps(self.h, self.planned, s, end):
+            return "stepwise", end
+        if not self.size.measured:
+            return "measure", s + 1
+        return "block", end
 
     def _wants_drain(self, s: int) -> bool:
         due = self.checkpointer is not None and s < self.steps and self.checkpointer.due()
@@ -353,6 +353,7 @@ class _Blocks:
             self.policy.observe(block.end - block.start, block.nonfinite)
             yield block
         state.backup = None
+        self.stopped = state.next_step < end
         if self.fed is None and state.next_step > s:
             self.fed = abstract((state.params, state.opt_state))
 
@@ -360,20 +361,20 @@ class _Blocks:
         state = self.state
         block = dispatch_block(self.h, self.seed, state, s, end, self.planned, self.should_stop, self.first + 1,
                                self.copies)
+        self.stopped = block.stopped
         if self.fed is None:
             self.fed = abstract((state.params, state.opt_state))
         return block
 
     def _measure(self, s: int) -> Iterator[BlockResult]:
-        """The first blocks of a run whose block size is not known: one step (which also compiles the
-        row writer), then one step timed on its own and its fetch timed with nothing else queued:
-        what the block size starts from."""
+        """The first blocks of a run whose block size is not known, one step each: the first (which
+        also compiles the row writer) untimed, the second timed on its own and its fetch timed with
+        nothing else queued: what the block size starts from."""
         h, state, size = self.h, self.state, self.size
         if self.warmed < 1:
-            block = self._dispatch(s, s + 1)
-            rows = block.resolve(h)
             self.warmed += 1
-            yield from self._verdict(block, rows, time.perf_counter(), sized=False)
+            block = self._dispatch(s, s + 1)
+            yield from self._verdict(block, block.resolve(h), time.perf_counter(), sized=False).deliver()
             return
         t0 = time.perf_counter()
         block = self._dispatch(s, s + 1)
@@ -382,23 +383,25 @@ class _Blocks:
         rows = block.resolve(h)
         t2 = time.perf_counter()
         size.start(t1 - t0, t2 - t1)
-        yield from self._verdict(block, rows, t2, sized=False)
+        yield from self._verdict(block, rows, t2, sized=False).deliver()
         self.last_resolved = time.perf_counter()
 
-    def _resolve(self, block: PendingBlock):
+    def _resolve(self, block: PendingBlock) -> Verdict:
         rows = block.resolve(self.h)
-        return (yield from self._verdict(block, rows, time.perf_counter()))
+        return self._verdict(block, rows, time.perf_counter())
 
-    def _verdict(self, block: PendingBlock, rows: np.ndarray, fetched: float, sized: bool = True):
-        """Record the block's steps from their rows up to the first whose new state is not finite
-        (rolled back: the state before it rebuilt, the rest of the block dropped); True when no step's
-        state was rolled back. The block's host costs and the time since the last verdict size the next."""
+    def _verdict(self, block: PendingBlock, rows: np.ndarray, fetched: float, sized: bool = True) -> Verdict:
+        """The block's steps recorded from their rows up to the first whose new state is not finite.
+        That step is rolled back: the state before it is rebuilt (:meth:`_rebuild`) and becomes the
+        run's state, and the verdict is not ``kept`` (the rest of the block, and the block in flight
+        after it, ran from a state replaced); a state that cannot be rebuilt ends the seed. A clean
+        block's host costs (its records, and what its consumer does with them) and the time since the
+        last verdict size the next block."""
         h, state, size = self.h, self.state, self.size
         cycle, self.last_resolved = fetched - self.last_resolved, fetched
         records, poisoned = [], None
         for i, row in enumerate(rows.tolist()):
-            rec = step_record(h, block.start + i, row, self.planned)
-            records.append(rec)
+            records.append(step_record(h, block.start + i, row, self.planned))
             if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement
                 poisoned = block.start + i
                 break
@@ -407,26 +410,27 @@ class _Blocks:
             result = BlockResult(h.label, self.seed, block.start, block.end, records)
             self._remember(result)
             self.policy.observe(len(records), failed)
-            yield result
-            if sized:  # the records and their consumers (progress, the results line queued) and writing it
-                host = time.perf_counter() - fetched + self.line_cost()
-                size.observe(len(records), failed, cycle, host)
-            return True
+
+            def sized_by_it() -> None:  # once the consumer has the records (progress, the results line queued)
+                size.observe(len(records), failed, cycle, time.perf_counter() - fetched + self.line_cost())
+
+            return Verdict(result, after=sized_by_it if sized else None)
         result = BlockResult(h.label, self.seed, block.start, poisoned + 1, records, rolled_back={poisoned})
         self._remember(result)
         rebuilt = self._rebuild(block.point, poisoned)
         result.recompute = rebuilt.summary()
         self.policy.observe(len(records) + rebuilt.tries[-1].steps, failed)
         size.observe(len(records), failed, 0.0, 0.0)
-        yield result
-        if not rebuilt.ok:
-            self.dead = True
-            return False
-        last = rebuilt.tries[-1]
-        state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
-        self._at_drain(state.next_step)
-        self.last_resolved = time.perf_counter()  # the recovery's time is not the steps'
-        return False
+        if rebuilt.ok:
+            last = rebuilt.tries[-1]
+            state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
+        else:
+            self.dead = True  # never continue from a state that is not finite: the seed stops
+
+        def restart_the_clock() -> None:  # the recovery's time is not the steps'
+            self.last_resolved = time.perf_counter()
+
+        return Verdict(result, kept=False, after=restart_the_clock)
 
     def _rebuild(self, point: DevicePoint | None, target: int) -> Rebuilt:
         """The state before step ``target`` (rolled back), by recompute from the block's device copy

@@ -25,6 +25,7 @@ from xla_harness.stress.harness import (
     follow_signature,
 )
 from xla_harness.stress.inject import step_keys
+from xla_harness.stress.pipeline import Pipeline, Verdict
 from xla_harness.stress.reference import reference_check
 from xla_harness.stress.step_rows import FlagPacker
 
@@ -164,7 +165,7 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     block_start = first_checked = state.next_step
     refs: dict[int, dict] = {}
     details: dict[int, jax.Array] = {}
-    pending: _Pending | None = None
+    pipe: Pipeline[_Pending] = Pipeline(lambda block: Verdict(block.resolve(h, seed, planned)))
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
         flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
@@ -175,15 +176,10 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
         state.next_step = s + 1
         stop = should_stop()
         if count == sync or s == steps - 1 or stop:
-            block = _Pending(block_start, s + 1, (rows, layout), refs, details)
+            yield from pipe.push(_Pending(block_start, s + 1, (rows, layout), refs, details))
             rows, count, refs, details, block_start = None, 0, {}, {}, s + 1
-            if pending is not None:
-                yield pending.resolve(h, seed, planned)
-            pending = block
             if stop or s == steps - 1 or drain():
-                yield pending.resolve(h, seed, planned)
-                pending = None
+                yield from pipe.flush()
             if stop:
                 return
-    if pending is not None:
-        yield pending.resolve(h, seed, planned)
+    yield from pipe.flush()
