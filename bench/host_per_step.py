@@ -36,6 +36,7 @@ import optax  # noqa: E402
 
 from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
 from xla_harness.stress import store as results  # noqa: E402
+from xla_harness.stress.blocks import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.sink import ResultsSink  # noqa: E402
@@ -66,6 +67,7 @@ class Loops:
         self.program = one_element()
         spec = StressSpec(program="one-element", seeds=(1,), steps=steps, commit=commit)
         self.h = prepare(spec, {}, self.program)
+        self.size = new_block_size(spec)  # carried from seed to seed, as stress does
         state = initial_state(self.h, 1)
         check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
         self.plain_step = jax.jit(self.program.step, donate_argnums=(0, 1))
@@ -87,7 +89,8 @@ class Loops:
         with results.open_run(path, spec, resume=False) as store:
             store.write_header(spec, self.env)
             with ResultsSink(store) as sink:
-                for _ in run_seed(self.h, seed, initial_state(self.h, seed), sink, self.tmp, self.env):
+                for _ in run_seed(self.h, seed, initial_state(self.h, seed), sink, self.tmp, self.env,
+                                  block_size=self.size):
                     pass
         path.unlink()
 

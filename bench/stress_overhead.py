@@ -49,6 +49,7 @@ import jax  # noqa: E402
 from counting import CompileCounts, DeviceCounts  # noqa: E402
 
 from xla_harness.stress import store as results  # noqa: E402
+from xla_harness.stress.blocks import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.sink import ResultsSink  # noqa: E402
@@ -98,6 +99,7 @@ class Loops:
                 self.state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves((state.params, state.opt_state)))
             del state
         self.program = self.h["block"].program
+        self.sizes = {c: new_block_size(h.spec) for c, h in self.h.items()}  # carried from seed to seed, as stress does
         self.user_step = jax.jit(self.program.step, donate_argnums=(0, 1))
         self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-bench-"))
         self.env = results.environment()
@@ -133,7 +135,8 @@ class Loops:
         with results.open_run(path, spec, resume=False) as store:
             store.write_header(spec, self.env)
             with ResultsSink(store) as sink:
-                for _ in run_seed(h, seed, initial_state(h, seed), sink, self.tmp, self.env):
+                for _ in run_seed(h, seed, initial_state(h, seed), sink, self.tmp, self.env,
+                                  block_size=self.sizes[h.spec.commit]):
                     pass
             self.lines, self.fsyncs = store.lines_written - 1, store.fsyncs - 1  # the header aside
         path.unlink()

@@ -222,3 +222,34 @@ def test_pytest_fixture_runs_a_foreign_program(foreign, pytester):
                                        "--xla-harness-program", f"{foreign}:make")
     res.assert_outcomes(failed=1)  # its planted NaNs fail the test, with the table
     res.stdout.fnmatch_lines(["*non-finite step(s):*", "*my_model.py:make*"])
+
+
+@pytest.mark.slow
+def test_a_program_split_over_files_imports_its_sibling_from_any_working_directory(tmp_path):
+    """A wrapper that imports its model from a sibling file (``from tiedlm import loss``), run from
+    another folder: the program's folder is importable, as under ``python FILE.py``, both when the
+    file is loaded and when its functions import lazily later. Planted: without the sibling, the
+    same command is one error line naming the missing module, exit 2."""
+    prog = tmp_path / "models"
+    prog.mkdir()
+    (prog / "tiedlm.py").write_text(FOREIGN_PROGRAM)
+    (prog / "lazyhelper.py").write_text("SCALE = 1.0\n")
+    (prog / "wrapper.py").write_text(
+        "from tiedlm import make as _make\n\n"
+        "def make():\n"
+        "    import lazyhelper  # imported when make runs, after loading\n"
+        "    assert lazyhelper.SCALE == 1.0\n"
+        "    return _make()\n")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    argv = [sys.executable, "-m", "xla_harness.cli", "stress", "--program", f"{prog}/wrapper.py:make",
+            "--seeds", "1", "--steps", "3", "--quiet", "--out", str(tmp_path / "out")]
+    ran = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    (prog / "tiedlm.py").unlink()
+    argv[-1] = str(tmp_path / "out2")
+    missing = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 2 and "tiedlm" in missing.stderr and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

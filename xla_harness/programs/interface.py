@@ -160,6 +160,7 @@ def _import_attr(module_part: str, attr: str, spec_text: str):
             raise HarnessError(f"--program {spec_text}: cannot load {path} as Python")
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
+        _importable_beside(path)
         try:
             spec.loader.exec_module(module)
         except BaseException as e:  # noqa: BLE001 - the user's file: report, never a traceback or an exit
@@ -178,6 +179,15 @@ def _import_attr(module_part: str, attr: str, spec_text: str):
         raise HarnessError(f"--program {spec_text}: {module_part} has no attribute {attr!r}") from None
     except BaseException as e:  # noqa: BLE001 - a module __getattr__ of the user's
         raise guard_user_error(e, spec_text, f"looking up {attr}") from e
+
+
+def _importable_beside(path: Path) -> None:
+    """The folder of a program file first on ``sys.path``, as ``python FILE.py`` puts it there: a
+    program split over several files imports its siblings (``from model import ...``), when it is
+    loaded and when its functions run later."""
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
 
 
 def program_factory(spec_text: str) -> Callable[..., TrainProgram]:

@@ -134,6 +134,7 @@ class PendingBlock:
     rows: jax.Array
     stopped: bool  # a stop request cut the block short at ``end``
     point: DevicePoint | None
+    layout: RowLayout  # the names behind its rows' codes
 
     def resolve(self, h: Harnessed) -> np.ndarray:
         """The block's rows on the host: its one fetch."""
@@ -141,11 +142,13 @@ class PendingBlock:
 
 
 def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: int, planned: set[int],
-                   should_stop: Callable[[], bool], watch_until: int, copy: bool) -> PendingBlock:
+                   should_stop: Callable[[], bool], watch_until: int, copy: bool,
+                   layout: RowLayout | None = None) -> PendingBlock:
     """Run steps [start, end) feeding each step's outputs to the next (NaN faults planted at
     ``planned`` steps), each followed by its row; nothing waits for the device. ``copy``: the state at
     ``start`` is copied on the device first (the block's restore point). The state's signature is
-    followed (the executable for it) up to step ``watch_until``."""
+    followed (the executable for it) up to step ``watch_until``. ``layout``: the rows' layout, taken
+    from the first step's outputs when not given."""
     point = None
     if copy:
         point = DevicePoint(h.copy((state.params, state.opt_state)), start)
@@ -157,9 +160,9 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
             follow_signature(h, (state.params, state.opt_state, batch))
         new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
         if t in planned:
-            new_p, new_o = h.injector()(None, new_p, new_o, step_keys(seed, t)[1])
-        if h.row_layout is None:
-            h.row_layout = RowLayout.of(new_p, new_o, aux)
+            new_p, new_o = h.inject(None, new_p, new_o, step_keys(seed, t)[1])
+        if layout is None:
+            layout = RowLayout.of(new_p, new_o, aux)
         rows, n = h.write_row(rows, n, new_p, new_o, aux)
         state.params, state.opt_state = new_p, new_o
         state.next_step = t + 1
@@ -167,14 +170,13 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
             stopped = True
             break
     rows.copy_to_host_async()
-    return PendingBlock(start, state.next_step, rows, stopped, point)
-
-
-def step_record(h: Harnessed, step: int, row: list[float], planned: set[int]) -> dict:
-    """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
-    layout = h.row_layout
     if layout is None:
-        raise RuntimeError("a block's rows read before the first step's layout was taken")
+        raise HarnessError("internal: a block dispatched without a step")
+    return PendingBlock(start, state.next_step, rows, stopped, point, layout)
+
+
+def step_record(h: Harnessed, layout: RowLayout, step: int, row: list[float], planned: set[int]) -> dict:
+    """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
     loss, bad = layout.read(row)
     rec: dict[str, object] = {"step": step, "finite": bad is None, "first_bad": bad, "max_abs_update": None,
                               "loss": loss}
@@ -243,14 +245,11 @@ class _Blocks:
 
     def __init__(self, h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                  should_stop: Callable[[], bool], checkpointer: Checkpointer | None,
-                 line_cost: Callable[[], float]) -> None:
+                 line_cost: Callable[[], float], size: BlockSize) -> None:
         self.h, self.seed, self.state, self.steps, self.planned = h, seed, state, steps, planned
         self.should_stop, self.checkpointer, self.line_cost = should_stop, checkpointer, line_cost
+        self.size = size
         multi = jax.process_count() > 1
-        # Every process must check (a collective) after the same steps: K is measured only in one process.
-        if h.block_size is None:
-            h.block_size = BlockSize(h.spec.block if not multi else h.spec.block or DEFAULT_SYNC)
-        self.size: BlockSize = h.block_size  # type: ignore[assignment]
         self.copies = device_copies_fit((state.params, state.opt_state))
         if multi:  # a copy is a computation every process must run: all take them, or none does
             from jax.experimental import multihost_utils
@@ -271,6 +270,7 @@ class _Blocks:
         self.saved_at = -1  # the step of the last checkpoint this run wrote
         self.dead = False  # the state could not be rebuilt: the seed stops
         self.stopped = False  # a stop request cut the last block short
+        self.layout: RowLayout | None = None  # the names behind a row's code (from the first step's outputs)
 
     # -- records
 
@@ -360,8 +360,8 @@ class _Blocks:
     def _dispatch(self, s: int, end: int) -> PendingBlock:
         state = self.state
         block = dispatch_block(self.h, self.seed, state, s, end, self.planned, self.should_stop, self.first + 1,
-                               self.copies)
-        self.stopped = block.stopped
+                               self.copies, self.layout)
+        self.stopped, self.layout = block.stopped, block.layout
         if self.fed is None:
             self.fed = abstract((state.params, state.opt_state))
         return block
@@ -401,7 +401,7 @@ class _Blocks:
         cycle, self.last_resolved = fetched - self.last_resolved, fetched
         records, poisoned = [], None
         for i, row in enumerate(rows.tolist()):
-            records.append(step_record(h, block.start + i, row, self.planned))
+            records.append(step_record(h, block.layout, block.start + i, row, self.planned))
             if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement
                 poisoned = block.start + i
                 break
@@ -453,10 +453,21 @@ class _Blocks:
         return out
 
 
+def new_block_size(spec) -> BlockSize:
+    """The block sizer of a configuration (carried from seed to seed): ``--block`` fixed, else measured;
+    with several processes, every process must check (a collective) after the same steps, so K is
+    never measured there (``--block`` or :data:`~xla_harness.stress.steps.DEFAULT_SYNC`)."""
+    if jax.process_count() > 1:
+        return BlockSize(spec.block or DEFAULT_SYNC)
+    return BlockSize(spec.block)
+
+
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                should_stop: Callable[[], bool], checkpointer: Checkpointer | None = None,
-               line_cost: Callable[[], float] = lambda: 0.0) -> Iterator[BlockResult]:
+               line_cost: Callable[[], float] = lambda: 0.0, size: BlockSize | None = None) -> Iterator[BlockResult]:
     """Steps [state.next_step, steps) of one (configuration, seed) under the block protocol (see the
     module docstring), one BlockResult per block, in order. ``line_cost``: the CPU seconds a block's
-    results line costs its consumer (part of a block's fixed cost, for the block size)."""
-    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost).run()
+    results line costs its consumer (part of a block's fixed cost, for the block size). ``size``: the
+    block sizer (:func:`new_block_size` when not given)."""
+    size = size if size is not None else new_block_size(h.spec)
+    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, size).run()

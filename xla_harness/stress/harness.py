@@ -25,7 +25,7 @@ from xla_harness.stress.inject import make_injector, opt_target_index, step_keys
 from xla_harness.stress.leaves import is_floating, leaf_names
 from xla_harness.stress.proof import ProvenStep, leaf_signature, signature
 from xla_harness.stress.spec import StressSpec, build
-from xla_harness.stress.step_rows import RowLayout, make_row_writer
+from xla_harness.stress.step_rows import make_row_writer
 
 
 @dataclass
@@ -84,7 +84,13 @@ class Counted:
 
 @dataclass
 class Harnessed:
-    """A program with the harness's outside functions, for one configuration."""
+    """A program with the harness's outside functions, for one configuration: fixed once the
+    same-program proof has run (:func:`prove_step` sets ``step``, ``proven`` and ``fingerprint``
+    before the first step). What changes as a run goes lives elsewhere and is passed explicitly: a
+    seed's state (:class:`RunState`), the block protocol's loop and block sizer
+    (:mod:`~xla_harness.stress.blocks`), the executable for each argument signature met
+    (:class:`~xla_harness.stress.proof.ProvenStep`); ``counters`` accumulate what the harness
+    costs over the configuration's seeds."""
 
     program: TrainProgram
     spec: StressSpec
@@ -100,17 +106,13 @@ class Harnessed:
     o_index: int | None
     fingerprint: dict | None = None
     proven: ProvenStep | None = None
-    fed_signature: tuple | None = None  # the signature the step's state is fed with from step 1 on
-    _injector: Callable | None = None
     state_check: Callable = field(default_factory=make_state_check)
     repeat_check: Callable = field(default_factory=make_repeat_check)
     write_row: Callable = field(default_factory=make_row_writer)  # block protocol: a step's row of its block
-    row_layout: RowLayout | None = None  # block protocol: the names behind a row's code (taken at the first step)
     counters: Counters = field(default_factory=Counters)
     copy: Callable = field(init=False)  # copy_tree, counted
     start_repeat: Callable = field(init=False)  # frozen: the repeat check's state before a seed's first call, counted
-    output_names: list[str] | None = None  # frozen: names of the step's output leaves (nondeterminism detail)
-    block_size: object = None  # block commit: the block sizer (blocks.BlockSize), carried from seed to seed
+    inject: Callable = field(init=False)  # the --inject fault, planted after a chosen step (counted)
 
     @property
     def donate(self) -> tuple[int, ...]:
@@ -122,11 +124,7 @@ class Harnessed:
             counted(self.state_check)
         self.repeat_check, self.write_row = counted(self.repeat_check), counted(self.write_row)
         self.copy, self.start_repeat = counted(copy_tree), counted(start_repeat)
-
-    def injector(self) -> Callable:
-        if self._injector is None:
-            self._injector = self.counters.counted(make_injector(self.spec.inject, self.p_index, self.o_index))
-        return self._injector
+        self.inject = counted(make_injector(self.spec.inject, self.p_index, self.o_index))
 
     def call_step(self, params, opt_state, batch):
         """One call of the user's step (guarded: what it raises is one HarnessError)."""

@@ -183,7 +183,7 @@ def _run_again(h: Harnessed, seed: int, t: int, params, opt_state, batch, finite
     old = h.copy(params) if finite_fault else None
     new_p, new_o, aux = h.call_step(params, opt_state, batch)
     if old is not None:
-        new_p, new_o = h.injector()(old, new_p, new_o, step_keys(seed, t)[1])
+        new_p, new_o = h.inject(old, new_p, new_o, step_keys(seed, t)[1])
     return new_p, new_o, aux
 
 

@@ -46,7 +46,7 @@ import jax
 
 from xla_harness.stress import records
 from xla_harness.stress import store as results
-from xla_harness.stress.blocks import BlockSize, run_blocks
+from xla_harness.stress.blocks import BlockSize, new_block_size, run_blocks
 from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.harness import (
@@ -97,7 +97,8 @@ def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = F
 def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = None,
                should_stop: Callable[[], bool] = lambda: False,
                checkpointer: Checkpointer | None = None,
-               line_cost: Callable[[], float] = lambda: 0.0) -> Iterator[BlockResult]:
+               line_cost: Callable[[], float] = lambda: 0.0,
+               block_size: BlockSize | None = None) -> Iterator[BlockResult]:
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
@@ -107,13 +108,14 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     step checked (and in train rolled back) as it comes. A stop request ends the current block early;
     the partial block is yielded so nothing that ran is lost. ``checkpointer`` (train): the
     ``--resume`` checkpoints, written where the loop has nothing in flight. ``line_cost``: what the
-    consumer's results line costs, in CPU seconds (the block sizer counts it).
+    consumer's results line costs, in CPU seconds (the block sizer counts it). ``block_size``: the
+    block commit's sizer, carried from seed to seed by the caller (a new one when not given).
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
     if spec.protocol == "train" and spec.commit == "block":
-        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost)
+        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, block_size)
         return
     if spec.protocol == "train" and state.backup is None:
         state.backup = h.copy((state.params, state.opt_state))
@@ -203,24 +205,24 @@ def _replay_gap(h: Harnessed, seed: int, state: RunState, start: int) -> None:
     same steps), in one block."""
     if state.next_step >= start:
         return
-    quiet = replace(h, spec=replace(h.spec, reference=False, block=max(1, start - state.next_step)),
-                    block_size=None)
+    quiet = replace(h, spec=replace(h.spec, reference=False, block=max(1, start - state.next_step)))
     for _ in run_config(quiet, seed, state, steps=start):
         pass
 
 
 def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: Path, env: dict,
-             should_stop: Callable[[], bool] = lambda: False) -> Iterator[BlockResult]:
+             should_stop: Callable[[], bool] = lambda: False,
+             block_size: BlockSize | None = None) -> Iterator[BlockResult]:
     """Run one (config, seed) to its end: every block appended to ``store`` (the results sink);
     train protocol: a checkpoint for --resume every ``checkpoint_seconds`` and when stopped early (a
-    finished seed needs none), written after ``store`` has drained; the block sizer is told what a
-    line costs ``store`` to write."""
+    finished seed needs none), written after ``store`` has drained; the block sizer (``block_size``,
+    the configuration's, carried from seed to seed) is told what a line costs ``store`` to write."""
     checkpointer = None
     if h.spec.protocol == "train" and jax.process_count() == 1:
         checkpointer = Checkpointer(h, checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
                                     store.drain)
     for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer,
-                            line_cost=store.line_cpu_seconds):
+                            line_cost=store.line_cpu_seconds, block_size=block_size):
         store.append(block_line(block, h, env))
         yield block
 
@@ -255,7 +257,7 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                 if start >= spec.steps or should_stop():
                     continue
                 if h is None:
-                    h = prepare(spec, options, program)
+                    h, block_size = prepare(spec, options, program), new_block_size(spec)
                 state = _resume_state(h, out, seed, start)
                 if h.fingerprint is None:
                     batch = state.batch if state.batch is not None else first_batch(h, seed)
@@ -265,7 +267,7 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
                                fingerprint={**fp, "donate_argnums": list(h.donate)}))
                 _replay_gap(h, seed, state, start)
-                for block in run_seed(h, seed, state, sink, out, env, should_stop):
+                for block in run_seed(h, seed, state, sink, out, env, should_stop, block_size):
                     nonfinite += block.nonfinite
                     done_steps += block.end - block.start
                     emit(Event("block", label, seed, done_steps, total, nonfinite, block.end == spec.steps,

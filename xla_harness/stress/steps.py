@@ -44,7 +44,10 @@ def _first_bad(f: dict, h: Harnessed) -> str | None:
     return None
 
 
-def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int]) -> list[dict]:
+def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int],
+                 names: list[str] | None = None) -> list[dict]:
+    """The records of steps ``start``... from their flags on the host; ``names``: the step's output
+    leaves (frozen: which leaves a nondeterministic call changed)."""
     out = []
     for i, f in enumerate(host_flags):
         first = None if bool(f["ok"]) else (_first_bad(f, h) or "?")
@@ -55,8 +58,8 @@ def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int]) 
             rec["injected"] = h.spec.inject
         if bool(f.get("nondet", False)):
             rec["nondet"] = True
-            if "nondet_detail" in f and h.output_names is not None:
-                rec["nondet_detail"] = leaf_detail(h.output_names, f["nondet_detail"])
+            if "nondet_detail" in f and names is not None:
+                rec["nondet_detail"] = leaf_detail(names, f["nondet_detail"])
         out.append(rec)
     return out
 
@@ -91,9 +94,10 @@ class _Pending:
     """A block of checked steps whose packed flags are on their way to the host."""
 
     def __init__(self, start: int, end: int, packed: tuple[jax.Array, tuple], refs: dict[int, dict],
-                 details: dict[int, jax.Array]) -> None:
+                 details: dict[int, jax.Array], names: list[str] | None) -> None:
         self.start, self.end, (self.packed, self.layout), self.refs = start, end, packed, refs
         self.details = details  # frozen: step -> its nondeterminism detail, left on the device
+        self.names = names  # frozen: the names of the step's output leaves
         self.packed.copy_to_host_async()
 
     def resolve(self, h: Harnessed, seed: int, planned: set[int]) -> BlockResult:
@@ -102,7 +106,7 @@ class _Pending:
             # Which leaves differ, fetched only for a step that did differ (a finding: one more read).
             if bool(f.get("nondet", False)) and self.start + i in self.details:
                 f["nondet_detail"] = h.counters.fetch(self.details[self.start + i])
-        records = host_records(self.start, host, h, planned)
+        records = host_records(self.start, host, h, planned, self.names)
         rolled_back = {self.start + i for i, f in enumerate(host) if "state_ok" in f and not bool(f["state_ok"])}
         for r in records:
             if r["step"] in self.refs:
@@ -126,14 +130,12 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
     new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
     if s in planned:
         old_p = state.params if frozen else _backup(state)[0]
-        new_p, new_o = h.injector()(old_p, new_p, new_o, k_fault)
+        new_p, new_o = h.inject(old_p, new_p, new_o, k_fault)
     if sample:
         refs[s] = reference_check(h.program, before[0], before[1], before[2], jax.device_get(new_p))
     if frozen:
         flags = dict(h.checker(state.params, new_p, new_o, aux))
         outputs = (new_p, new_o, aux)
-        if h.output_names is None:
-            h.output_names = output_names(outputs)
         if state.first is None:  # the seed's first call: compared with a copy of itself, no finite call yet,
             state.first, state.first_ok = h.start_repeat(outputs)  # so the check compiles at step 0
         flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
@@ -165,6 +167,7 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     block_start = first_checked = state.next_step
     refs: dict[int, dict] = {}
     details: dict[int, jax.Array] = {}
+    names: list[str] | None = None  # frozen: the step's output leaves, named once (the seed's first outputs)
     pipe: Pipeline[_Pending] = Pipeline(lambda block: Verdict(block.resolve(h, seed, planned)))
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
@@ -176,7 +179,9 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
         state.next_step = s + 1
         stop = should_stop()
         if count == sync or s == steps - 1 or stop:
-            yield from pipe.push(_Pending(block_start, s + 1, (rows, layout), refs, details))
+            if names is None and state.first is not None:
+                names = output_names(state.first)
+            yield from pipe.push(_Pending(block_start, s + 1, (rows, layout), refs, details, names))
             rows, count, refs, details, block_start = None, 0, {}, {}, s + 1
             if stop or s == steps - 1 or drain():
                 yield from pipe.flush()
