@@ -65,6 +65,50 @@ def test_a_hazard_in_a_module_fed_to_the_scan_is_the_answer():
     ans = answer(state, ROOT)
     assert ans.exit_code == 0 and "hazard is absent" in ans.paragraph
 
+    # Nothing measured (every stage failed) is not a clean bill: exit 2, the failures said.
+    failed = {"kind": "triage", "stages": {"compile:host": {"ok": False, "error": "ModuleNotFoundError: tiedlm"},
+                                            "train": {"ok": False, "error": "ModuleNotFoundError: tiedlm"}}}
+    ans = answer(failed, ROOT)
+    assert ans.exit_code == 2 and ans.paragraph.startswith("Nothing was measured")
+    assert plan.steps_to_bound(1e-17) > 10**16  # no ZeroDivisionError where 1 - rate rounds to 1
+
+
+BAD_TRIAGE = [
+    (["--program", "/nonexistent.py:make"], "no such file"),
+    (["--program", ""], "not a built-in"),
+    (["--program", "bogus"], "not a built-in"),
+    (["--program", f"{QUICKSTART}x"], "no attribute"),
+    (["--program", QUICKSTART, "--program-option", "bogus=1"], "bogus"),
+    (["--program", QUICKSTART, "--program-option", "=1"], "expected KEY=VALUE"),
+    (["--program", QUICKSTART, "--program-option", "width=8", "--program-option", "width=9"], "given twice"),
+    (["--program", "issue-35409", "--program-option", "precision=low"], "precision"),
+    (["--program", "tests/data/raises_in.py:make", "--program-option", "where='make'"], "raised"),
+    (["--program", "tests/data/raises_in.py:make", "--program-option", "where='init'"], "init raised"),
+    (["--program", "{tmp}/syntax.py:make"], "SyntaxError"),
+    (["--program", QUICKSTART, "--rate-of-interest", "1e-300"], "--rate-of-interest"),
+    (["--program", QUICKSTART, "--rate-of-interest", "1e-17"], "--rate-of-interest"),
+    (["--program", QUICKSTART, "--budget", "1e308"], "--budget"),
+    (["--program", QUICKSTART, "--out", ""], "--out"),
+]
+
+
+@pytest.mark.parametrize("argv,says", BAD_TRIAGE, ids=[" ".join(a) for a, _ in BAD_TRIAGE])
+def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys, argv, says):
+    """A program or option every stage would fail on: one error line, exit 2, no folder written."""
+    from xla_harness.cli import main
+    from xla_harness.triage import run as triage_run
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(triage_run.Triage, "run", lambda self: pytest.fail("a stage ran"))
+    (tmp_path / "syntax.py").write_text("def make(:\n")
+    out = tmp_path / "t"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    args = ["triage", *argv] + ([] if "--out" in argv else ["--out", str(out)])
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and says in err[0], err
+    assert not out.exists()
+
 
 # ----------------------------------------------------------------------------- real runs
 

@@ -123,6 +123,14 @@ def _option(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def folder(text: str) -> Path:
+    """argparse type of an output folder: a path, never the empty string (which would be the current
+    directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder")
+    return Path(text)
+
+
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:
     """--json: the same verdict and figures as the text output, as one JSON document on stdout
     (the exit code does not change)."""

@@ -35,8 +35,9 @@ One command for a step that turns NaN, or a fix that must be shown to work:
 
 Every stage runs as a child xla-harness process in its own folder under OUT/stages; after an
 interrupt or a kill, --resume continues (finished stages are kept, the others resume where their
-children stopped); nothing is overwritten. Exit 0: nothing found; 1: a hazard, a fused data-moving
-producer, non-finite steps or nondeterminism; 2: bad input.
+children stopped); nothing is overwritten. Exit 0: measured, nothing found; 1: a hazard, a fused
+data-moving producer, non-finite steps or nondeterminism; 2: bad input, or nothing measured (every
+stage failed: no compiler's verdict, no step run).
 """
 
 
@@ -58,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --inject-rate: the fault stress plants in the step's outputs (proves the detector)")
     p.add_argument("--inject-rate", type=flags.rate, default=0.0, metavar="P",
                    help="plant --inject faults with probability P per step in the local runs (default 0: none)")
-    p.add_argument("--out", type=Path, required=True, help="the triage folder (new, or with --resume its own)")
+    p.add_argument("--out", type=flags.folder, required=True, help="the triage folder (new, or with --resume its own)")
     p.add_argument("--resume", action="store_true", help="continue the triage in --out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     flags.add_json_argument(p, "the answer (its paragraph, findings, per-compiler verdicts and stages)")
@@ -76,22 +77,53 @@ def _targets(texts: tuple[str, ...]) -> list[str]:
     return out
 
 
+RATE_LIMIT = 1e-6  # the smallest --rate-of-interest: its bound takes about 3 million clean steps
+
+
+def check_program(program: str, option_texts: list[str]) -> None:
+    """``--program`` and its ``--program-option``s checked before any stage runs, as every stage would
+    meet them: each option ``KEY=VALUE`` once (a Python literal, else text), a built-in's against its
+    option table, then the program built (a file that is missing or does not import, a name it
+    lacks, a factory refusing an option, ``make`` raising) and its ``init`` traced (nothing
+    compiled, nothing run). Refused with one error line, before the triage folder is touched."""
+    import jax
+
+    from xla_harness.programs.interface import check_program_options, guard_user_error, load_program
+    from xla_harness.programs.options import literal_option
+
+    options: dict = {}
+    for text in option_texts:
+        try:
+            key, value = literal_option(text)
+        except ValueError as exc:
+            raise HarnessError(f"--program-option: {exc}") from None
+        if key in options and options[key] != value:
+            raise HarnessError(f"--program-option {key} is given twice ({options[key]!r} and {value!r})")
+        options[key] = value
+    built = load_program(program, **check_program_options(program, options))
+    try:
+        jax.eval_shape(built.init, jax.random.key(0))
+    except BaseException as e:  # noqa: BLE001 - the user's init: one error line, never a traceback
+        raise guard_user_error(e, program, "init") from e
+
+
 def run(args) -> int:
     from xla_harness.files import read_regular
+    from xla_harness.triage.plan import steps_to_bound
     from xla_harness.triage.render import write_report
     from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
 
     if not math.isfinite(args.budget):
         raise HarnessError(f"--budget must be a finite number of minutes, got {args.budget}")
-    if not 0 < args.rate_of_interest < 1:
-        raise HarnessError(f"--rate-of-interest must be in (0, 1), got {args.rate_of_interest:g}")
+    if not RATE_LIMIT <= args.rate_of_interest < 1:
+        raise HarnessError(f"--rate-of-interest must be in [{RATE_LIMIT:g}, 1), got {args.rate_of_interest:g} "
+                           f"(bounding {RATE_LIMIT:g} takes {steps_to_bound(RATE_LIMIT):,} steps without a failure)")
+    budget_s = budget_seconds(args.budget)
     for path in args.hlo:
         read_regular(path)  # a missing, unreadable or special file: one error line, before anything runs
-    for option in args.program_option:
-        if "=" not in option:
-            raise HarnessError(f"--program-option must be KEY=VALUE, got {option!r}")
+    check_program(args.program, args.program_option)
     spec = TriageSpec(program=args.program, options=list(args.program_option), targets=_targets(args.target),
-                      hlo=[str(p) for p in args.hlo], budget_s=budget_seconds(args.budget),
+                      hlo=[str(p) for p in args.hlo], budget_s=budget_s,
                       rate_of_interest=args.rate_of_interest, inject=args.inject if args.inject_rate else None,
                       inject_rate=args.inject_rate)
 
@@ -108,6 +140,8 @@ def run(args) -> int:
     else:
         print(ans.paragraph)
         print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
+    if ans.exit_code == 2:  # not a clean bill: no compiler's verdict, no step ran
+        sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
     return ans.exit_code
 
 

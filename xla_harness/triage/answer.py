@@ -1,6 +1,7 @@
 """The answer of a triage: its verdicts (per target, then on the local backend) in one paragraph, and
-the exit code (0 nothing found; 1 a hazard, a fused data-moving producer, non-finite steps or
-nondeterminism). Built from ``triage.json`` and the stage folders it names, nothing else.
+the exit code (0 measured, nothing found; 1 a hazard, a fused data-moving producer, non-finite steps
+or nondeterminism; 2 nothing measured: no compiler's verdict and no step run, every stage failed).
+Built from ``triage.json`` and the stage folders it names, nothing else.
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ def answer(state: dict, out: Path) -> Answer:
     paragraph = ". ".join(s[0].upper() + s[1:] for s in sentences) + "." if sentences else "Nothing was measured."
     if errors:
         paragraph += " Not answered: " + "; ".join(errors) + "."
-    return Answer(paragraph, 1 if findings else 0, findings, targets, local, errors)
+    measured = bool(targets) or any(run.table.rows for run in local.values())
+    return Answer(paragraph, 1 if findings else 0 if measured else 2, findings, targets, local, errors)
 
 
 def _bisect_text(result: dict) -> str:

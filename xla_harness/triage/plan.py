@@ -45,7 +45,7 @@ def steps_to_bound(rate_of_interest: float, confidence: float = 0.95) -> int:
     """The fewest trials with no failure whose one-sided exact upper bound is below ``rate_of_interest``."""
     if not 0 < rate_of_interest < 1:
         raise ValueError(f"the rate of interest must be in (0, 1), got {rate_of_interest}")
-    n = max(1, math.ceil(math.log(1 - confidence) / math.log(1 - rate_of_interest)))
+    n = max(1, math.ceil(math.log1p(-confidence) / math.log1p(-rate_of_interest)))
     while stats.upper_bound(0, n, confidence) >= rate_of_interest:
         n += 1
     return n

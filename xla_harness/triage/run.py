@@ -426,7 +426,12 @@ def _variants(program: str, backend: str) -> list[str]:
     return names
 
 
+BUDGET_LIMIT_MINUTES = 7 * 24 * 60  # a week
+
+
 def budget_seconds(minutes: float) -> float:
     if not math.isfinite(minutes) or minutes <= 0:
         raise HarnessError(f"--budget must be a positive number of minutes, got {minutes:g}")
+    if minutes > BUDGET_LIMIT_MINUTES:
+        raise HarnessError(f"--budget must be at most {BUDGET_LIMIT_MINUTES} minutes (a week), got {minutes:g}")
     return minutes * 60.0
