@@ -232,3 +232,14 @@ def test_kill_9_in_each_stage_then_resume_gives_the_same_answer(tmp_path):
     assert done.returncode == 0, done.stderr
     assert _answer_line(done.stdout) == _answer_line(ref.stdout)
     assert _comparable(out) == _comparable(whole)
+
+
+def test_report_html_of_a_triage_that_measured_nothing_exits_2(tmp_path, capsys):
+    from xla_harness.cli import main
+
+    (tmp_path / "triage.json").write_text(json.dumps({"kind": "triage", "stages": {
+        "train": {"ok": False, "error": "ModuleNotFoundError: No module named 'tiedlm'"}}}))
+    assert main(["report", str(tmp_path), "--html"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Nothing was measured") and "tiedlm" in captured.err
+    assert "Exit 2: nothing measured." in (tmp_path / "report.md").read_text()

@@ -98,6 +98,8 @@ def show_triage(args) -> int:
     ans = write_report(folder)
     print(ans.paragraph)
     print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
+    if ans.exit_code == 2:
+        sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
     return ans.exit_code
 
 

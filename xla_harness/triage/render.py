@@ -234,6 +234,7 @@ def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
     out = [Block("heading", f"Triage of {spec.get('program')} {' '.join(spec.get('options', []))}".strip(), level=1),
            Block("paragraph", ans.paragraph),
            Block("paragraph", f"Exit {ans.exit_code}: " + ("; ".join(ans.findings) if ans.findings
+                                                           else "nothing measured" if ans.exit_code == 2
                                                            else "nothing found") + ".")]
     if ans.targets:
         out += [Block("heading", "What each compiler made of the step"), Block("table", rows=_target_rows(ans.targets))]
