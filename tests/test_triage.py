@@ -89,6 +89,13 @@ BAD_TRIAGE = [
     (["--program", QUICKSTART, "--rate-of-interest", "1e-17"], "--rate-of-interest"),
     (["--program", QUICKSTART, "--budget", "1e308"], "--budget"),
     (["--program", QUICKSTART, "--out", ""], "--out"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/garbage.txt"], "garbage.txt"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/empty.txt"], "empty.txt"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/binary.txt"], "not UTF-8"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/cut.txt"], "cut.txt"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/dump.txt.gz"], "gunzip"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}/stress.jsonl"], "stress.jsonl"),
+    (["--program", QUICKSTART, "--hlo", "{tmp}"], "directory"),
 ]
 
 
@@ -100,7 +107,16 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(triage_run.Triage, "run", lambda self: pytest.fail("a stage ran"))
+    import gzip
+
     (tmp_path / "syntax.py").write_text("def make(:\n")
+    hlo = HAZARD_HLO.read_text()
+    (tmp_path / "garbage.txt").write_text("this is not HLO\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "binary.txt").write_bytes(b"HloModule m\n\xff\xfe\x00")
+    (tmp_path / "cut.txt").write_text(hlo[:len(hlo) // 2])
+    (tmp_path / "dump.txt.gz").write_bytes(gzip.compress(hlo.encode()))
+    (tmp_path / "stress.jsonl").write_text('{"kind": "header"}\n')
     out = tmp_path / "t"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     args = ["triage", *argv] + ([] if "--out" in argv else ["--out", str(out)])

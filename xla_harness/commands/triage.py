@@ -108,7 +108,7 @@ def check_program(program: str, option_texts: list[str]) -> None:
 
 
 def run(args) -> int:
-    from xla_harness.files import read_regular
+    from xla_harness.hlo.parser import parse_file
     from xla_harness.triage.plan import steps_to_bound
     from xla_harness.triage.render import write_report
     from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
@@ -119,8 +119,8 @@ def run(args) -> int:
         raise HarnessError(f"--rate-of-interest must be in [{RATE_LIMIT:g}, 1), got {args.rate_of_interest:g} "
                            f"(bounding {RATE_LIMIT:g} takes {steps_to_bound(RATE_LIMIT):,} steps without a failure)")
     budget_s = budget_seconds(args.budget)
-    for path in args.hlo:
-        read_regular(path)  # a missing, unreadable or special file: one error line, before anything runs
+    for path in args.hlo:  # a missing, special, binary, empty or cut file: one error line, before anything runs
+        parse_file(path)
     check_program(args.program, args.program_option)
     spec = TriageSpec(program=args.program, options=list(args.program_option), targets=_targets(args.target),
                       hlo=[str(p) for p in args.hlo], budget_s=budget_s,

@@ -1146,6 +1146,8 @@ def parse_file(path: Path | str) -> HloModule:
         data = path.read_bytes()
     except OSError as exc:
         raise HloParseError(f"{path}:1: cannot read: {exc.strerror}") from None
+    if data[:2] == b"\x1f\x8b":
+        raise HloParseError(f"{path}:1: a gzip-compressed file, not HLO text; decompress it first (gunzip -k {path})")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
