@@ -259,3 +259,62 @@ def test_report_html_of_a_triage_that_measured_nothing_exits_2(tmp_path, capsys)
     captured = capsys.readouterr()
     assert captured.out.startswith("Nothing was measured") and "tiedlm" in captured.err
     assert "Exit 2: nothing measured." in (tmp_path / "report.md").read_text()
+
+
+def test_a_stage_that_ran_no_round_is_not_an_answer(tmp_path, monkeypatch):
+    """A budget spent before a local stage: the stage is an error naming the budget, never "ok"; with
+    nothing else measured the triage exits 2."""
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=1.0, rate_of_interest=0.05)
+    triage = Triage(spec, tmp_path / "t")
+    triage._open()
+    monkeypatch.setattr(triage, "_child", lambda *a, **k: pytest.fail("a round ran past the budget"))
+    stage = next(s for s in triage.stages if s.kind == "train")
+    got = triage.rate_stage(stage, budget=0.0)
+    assert got["ok"] is False and "no round ran within the budget" in got["error"]
+    state = {"kind": "triage", "stages": {"train": got}}
+    ans = answer(state, tmp_path)
+    assert ans.exit_code == 2 and "no round ran" in ans.paragraph
+    old = {"kind": "triage", "stages": {"train": {"ok": True, "rounds": [], "answer": None}}}
+    assert answer(old, tmp_path).exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '"x"', '{"spec": []}', '{"spec": {}, "spent_s": "1"}',
+                                  '{"spec": {}, "spent_s": -1}', b"\xff\xfe"], ids=repr)
+def test_resume_refuses_a_triage_spec_that_is_not_a_triage_s_record(tmp_path, capsys, text):
+    from xla_harness.cli import main
+
+    out = tmp_path / "t"
+    (out / "stages").mkdir(parents=True)
+    path = out / "triage-spec.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    before = path.read_bytes()
+    assert main(["triage", "--program", f"{ROOT}/{QUICKSTART}", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "triage-spec.json" in err[0]
+    assert path.read_bytes() == before
+
+
+def test_time_spent_is_kept_as_the_triage_goes_and_a_resume_continues_the_clock(tmp_path):
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
+    first = Triage(spec, tmp_path / "t")
+    first._open()
+    first.spent_before = 250.0  # as if it had run for 250 s, then was killed after a progress line
+    first._progress("a stage")
+    resumed = Triage(spec, tmp_path / "t", resume=True)
+    resumed._open()
+    assert resumed.spent_before >= 250.0 and resumed.left() <= 350.0
+
+
+def test_resume_never_runs_into_a_folder_that_is_not_a_triage_s(tmp_path, capsys):
+    from xla_harness.cli import main
+
+    out = tmp_path / "t"
+    (out / "stages").mkdir(parents=True)
+    (out / "mine.txt").write_text("the user's\n")
+    assert main(["triage", "--program", f"{ROOT}/{QUICKSTART}", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "not a triage folder" in err and sorted(p.name for p in out.iterdir()) == ["mine.txt", "stages"]

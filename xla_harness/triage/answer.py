@@ -138,6 +138,8 @@ def _local(stages: dict, out: Path) -> tuple[dict[str, LocalRun], list[str]]:
                                    list(s["rounds"]), list(s.get("variants", [])))
         elif s and not s.get("ok"):
             errors.append(s.get("error", f"{name} failed"))
+        elif s and not s.get("skipped"):  # an older record: a stage that ran no round is no verdict
+            errors.append(f"{name}: no round ran")
     return local, errors
 
 

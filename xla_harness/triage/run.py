@@ -100,15 +100,22 @@ class Triage:
         if not path.is_file():
             return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            done = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
             return None  # a stage whose record is unreadable runs again (its children resume)
+        return done if isinstance(done, dict) else None  # so does one that is not a stage's record
 
     def _finish(self, stage: Stage, summary: dict, seconds: float) -> dict:
         summary = {"stage": stage.name, "seconds": round(seconds, 1), **summary}
         self.stage_dir(stage).mkdir(parents=True, exist_ok=True)
         _write_json(self.stage_dir(stage) / "stage.json", summary)
+        self._save_spent()
         return summary
+
+    def _save_spent(self) -> None:
+        """The time this triage has spent so far, kept where ``--resume`` reads it (a kill loses at most
+        the time since the last progress line)."""
+        _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": round(self.elapsed(), 1)})
 
     def elapsed(self) -> float:
         return self.spent_before + time.monotonic() - self.t0
@@ -117,6 +124,7 @@ class Triage:
         return max(0.0, self.spec.budget_s - self.elapsed())
 
     def _progress(self, text: str) -> None:
+        self._save_spent()
         e, b = self.elapsed(), self.spec.budget_s
         self.log(f"triage [{_mmss(e)} of {_mmss(b)}, at most {_mmss(max(0.0, b - e))} left] {text}")
 
@@ -217,6 +225,9 @@ class Triage:
             answer_now = judge(table)
             if answer_now is not None or done.returncode in (124, 143) or not done_steps:
                 break
+        if not rounds:  # not a verdict: nothing ran (the budget was spent before this stage)
+            return {"ok": False, "error": f"{stage.name}: no round ran within the budget "
+                                          f"({max(0.0, budget):.0f} s were left for it; give a larger --budget)"}
         return {"ok": True, "rounds": rounds, "answer": answer_now, "per_step_s": per_step}
 
     def rate_stage(self, stage: Stage, budget: float) -> dict:
@@ -332,22 +343,29 @@ class Triage:
         return total
 
     def _open(self) -> None:
-        """Check ``out`` before anything runs: a new folder, or with ``--resume`` one this triage (same
-        program, options, targets) started."""
-        if self.state_path.exists() or (self.out / "stages").exists():
+        """Check ``out`` before anything runs: a new (or empty) folder, or with ``--resume`` one this
+        triage (same program, options, targets) started: its ``triage-spec.json``, written first, says
+        so. A folder without it (an empty ``stages/`` and a file of the user's, say) is not a triage's
+        and is never run into."""
+        begun = self.out / "triage-spec.json"
+        if not self.out.is_dir() and self.out.exists():
+            raise HarnessError(f"{self.out} exists and is not a folder; choose another --out")
+        if begun.exists() or self.state_path.exists():
             if not self.resume:
                 raise HarnessError(f"{self.out} holds a triage already; pass --resume to continue it, or choose "
                                    "another --out")
-            begun = self.out / "triage-spec.json"
-            if begun.is_file():
-                old = json.loads(begun.read_text(encoding="utf-8"))
-                if old.get("spec") != self.spec.to_json():
-                    diff = [k for k in self.spec.to_json() if old.get("spec", {}).get(k) != self.spec.to_json()[k]]
-                    raise HarnessError(f"{self.out} holds a triage of another request (differs in {', '.join(diff)}); "
-                                       "choose another --out")
-                self.spent_before = float(old.get("spent_s", 0.0))
+            if not begun.is_file():
+                raise HarnessError(f"{self.out} has no readable triage-spec.json (what a triage writes first); "
+                                   "it cannot be resumed: choose another --out")
+            old = _triage_spec(begun)
+            if old["spec"] != self.spec.to_json():
+                diff = [k for k in self.spec.to_json() if old["spec"].get(k) != self.spec.to_json()[k]]
+                raise HarnessError(f"{self.out} holds a triage of another request (differs in "
+                                   f"{', '.join(diff) or 'its fields'}); choose another --out")
+            self.spent_before = old["spent_s"]
         elif self.out.exists() and any(self.out.iterdir()):
-            raise HarnessError(f"{self.out} exists and is not a triage folder; choose another --out")
+            raise HarnessError(f"{self.out} exists and is not a triage folder (no triage-spec.json); choose another "
+                               "--out")
         self.out.mkdir(parents=True, exist_ok=True)
         _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": self.spent_before})
 
@@ -355,6 +373,23 @@ class Triage:
         _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": round(self.elapsed(), 1)})
         return {"kind": "triage", "schema": 1, "spec": self.spec.to_json(), "backend": backend,
                 "stages": summaries, "elapsed_s": round(self.elapsed(), 1)}
+
+
+def _triage_spec(path: Path) -> dict:
+    """``triage-spec.json`` as a triage wrote it: {"spec": {...}, "spent_s": seconds}; anything else is
+    refused naming the file (never continued, never overwritten)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise HarnessError(f"{path}: not UTF-8 text; not a triage's record (choose another --out)") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise HarnessError(f"{path}: not a triage's record ({type(exc).__name__}); choose another --out") from None
+    spent = data.get("spent_s", 0.0) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict) or isinstance(spent, bool) or \
+            not isinstance(spent, int | float) or not math.isfinite(spent) or spent < 0:
+        raise HarnessError(f"{path}: not a triage's record (expected {{\"spec\": {{...}}, \"spent_s\": seconds}}); "
+                           "choose another --out")
+    return {"spec": data["spec"], "spent_s": float(spent)}
 
 
 def _mmss(seconds: float) -> str:
