@@ -318,3 +318,30 @@ def test_resume_never_runs_into_a_folder_that_is_not_a_triage_s(tmp_path, capsys
     assert main(["triage", "--program", f"{ROOT}/{QUICKSTART}", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
     assert "not a triage folder" in err and sorted(p.name for p in out.iterdir()) == ["mine.txt", "stages"]
+
+
+def test_an_interrupt_swallowed_while_a_stage_ran_ends_the_triage(tmp_path, monkeypatch):
+    """SIGINT arriving while a stage's child is forked can be raised inside fork's callbacks, where
+    CPython only prints it: the signal is still recorded, and the triage ends at the child's end with
+    exit 130 instead of running its other stages."""
+    import signal as signals
+
+    from xla_harness import interrupts, subproc
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
+    triage = Triage(spec, tmp_path / "t")
+    triage._open()
+
+    def swallowed(argv, **kw):
+        interrupts.record(signals.SIGINT)  # what the handler did before its exception was swallowed
+        return subproc.subprocess.CompletedProcess(argv, 130, b"", b"")
+
+    monkeypatch.setattr(subproc, "run", swallowed)
+    stage = next(s for s in triage.stages if s.kind == "train")
+    try:
+        with pytest.raises(interrupts.Interrupted) as got:
+            triage._child(stage, "round-1", ["stress"], timeout=60)
+        assert got.value.exit_code == 130 and "train" in str(got.value)
+    finally:
+        interrupts.forget()

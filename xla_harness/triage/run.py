@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_harness import subproc
+from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
 from xla_harness.triage import plan as plan_mod
 from xla_harness.triage.answer import Answer, answer
@@ -61,6 +61,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _interrupted(where: str) -> None:
+    """Raise :class:`~xla_harness.interrupts.Interrupted` (exit 130/143) if SIGINT/SIGTERM has arrived."""
+    signum = interrupts.received()
+    if signum is not None:
+        raise interrupts.Interrupted(signum, where)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -138,7 +145,10 @@ class Triage:
 
     def _child(self, stage: Stage, name: str, argv: list[str], timeout: float,
                grace: float = subproc.GRACE_S) -> subproc.subprocess.CompletedProcess:
-        """Run ``xla-harness ARGV`` for ``stage``; its output kept in the stage's folder."""
+        """Run ``xla-harness ARGV`` for ``stage``; its output kept in the stage's folder. An interrupt
+        that arrived before or while it ran ends the triage here (:func:`_interrupted`), also one whose
+        exception was swallowed on its way (raised inside fork's callbacks, CPython only prints it)."""
+        _interrupted(f"starting triage stage {stage.name}")
         folder = self.stage_dir(stage)
         folder.mkdir(parents=True, exist_ok=True)
         full = [sys.executable, "-m", "xla_harness", *argv]
@@ -146,10 +156,12 @@ class Triage:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(folder / f"{name}.stdout.txt", "wb") as out, open(folder / f"{name}.stderr.txt", "wb") as err:
             try:
-                return subproc.run(full, timeout=max(timeout, 30.0), what=f"triage stage {stage.name}",
+                done = subproc.run(full, timeout=max(timeout, 30.0), what=f"triage stage {stage.name}",
                                    stdout=out, stderr=err, env=env, preexec_fn=_die_with_parent, grace=grace)
             except subproc.ChildTimeout:
-                return subproc.subprocess.CompletedProcess(full, 124, b"", b"")
+                done = subproc.subprocess.CompletedProcess(full, 124, b"", b"")
+        _interrupted(f"running triage stage {stage.name}")
+        return done
 
     def _child_error(self, stage: Stage, name: str) -> str:
         path = self.stage_dir(stage) / f"{name}.stderr.txt"
