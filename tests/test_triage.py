@@ -345,3 +345,78 @@ def test_an_interrupt_swallowed_while_a_stage_ran_ends_the_triage(tmp_path, monk
         assert got.value.exit_code == 130 and "train" in str(got.value)
     finally:
         interrupts.forget()
+
+
+def _good_verdict() -> dict:
+    v = target_verdict(parse_file(ROOT / "tests/hlo/transpose_layout_preserving.hlo"), "hlo:clean").to_json()
+    return json.loads(json.dumps(v))
+
+
+BAD_RECORDS = {
+    "stages a list": {"kind": "triage", "stages": []},
+    "stages a string": {"kind": "triage", "stages": "x"},
+    "a stage a string": {"kind": "triage", "stages": {"train": "x"}},
+    "verdict {}": {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": {}}}},
+    "verdict a string": {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": "x"}}},
+    "a verdict field of another type": "hazard",
+    "rounds [5]": {"kind": "triage", "stages": {"train": {"ok": True, "rounds": [5]}}},
+    "a round outside the folder": {"kind": "triage", "stages": {"train": {"ok": True, "rounds": ["../../etc"]}}},
+    "spec []": {"kind": "triage", "spec": []},
+    "kind missing": {"stages": {}},
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_RECORDS))
+def test_report_html_refuses_a_triage_json_of_another_shape(tmp_path, capsys, name):
+    from xla_harness.cli import main
+
+    record = BAD_RECORDS[name]
+    if record == "hazard":
+        record = {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": {**_good_verdict(), "hazard": "1"}}}}
+    (tmp_path / "triage.json").write_text(json.dumps(record))
+    assert main(["report", str(tmp_path), "--html"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "not a triage record" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["triage.json"]
+
+
+def test_report_html_reads_back_what_a_triage_writes(tmp_path):
+    from xla_harness.triage.answer import check_state
+
+    state = {"kind": "triage", "spec": {}, "stages": {"hlo:1": {"ok": True, "verdict": _good_verdict(),
+                                                                "commands": ["xla-harness scan x"]}}}
+    check_state(json.loads(json.dumps(state)))
+
+
+def test_the_report_is_never_written_through_a_link_or_onto_a_folder(tmp_path, capsys):
+    from xla_harness.cli import main
+
+    (tmp_path / "triage.json").write_text(json.dumps({"kind": "triage", "stages": {}}))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / "report.html.tmp").symlink_to(victim)  # a leftover name a writer might follow
+    main(["report", str(tmp_path), "--html"])
+    assert victim.read_text() == "mine\n" and (tmp_path / "report.html").is_file()
+    (tmp_path / "report.md").unlink()
+    (tmp_path / "report.md").mkdir()
+    assert main(["report", str(tmp_path), "--html"]) == 2
+    assert "report.md exists and is not a regular file" in capsys.readouterr().err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device link", "dangling link"])
+def test_report_html_names_what_triage_json_is_when_it_is_not_a_file(tmp_path, capsys, kind):
+    import os
+
+    from xla_harness.cli import main
+
+    record = tmp_path / "triage.json"
+    if kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "device link":
+        record.symlink_to("/dev/zero")
+    else:
+        record.symlink_to(tmp_path / "gone")
+    assert main(["report", str(tmp_path), "--html"]) == 2
+    err = capsys.readouterr().err
+    assert "triage.json is a" in err and "no triage.json" not in err

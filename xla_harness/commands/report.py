@@ -93,8 +93,13 @@ def show_triage(args) -> int:
     if len(args.folders) != 1 or args.plot or args.json:
         raise HarnessError("--html draws one triage folder's report; give one folder, without --plot or --json")
     folder = args.folders[0]
-    if not (folder / "triage.json").is_file():
+    record = folder / "triage.json"
+    if not record.exists() and not record.is_symlink():
         raise HarnessError(f"{folder} is not a triage folder (no triage.json); --html draws a triage's report")
+    if not record.is_file():
+        what = "a dangling link" if not record.exists() else "a folder" if record.is_dir() else \
+            "a link to a device or FIFO" if record.is_symlink() else "a device or FIFO"
+        raise HarnessError(f"{record} is {what}, not a triage's record")
     ans = write_report(folder)
     print(ans.paragraph)
     print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")

@@ -164,6 +164,36 @@ def _after(stages: dict) -> list[str]:
     return out
 
 
+def check_state(state) -> None:
+    """``triage.json``'s shape as a triage writes it (its ``spec`` an object, each stage an object, a
+    compiler's verdict a :class:`~xla_harness.triage.compiled.TargetVerdict`, rounds and commands lists
+    of text, a round a folder inside the triage's); ValueError naming the first field that is not."""
+    if not isinstance(state, dict) or state.get("kind") != "triage":
+        raise ValueError("not an object whose kind is 'triage'")
+    for key in ("spec", "stages"):
+        if not isinstance(state.get(key, {}), dict):
+            raise ValueError(f"{key} is {type(state[key]).__name__}, not an object")
+    for name, s in state.get("stages", {}).items():
+        _check_stage(name, s)
+
+
+def _check_stage(name: str, s) -> None:
+    if not isinstance(s, dict):
+        raise ValueError(f"stages.{name} is {type(s).__name__}, not an object")
+    if name.startswith(("compile:", "hlo:")) and s.get("ok"):
+        verdict_from_json(s.get("verdict"))
+    for key in ("rounds", "variants", "commands"):
+        items = s.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise ValueError(f"stages.{name}.{key} is not a list of text")
+    for r in s.get("rounds", []):
+        if Path(r).is_absolute() or ".." in Path(r).parts:
+            raise ValueError(f"stages.{name}.rounds names {r!r}, not a folder inside the triage's")
+    for key in ("error", "answer", "skipped"):
+        if s.get(key) is not None and not isinstance(s[key], str):
+            raise ValueError(f"stages.{name}.{key} is {type(s[key]).__name__}, not text")
+
+
 def answer(state: dict, out: Path) -> Answer:
     """The answer of the triage whose ``triage.json`` is ``state``, its stage folders under ``out``."""
     stages = state.get("stages", {})

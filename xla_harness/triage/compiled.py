@@ -12,6 +12,9 @@ scatter's compiled neighbourhood.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 
 from xla_harness.hlo.ir import Computation, HloModule, Instruction
@@ -167,8 +170,49 @@ def target_verdict(module: HloModule, target: str, backend: str = "auto", record
         compile_cpu_s=record.get("compile_cpu_s"))
 
 
-def verdict_from_json(d: dict) -> TargetVerdict:
-    """A :class:`TargetVerdict` read back from :meth:`TargetVerdict.to_json` (``triage.json``)."""
+def _conform(value, hint, where: str) -> None:
+    """``value`` (read from JSON) has the type ``hint`` (a field's annotation); ValueError naming
+    ``where`` otherwise."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return
+        return _conform(value, next(a for a in args if a is not type(None)), where)
+    if dataclasses.is_dataclass(hint):
+        return _conform_object(value, hint, where)
+    want = origin or hint
+    if want in (list, tuple):
+        want = list  # JSON has no tuples; a record not yet written has them
+        ok = isinstance(value, list | tuple)
+    else:
+        ok = isinstance(value, want) and not (isinstance(value, bool) and want in (int, float))
+    if want is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok:
+        raise ValueError(f"{where} is {type(value).__name__}, not {getattr(want, '__name__', want)}")
+    if want is list and args:
+        for i, item in enumerate(value):
+            _conform(item, args[0] if origin is list else args[min(i, len(args) - 1)], f"{where}[{i}]")
+
+
+def _conform_object(value, cls, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} is {type(value).__name__}, not an object")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in value:
+            _conform(value[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where} lacks {f.name}")
+    unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"{where} has unknown field {unknown[0]}")
+
+
+def verdict_from_json(d) -> TargetVerdict:
+    """A :class:`TargetVerdict` read back from :meth:`TargetVerdict.to_json` (``triage.json``); a
+    record of another shape is a ValueError naming its first wrong field."""
+    _conform(d, TargetVerdict, "verdict")
     d = dict(d)
     d["scatters"] = [ScatterFusion(**s) for s in d.get("scatters", [])]
     d["neighbourhoods"] = [Neighbourhood(n["fusion"], [Node(**x) for x in n["nodes"]],

@@ -319,19 +319,27 @@ def html_page(content: list[Block]) -> str:
 
 def write_report(out: Path, state: dict | None = None) -> Answer:
     """Write ``out/report.md`` and ``out/report.html`` from ``out/triage.json`` (or ``state``)."""
+    from xla_harness.errors import HarnessError
     from xla_harness.files import read_regular
+    from xla_harness.triage.answer import check_state
 
     out = Path(out)
     if state is None:
-        from xla_harness.errors import HarnessError
-
         path = out / "triage.json"
         try:
             state = json.loads(read_regular(path).decode("utf-8"))
-        except ValueError:
+        except UnicodeDecodeError:
+            raise HarnessError(f"{path}: not a triage record (not UTF-8 text)") from None
+        except (ValueError, RecursionError):
             raise HarnessError(f"{path}: not a triage record (not JSON)") from None
-        if not isinstance(state, dict) or state.get("kind") != "triage":
-            raise HarnessError(f"{path}: not a triage record")
+        try:
+            check_state(state)
+        except ValueError as exc:
+            raise HarnessError(f"{path}: not a triage record ({exc})") from None
+    for name in ("report.md", "report.html"):  # written by replacing: never through a link, never onto a folder
+        target = out / name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise HarnessError(f"{target} exists and is not a regular file; remove it to write the report")
     ans = answer(state, out)
     content = blocks(state, ans)
     _atomic(out / "report.md", markdown(content))
@@ -340,6 +348,16 @@ def write_report(out: Path, state: dict | None = None) -> Answer:
 
 
 def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """``text`` as ``path``, replaced whole: written to a new temporary file of its own beside it
+    (created exclusively, so a link or file already there is never written through), then renamed."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
