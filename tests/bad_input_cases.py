@@ -1212,6 +1212,9 @@ def _compiler_env_cases() -> list[Case]:
                         needle="--xla_bogus_flag", tags=tags, timeout=300))
         out.append(Case(f"r4-jax-platforms-bogus-{cmd}", argv, entry="process", env={"JAX_PLATFORMS": "bogus"},
                         needle="JAX_PLATFORMS", tags=tags, timeout=300))
+    for name, value in (("JAX_DEFAULT_MATMUL_PRECISION", "bogus"), ("JAX_ENABLE_X64", "maybe")):  # round 5, item 14
+        out.append(Case(f"r5-jax-env-{name.lower()}-stress", STRESS_TINY, entry="process", env={name: value},
+                        needle=name, tags=tags | {"round5"}, timeout=300))
     out.append(Case("r4-xla-flags-unknown-among-good-scan", ["scan", "--model", *TINY_ARGS], entry="process",
                     env={"XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_typo_flag=3"},
                     needle="--xla_typo_flag", tags=tags, timeout=300))

@@ -231,6 +231,29 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except ValueError as exc:
+        bad = jax_environment_error(exc)
+        if bad is None:
+            raise
+        sys.stderr.write(f"error: {bad}\n")
+        return 2
+
+
+def jax_environment_error(exc: ValueError) -> str | None:
+    """What to say when jax refused a value of its own environment variables (``JAX_ENABLE_X64=maybe``,
+    ``JAX_DEFAULT_MATMUL_PRECISION=bogus``: raised while jax reads its configuration), None for any
+    other ValueError (a value set from code is the code's)."""
+    import re
+
+    text = str(exc)
+    m = re.search(r"for environment '(JAX_\w+)'", text) or re.search(r"for JAX flag (jax_\w+)", text)
+    if m is None:
+        return None
+    name = m.group(1).upper()
+    if name not in os.environ:
+        return None
+    first = (text.strip().splitlines() or [""])[0][:200]
+    return f"the environment sets {name}={os.environ[name]!r}, which jax refuses ({first}); fix or unset it"
 
 
 if __name__ == "__main__":
