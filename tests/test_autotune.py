@@ -174,3 +174,28 @@ def test_compile_step_hands_the_dump_path_to_this_compile_only(monkeypatch, tmp_
     compile_step(program, HOST, jax.devices())
     assert options[0][DUMP_AUTOTUNE_FLAG] == str(tmp_path / "a.autotune.txt")
     assert DUMP_AUTOTUNE_FLAG not in options[1]
+
+
+def test_a_path_with_spaces_goes_into_xla_flags_quoted_and_is_read_back(tmp_path, monkeypatch):
+    """XLA splits XLA_FLAGS at white space outside double quotes: a path with a space goes in quoted
+    (unquoted, XLA would read '/x/with' and refuse 'space.txt'), and the compile record's hash reads
+    the same file back; a path XLA_FLAGS cannot carry is refused."""
+    from xla_harness.stress.compile_only import _autotune_sha256
+    from xla_harness.targets.devices import flag_path
+
+    folder = tmp_path / "with space"
+    folder.mkdir()
+    f = folder / "results.txt"
+    f.write_text("autotune\n")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_hlo_as_text")
+    load_autotune_results(f, H200)
+    flags = os.environ["XLA_FLAGS"]
+    assert f'--{LOAD_AUTOTUNE_FLAG}="{f.resolve()}"' in flags
+    assert flag_path(flags, LOAD_AUTOTUNE_FLAG) == str(f.resolve())
+    assert _autotune_sha256() is not None
+    bad = tmp_path / 'a"b.txt'
+    bad.write_text("x\n")
+    monkeypatch.setenv("XLA_FLAGS", "")
+    with pytest.raises(HarnessError, match="double quote"):
+        load_autotune_results(bad, H200)
+    assert os.environ["XLA_FLAGS"] == ""

@@ -440,13 +440,13 @@ def _record(spec: StressSpec, label: str, options: dict, program, compiled, targ
 def _autotune_sha256() -> str | None:
     """sha256 of the autotune results XLA_FLAGS loads into the compile (--autotune-results), or None."""
     from xla_harness.files import sha256_file
-    from xla_harness.targets.devices import LOAD_AUTOTUNE_FLAG
+    from xla_harness.targets.devices import LOAD_AUTOTUNE_FLAG, flag_path
 
-    m = re.search(rf"--{LOAD_AUTOTUNE_FLAG}=(\S+)", os.environ.get("XLA_FLAGS", ""))
-    if m is None:
+    path = flag_path(os.environ.get("XLA_FLAGS", ""), LOAD_AUTOTUNE_FLAG)
+    if path is None:
         return None
     try:
-        return sha256_file(Path(m.group(1)))
+        return sha256_file(Path(path))
     except OSError:
         return None
 

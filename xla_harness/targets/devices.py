@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -155,7 +156,23 @@ def load_autotune_results(path: Path, target: Target) -> None:
     if LOAD_AUTOTUNE_FLAG in flags:
         raise HarnessError(f"--autotune-results {path}: XLA_FLAGS already names a file for --{LOAD_AUTOTUNE_FLAG}; "
                            "give one")
-    os.environ["XLA_FLAGS"] = f"{flags} --{LOAD_AUTOTUNE_FLAG}={path.resolve()}".strip()
+    os.environ["XLA_FLAGS"] = f"{flags} --{LOAD_AUTOTUNE_FLAG}={flag_value(path.resolve())}".strip()
+
+
+def flag_value(path: Path) -> str:
+    """``path`` as the value of a flag in XLA_FLAGS: in double quotes when it holds white space (XLA
+    splits XLA_FLAGS at white space outside quotes); HarnessError for a path XLA_FLAGS cannot carry."""
+    text = str(path)
+    if '"' in text or "\n" in text:
+        raise HarnessError(f"{path}: a path with a double quote or a newline cannot be passed in XLA_FLAGS; "
+                           "rename the file")
+    return f'"{text}"' if any(c.isspace() for c in text) else text
+
+
+def flag_path(flags: str, name: str) -> str | None:
+    """The path a flag ``--name=`` names in XLA_FLAGS text (its quotes removed), or None."""
+    m = re.search(rf'--{name}=(?:"([^"]*)"|(\S+))', flags)
+    return None if m is None else (m.group(1) if m.group(1) is not None else m.group(2))
 
 
 def autotune_dump_path(devices: list, stem: str) -> str | None:

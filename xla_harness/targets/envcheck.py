@@ -52,7 +52,8 @@ _LIBTPU_UNKNOWN = re.compile(r"Unknown command line flag '([^']+)'")
 
 
 # What the harness itself puts in XLA_FLAGS (and a test suite's CPU split): known to start.
-_OWN_FLAGS = re.compile(r"--xla_force_host_platform_device_count=\d+|--xla_gpu_load_autotune_results_from=\S+")
+_OWN_FLAGS = re.compile(r"--xla_force_host_platform_device_count=\d+"
+                        r'|--xla_gpu_load_autotune_results_from=(?:"[^"]*"|\S+)')
 
 
 def needs_trying(given: dict[str, str]) -> bool:
