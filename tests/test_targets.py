@@ -56,6 +56,9 @@ def test_parse_target(text, want):
     ("tpu:v6e:0x4", "2-dimensional chip shape"),
     ("cuda:v100", "unknown GPU kind 'v100'"),
     ("cuda:h100:8", "SLICESxHOSTSxDEVICES"),
+    ("cuda:h200:", "an empty GPU topology"),
+    ("cuda:h200:1x1x100000", "at most 16 a host"),
+    ("cuda:h200:4096x64x8", "8,192 in all"),
     ("gpu:h100", "expected host, tpu:GEN:SHAPE"),
     ("", "expected host"),
 ])

@@ -19,6 +19,8 @@ from xla_harness.errors import HarnessError
 # TPU generations libtpu compiles for, and the rank of their chip topology.
 TPU_GENERATIONS: dict[str, int] = {"v4": 3, "v5e": 2, "v5p": 3, "v6e": 2}
 DEFAULT_GPU_TOPOLOGY = "1x1x8"
+GPU_DEVICES_PER_HOST = 16  # the largest GPU servers (HGX-2) hold 16
+GPU_DEVICES_LIMIT = 8192  # a compile for more devices takes minutes and says nothing one for fewer does not
 _SHAPE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
 
 
@@ -83,13 +85,20 @@ def parse_target(text: str) -> Target:
                                f"got {shape or 'none'!r}")
         return Target("tpu", gen, shape)
     if platform == "cuda":
-        kind, _, topo = rest.partition(":")
+        kind, colon, topo = rest.partition(":")
         if kind not in GPU_KINDS:
             raise HarnessError(f"--target {raw}: unknown GPU kind {kind!r}; expected one of "
                                f"{', '.join(GPU_KINDS)} (e.g. cuda:h100 or cuda:h100:1x1x8)")
+        if colon and not topo:
+            raise HarnessError(f"--target {raw}: an empty GPU topology after ':'; give SLICESxHOSTSxDEVICES like "
+                               f"1x1x8, or leave it out (cuda:{kind} is {DEFAULT_GPU_TOPOLOGY})")
         topo = topo or DEFAULT_GPU_TOPOLOGY
         if not _SHAPE.match(topo) or len(topo.split("x")) != 3:
             raise HarnessError(f"--target {raw}: GPU topology must be SLICESxHOSTSxDEVICES like 1x1x8, got {topo!r}")
+        slices, hosts, per_host = (int(n) for n in topo.split("x"))
+        if per_host > GPU_DEVICES_PER_HOST or slices * hosts * per_host > GPU_DEVICES_LIMIT:
+            raise HarnessError(f"--target {raw}: {slices * hosts * per_host:,} GPUs ({per_host} a host); a topology "
+                               f"holds at most {GPU_DEVICES_PER_HOST} a host and {GPU_DEVICES_LIMIT:,} in all")
         return Target("cuda", kind, topo)
     raise HarnessError(f"--target {raw}: expected host, tpu:GEN:SHAPE (e.g. tpu:v6e:2x4) or cuda:KIND[:TOPO] "
                        "(e.g. cuda:h100)")
