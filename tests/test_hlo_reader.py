@@ -308,6 +308,23 @@ ENTRY e {
   ROOT a = f32[2,3]{1,0} add(f32[2,3]{1,0} %p0, f32[2,3]{1,0} %q)
 }
 """,
+"sugar_of_an_op_with_async_forms_of_its_own": """HloModule m, is_scheduled=true
+
+ENTRY e {
+  p = f32[4]{0} parameter(0)
+  s = (f32[4]{0}, f32[8]{0}) all-gather-start(p), replica_groups={{0,1}}, dimensions={0}
+  u = (f32[4]{0}, f32[8]{0}) all-gather-update(s)
+  ROOT d = f32[8]{0} all-gather-done(u)
+}
+""",
+"send_start_sugar": """HloModule m
+
+ENTRY e {
+  p = f32[4]{0} parameter(0)
+  s = ((f32[4]{0}), f32[4]{0}, u32[]) send-start(p)
+  ROOT d = f32[4]{0} send-done(s)
+}
+""",
 }
 
 # What each case must show, stated by hand: does XLA (and so must ours) accept it?
@@ -323,7 +340,8 @@ ACCEPTED = {
     "parens_in_a_real_literal": False, "dimension_beyond_64_bits": False,
     "shape_less_transpose_pad_concatenate_imag": True, "shape_less_dot_and_reduce": True,
     "typed_operands_off_the_printed_form": True, "typed_operand_undefined": False,
-    "shape_less_sort_and_conditional": True,
+    "shape_less_sort_and_conditional": True, "sugar_of_an_op_with_async_forms_of_its_own": False,
+    "send_start_sugar": False,
 }
 
 

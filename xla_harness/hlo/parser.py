@@ -632,10 +632,15 @@ class _Reader:
 
 def _async_sugar(opcode: str) -> tuple[str, str]:
     """'call-start' -> ('call', 'async-start'): the wrapped opcode and the async opcode XLA reads the
-    sugar as; ('', opcode) for the ops that are async of their own (all-reduce-start ...)."""
+    sugar as; ('', opcode) for the ops that are async of their own (all-reduce-start ...), and for what
+    XLA does not read as sugar: an op that has async forms of its own (``all-gather-update``,
+    ``copy-update``, ``send-start``: XLA says unknown opcode, and so does the check after this) or that
+    is no opcode at all."""
     if opcode in _NATIVE_ASYNC:
         return "", opcode
     wrapped, _, kind = opcode.rpartition("-")
+    if wrapped not in XLA_OPCODES or f"{wrapped}-start" in _NATIVE_ASYNC or f"{wrapped}-done" in _NATIVE_ASYNC:
+        return "", opcode
     return wrapped, "async-" + kind
 
 
@@ -715,9 +720,8 @@ def _rhs(text: str, i: int, name: str, is_root: bool, scope: _Scope, depth: int,
     if called is None:
         raise ValueError("a computation written inline in a list of computations is not supported here")
     async_wrapped = ""
-    if opcode.endswith(_ASYNC_SUFFIXES) and opcode not in _NATIVE_ASYNC:
-        async_wrapped, _, kind = opcode.rpartition("-")
-        opcode = "async-" + kind
+    if opcode.endswith(_ASYNC_SUFFIXES):
+        async_wrapped, opcode = _async_sugar(opcode)
     if shape is None:
         shape = _infer_shape(opcode, operands, rest, scope.defined, scope.comps)
     if opcode in _SHAPE_BUILT_BY_XLA:
