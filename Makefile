@@ -5,6 +5,9 @@ SHELL := /bin/bash
 
 DEFAULT_JAX_PIN := 0.12.0.1
 JAX_PIN  ?= $(DEFAULT_JAX_PIN)
+ifeq ($(shell printf '%s' '$(JAX_PIN)' | grep -Ex '[0-9]+([.][0-9]+){1,3}'),)
+$(error JAX_PIN=$(JAX_PIN) is not a jax version (e.g. 0.12.0.1); nothing was made)
+endif
 # The harness runs on the jax users have (0.9 to 0.12): another pin gets its own venv, so
 # `make test-fast JAX_PIN=0.9.0.1` leaves .venv alone.
 VENV     ?= $(if $(filter $(DEFAULT_JAX_PIN),$(JAX_PIN)),.venv,.venv-jax$(JAX_PIN))

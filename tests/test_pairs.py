@@ -131,3 +131,26 @@ def test_tpu_pairs_checks_its_input_before_it_makes_anything(tmp_path, cells, sa
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1 and err[0].startswith("error:") and says in err[0], r.stderr
     assert not out.exists() and not (ROOT / ".venv-jax0.0.0.0").exists() and r.stdout == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["tools/tpu-pairs", "tools/tpu-matrix", "tools/tpu-sweep"])
+@pytest.mark.parametrize("pins, says", [("bogus", "'bogus' is not a jax version"),
+                                        ("0.12.0.1 0.9.x", "'0.9.x' is not a jax version"), ("  ", "names no jax version")])
+def test_the_tpu_scripts_refuse_a_pin_that_is_no_version_before_making_a_venv(tmp_path, script, pins, says):
+    out = tmp_path / "out"
+    r = _run(["bash", script], env={
+        "TPU_TARGET": "tpu:v6e:2x4", "MATRIX_PINS": pins, "PAIRS_CELLS": "full:True", "PAIRS_OUT": str(out),
+        "MATRIX_CELLS": "full:True", "MATRIX_OUT": str(out), "MATRIX_VARIANTS": "", "MATRIX_OPTIONS": "",
+        "SWEEP": "dtype=bf16", "SWEEP_CELLS": "full:True", "SWEEP_OUT": str(out), "CHECK_PY": sys.executable,
+        "DEFAULT_JAX_PIN": "0.12.0.1", "VENV": str(Path(sys.executable).parent.parent)})
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("error:") and says in err[0], r.stderr
+    assert not out.exists() and not list(ROOT.glob(".venv-jaxbogus*")) and not (ROOT / ".venv-jax0.9.x").exists()
+
+
+@pytest.mark.slow
+def test_make_refuses_a_jax_pin_that_is_no_version_before_making_anything():
+    r = subprocess.run(["make", "-n", "setup", "JAX_PIN=bogus"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "JAX_PIN=bogus is not a jax version" in r.stderr
+    assert not (ROOT / ".venv-jaxbogus").exists()
