@@ -2,6 +2,7 @@
 here from hand-written HLO (a planted change of graph caught, a change of precision and backend_config
 alone masked) and on the committed libtpu compiles whose figures results/tpu-aot/README.md states."""
 
+import gzip
 import importlib.util
 import json
 import sys
@@ -105,3 +106,55 @@ def test_the_committed_precision_compiles_say_what_the_readme_says(capsys, pin, 
     assert [r[5] for r in rows] == ["29", "3", "3"]
     assert rows[2][7:] == ["852", "0"]  # high -> highest: the same graph
     assert int(rows[1][8]) > 1000  # default -> high: another program
+
+
+def _record(folder: Path, change) -> None:
+    """Rewrites the folder's one record with ``change`` applied to it."""
+    record = json.loads((folder / "compile.jsonl").read_text())
+    change(record)
+    (folder / "compile.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def _gzipped(folder: Path, data: bytes) -> None:
+    (folder / "hlo/m.txt").unlink()
+    (folder / "hlo/m.txt.gz").write_bytes(data)
+
+
+def _a_directory(folder: Path) -> None:
+    (folder / "hlo/m.txt").unlink()
+    (folder / "hlo/m.txt").mkdir()
+
+
+BAD_RECORDS = {
+    "hlo file missing": (lambda f: (f / "hlo/m.txt").unlink(), "hlo/m.txt: no such file (nor m.txt.gz)"),
+    "hlo gz corrupt": (lambda f: _gzipped(f, b"not gzip"), "hlo/m.txt.gz: not gzip"),
+    "hlo gz truncated": (lambda f: _gzipped(f, gzip.compress(HLO.encode())[:40]), "hlo/m.txt.gz: not gzip"),
+    "hlo binary": (lambda f: (f / "hlo/m.txt").write_bytes(b"HloModule \xff\xfe"), "hlo/m.txt: not UTF-8 text"),
+    "hlo a directory": (_a_directory, "hlo/m.txt: not a file"),
+    "hlo an int": (lambda f: _record(f, lambda r: r.update(hlo=5)), "compile.jsonl:1: hlo is a number, not a string"),
+    "options a list": (lambda f: _record(f, lambda r: r.update(options=["high"])),
+                       "compile.jsonl:1: options is an array, not an object"),
+    "fingerprint a string": (lambda f: _record(f, lambda r: r.update(fingerprint="5")),
+                             "compile.jsonl:1: fingerprint is a string, not an object"),
+    "no fingerprint.instructions": (lambda f: _record(f, lambda r: r["fingerprint"].pop("instructions")),
+                                    "compile.jsonl:1: no fingerprint.instructions"),
+    "fingerprint.temp_size_in_bytes a string": (
+        lambda f: _record(f, lambda r: r["fingerprint"].update(temp_size_in_bytes="1 GB")),
+        "compile.jsonl:1: fingerprint.temp_size_in_bytes is a string, not an integer"),
+    "versions a list": (lambda f: _record(f, lambda r: r.update(versions=["j"])),
+                        "compile.jsonl:1: versions is an array, not an object"),
+    "compile.jsonl empty": (lambda f: (f / "compile.jsonl").write_text(""), "compile.jsonl: no compile records"),
+    "compile.jsonl binary": (lambda f: (f / "compile.jsonl").write_bytes(b"\xff\n"),
+                             "compile.jsonl: not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("spoil,says", BAD_RECORDS.values(), ids=BAD_RECORDS.keys())
+def test_a_bad_record_or_hlo_is_one_error_line_naming_it(tmp_path, capsys, spoil, says):
+    tool = _tool()
+    good = _folder(tmp_path, "good", "high", "1")
+    spoil(_folder(tmp_path, "bad", "highest", "1"))
+    assert tool.main([str(good), str(tmp_path / "bad")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert err.startswith("error: ") and err.count("\n") == 1 and f"{tmp_path}/bad/{says}" in err, err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,11 +34,37 @@ def w_shard(options: dict) -> tuple[int, int]:
     return VOCAB // MESH[a], D_MODEL // MESH[b]
 
 
+def _file_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:  # a directory, or unreadable
+        raise ValueError(f"{path}: not a file ({exc.strerror})") from None
+
+
+def _gunzipped(path: Path) -> bytes:
+    try:
+        return gzip.decompress(_file_bytes(path))
+    except (OSError, EOFError, zlib.error) as exc:  # not gzip, truncated, or corrupt within
+        raise ValueError(f"{path}: not gzip ({exc})") from None
+
+
+def _utf8(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
 def hlo_text(folder: Path, record: dict) -> str:
+    """The record's HLO, from FOLDER/<hlo> or the same name with .gz; ValueError naming the file
+    that is missing or is not (gzipped) UTF-8 text."""
     path = folder / record["hlo"]
     if path.exists():
-        return path.read_text(encoding="utf-8")
-    return gzip.decompress(Path(f"{path}.gz").read_bytes()).decode("utf-8")
+        return _utf8(path, _file_bytes(path))
+    gz = Path(f"{path}.gz")
+    if gz.exists():
+        return _utf8(gz, _gunzipped(gz))
+    raise ValueError(f"{path}: no such file (nor {gz.name})")
 
 
 def where_written(folder: Path, record: dict) -> str:
@@ -71,22 +98,46 @@ def row(folder: Path, record: dict, factors: list[str]) -> list[str]:
             str(alias.get("disagreements", 0)), where_written(folder, record)]
 
 
+# The keys a row needs, with the JSON type each must have.
+RECORD_KEYS = {"hlo": (str, "a string"), "options": (dict, "an object"), "fingerprint": (dict, "an object")}
+
+
+def json_kind(value: object) -> str:
+    """The JSON name of a parsed value's type, for error lines."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
+def _record(where: str, line: str) -> dict:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        rec = None
+    if not isinstance(rec, dict) or not RECORD_KEYS.keys() <= rec.keys():
+        raise ValueError(f"{where}: not a compile record with its HLO")
+    for key, (kind, name) in RECORD_KEYS.items():
+        if not isinstance(rec[key], kind):
+            raise ValueError(f"{where}: {key} is {json_kind(rec[key])}, not {name}")
+    return rec
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    lines = _utf8(path, _file_bytes(path)).splitlines()
+    if not lines:
+        raise ValueError(f"{path}: no compile records")
+    return lines
+
+
 def read_records(folders: list[str]) -> list[tuple[Path, dict]]:
     """Every compile record of each FOLDER/compile.jsonl, with its folder; ValueError naming the first
-    folder without one or the first line that is not a compile record with its HLO."""
+    folder without one or without records, or the first line that is not a compile record with its HLO."""
     records: list[tuple[Path, dict]] = []
     for name in folders:
         folder = Path(name)
         path = folder / "compile.jsonl"
-        if not path.is_file():
-            raise ValueError(f"{path} is not a file")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                rec = json.loads(line)
-                rec["hlo"], rec["options"], rec["fingerprint"]  # noqa: B018 - the keys a row needs
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(f"{path}:{n}: not a compile record with its HLO") from None
-            records.append((folder, rec))
+        records += [(folder, _record(f"{path}:{n}", line)) for n, line in enumerate(_lines(path), 1)]
     return records
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aliased_writes import hlo_text, read_records  # noqa: E402 - the tools folder, put on the path above
+from aliased_writes import hlo_text, json_kind, read_records  # noqa: E402 - the tools folder, put on the path above
 
 UNKNOWN_CYCLES = 2**63 - 1
 _METADATA = re.compile(r", metadata=\{[^}]*\}")
@@ -87,9 +87,12 @@ def hlo_counts(text: str) -> dict:
             "unknown_cycles": sum(v == UNKNOWN_CYCLES for v in cycles)}
 
 
-def _records(arg: str) -> list[tuple[Path, dict]]:
+Record = tuple[str, Path, dict]  # where (compile.jsonl:N), folder, record
+
+
+def _records(arg: str) -> list[Record]:
     folder, at, n = arg.rpartition("@") if "@" in arg else (arg, "", "")
-    records = read_records([folder])
+    records = [(f"{path / 'compile.jsonl'}:{i}", path, rec) for i, (path, rec) in enumerate(read_records([folder]), 1)]
     if not at:
         return records
     if not n.isdigit() or not 1 <= int(n) <= len(records):
@@ -97,12 +100,60 @@ def _records(arg: str) -> list[tuple[Path, dict]]:
     return [records[int(n) - 1]]
 
 
+def _integer(where: str, fingerprint: dict, key: str) -> int:
+    if key not in fingerprint:
+        raise ValueError(f"{where}: no fingerprint.{key}")
+    value = fingerprint[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}: fingerprint.{key} is {json_kind(value)}, not an integer")
+    return value
+
+
+def _versions(where: str, rec: dict) -> dict:
+    versions = rec.get("versions", {})
+    if not isinstance(versions, dict):
+        raise ValueError(f"{where}: versions is {json_kind(versions)}, not an object")
+    return versions
+
+
+def _row(record: Record, above: tuple[list[str], list[str]] | None) -> tuple[list[str], tuple[list[str], list[str]]]:
+    """The record's cells, and its HLO's lines (plain, masked) for the row below; ValueError naming the
+    record, or the HLO file, that does not hold what a row needs."""
+    where, folder, rec = record
+    instructions = _integer(where, rec["fingerprint"], "instructions")
+    temp = _integer(where, rec["fingerprint"], "temp_size_in_bytes")
+    versions = _versions(where, rec)
+    try:
+        text = hlo_text(folder, rec)
+    except ValueError as exc:
+        raise ValueError(f"{where}: hlo {exc}") from None
+    plain, masked = hlo_lines(text, mask_lowering=False), hlo_lines(text, mask_lowering=True)
+    counts = hlo_counts(text)
+    precisions = ", ".join(f"{n} {p}" for p, n in sorted(counts["precisions"].items()))
+    cells = [f"{versions.get('jax', '?')} / {versions.get('libtpu', '?')}",
+             str(rec["options"].get("precision", "default")), f"{instructions:,}", f"{temp / 1e9:.2f} GB",
+             f"{counts['convolutions']} ({precisions})", str(counts["converts"]),
+             f"{counts['cycles']:,} ({counts['unknown_cycles']})",
+             *(("", "") if above is None else (str(differing_lines(above[0], plain)),
+                                                str(differing_lines(above[1], masked))))]
+    return cells, (plain, masked)
+
+
+def _table(argv: list[str]) -> list[list[str]]:
+    """Every row, read before any is printed: a bad record leaves no half table."""
+    rows, above = [], None
+    for record in [rec for arg in argv for rec in _records(arg)]:
+        cells, above = _row(record, above)
+        rows.append(cells)
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print("error: usage: python tools/precision_diff.py FOLDER[@N]... (folders of compile.jsonl)", file=sys.stderr)
         return 2
     try:
-        records = [rec for arg in argv for rec in _records(arg)]
+        rows = _table(argv)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,22 +162,8 @@ def main(argv: list[str]) -> int:
               "... with precision and backend_config masked"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
-    above: tuple[list[str], list[str]] | None = None
-    for folder, rec in records:
-        text = hlo_text(folder, rec)
-        plain, masked = hlo_lines(text, mask_lowering=False), hlo_lines(text, mask_lowering=True)
-        counts = hlo_counts(text)
-        versions = rec.get("versions", {})
-        precisions = ", ".join(f"{n} {p}" for p, n in sorted(counts["precisions"].items()))
-        print("| " + " | ".join([
-            f"{versions.get('jax', '?')} / {versions.get('libtpu', '?')}",
-            str(rec["options"].get("precision", "default")),
-            f"{rec['fingerprint']['instructions']:,}", f"{rec['fingerprint']['temp_size_in_bytes'] / 1e9:.2f} GB",
-            f"{counts['convolutions']} ({precisions})", str(counts["converts"]),
-            f"{counts['cycles']:,} ({counts['unknown_cycles']})",
-            *(("", "") if above is None else (str(differing_lines(above[0], plain)),
-                                               str(differing_lines(above[1], masked))))]) + " |")
-        above = (plain, masked)
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
     return 0
 
 
