@@ -136,7 +136,8 @@ def test_tpu_pairs_checks_its_input_before_it_makes_anything(tmp_path, cells, sa
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["tools/tpu-pairs", "tools/tpu-matrix", "tools/tpu-sweep"])
 @pytest.mark.parametrize("pins, says", [("bogus", "'bogus' is not a jax version"),
-                                        ("0.12.0.1 0.9.x", "'0.9.x' is not a jax version"), ("  ", "names no jax version")])
+                                        ("0.12.0.1 0.9.x", "'0.9.x' is not a jax version"),
+                                        ("  ", "names no jax version")])
 def test_the_tpu_scripts_refuse_a_pin_that_is_no_version_before_making_a_venv(tmp_path, script, pins, says):
     out = tmp_path / "out"
     r = _run(["bash", script], env={
