@@ -8,6 +8,7 @@ Also the per-seed state a run carries (:class:`RunState`), what a block of steps
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -215,7 +216,8 @@ def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:
     the harness's lowering on ``args`` against a plain loop's on ``plain_args``, compiled once; from
     here on the loop calls that executable. Returns (and records) its fingerprint."""
     if h.proven is None:
-        h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label)
+        h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label,
+                              on_new_signature=lambda said: sys.stderr.write(f"warning: {said}\n"))
     try:
         fp = h.proven.prove(args, plain_args, signature(args))
     except HarnessError:

@@ -95,6 +95,22 @@ def signature(tree) -> tuple:
     return (str(treedef), tuple(leaf_signature(x) for x in leaves))
 
 
+_PARTS = ("shape", "dtype", "weak type", "sharding", "layout", "committedness")
+_ARGS = ("params", "opt_state", "batch")
+
+
+def signature_change(old: tuple | None, new: tuple) -> str:
+    """In words, what differs between two :func:`signature`s of ``(params, opt_state, batch)``: the
+    first leaf whose signature changed (its position among the leaves) and in what."""
+    if old is None or old[0] != new[0]:
+        return "arguments of another structure"
+    for i, (a, b) in enumerate(zip(old[1], new[1], strict=False)):
+        if a != b:
+            part = next(k for k in range(len(a)) if a[k] != b[k])
+            return f"leaf {i} of another {_PARTS[part]} ({a[part]} before, {b[part]} now)"
+    return "arguments of another signature"
+
+
 def abstract_like(tree):
     """``tree``'s arrays as the ``ShapeDtypeStruct``s a plain loop's next call would be lowered on:
     shape, dtype, weak type, and the sharding of a committed leaf (an uncommitted one has none)."""
@@ -115,10 +131,12 @@ class ProvenStep:
     ``jitted``: the step jitted as the user jits it (what the harness lowers); ``plain``: a factory
     of a fresh plain ``jax.jit`` of the user's step (what a user writes)."""
 
-    def __init__(self, jitted, plain: Callable[[], Any], label: str) -> None:
+    def __init__(self, jitted, plain: Callable[[], Any], label: str,
+                 on_new_signature: Callable[[str], None] = lambda said: None) -> None:
         self.jitted = jitted
         self._plain = plain
         self.label = label
+        self.on_new_signature = on_new_signature  # told, in words, when a call met another signature
         self._by_signature: dict[tuple, Any] = {}
         self._fingerprints: dict[tuple, dict] = {}
         self.current: Any = None
@@ -132,12 +150,18 @@ class ProvenStep:
             return self.current(params, opt_state, batch)
         except (TypeError, ValueError):
             # An executable refuses arguments of another signature (a batch whose shape changed, say)
-            # where a plain loop would compile again: so does this, proven first; anything else is
-            # the step's own error.
+            # where a plain loop would compile again: so does this, proven first, and says so (an
+            # event counted in ``compiles`` and told to ``on_new_signature``); anything else is the
+            # step's own error.
             args = (params, opt_state, batch)
-            if signature(args) == self.current_signature:
+            new = signature(args)
+            if new == self.current_signature:
                 raise
-            self.follow(signature(args), args)
+            said = signature_change(self.current_signature, new)
+            self.follow(new, args)
+            self.on_new_signature(f"{self.label}: the step was called with {said}; proven against a plain loop "
+                                  f"and compiled again, as jax.jit compiles again (compile {self.compiles} of the "
+                                  "step)")
             return self.current(params, opt_state, batch)
 
     def prove(self, args: tuple, plain_args: tuple, signature: tuple) -> dict:
