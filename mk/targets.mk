@@ -45,7 +45,9 @@ tpu-sweep: setup
 # plugin in their own venv). The #35409 program (full + remat, one device) compiled for FIDELITY_TARGET
 # with jax FIDELITY_PIN and the CUDA FIDELITY_CUDA plugin, compared fusion by fusion with the committed
 # compile of the H200 (results/gpu/); the table goes to FIDELITY_OUT/table.md. AUTOTUNE=FILE loads a
-# device's autotune results into the ahead-of-time compile. One compile: ~20 s CPU, ~1 GB.
+# device's autotune results into the ahead-of-time compile. One compile: ~20 s CPU, ~1 GB. A rerun
+# replaces FIDELITY_OUT's table, its data and the earlier compile in FIDELITY_OUT/aot (--force; an aot/
+# holding anything else is refused, and a failed compile leaves the earlier one).
 FIDELITY_PIN    ?= 0.11.2
 FIDELITY_CUDA   ?= 13
 FIDELITY_TARGET ?= cuda:h200:1x1x1
@@ -57,7 +59,7 @@ FIDELITY_VENV   := $(if $(filter $(DEFAULT_JAX_PIN),$(FIDELITY_PIN)),.venv,.venv
 gpu-fidelity:
 	$(MAKE) --no-print-directory setup-targets JAX_PIN=$(FIDELITY_PIN) CUDA_MAJOR=$(FIDELITY_CUDA)
 	$(FIDELITY_VENV)/bin/python tools/gpu_fidelity.py --device $(FIDELITY_DEVICE) --out $(FIDELITY_OUT) \
-	  --target $(FIDELITY_TARGET) $(if $(AUTOTUNE),--autotune-results $(AUTOTUNE))
+	  --target $(FIDELITY_TARGET) $(if $(AUTOTUNE),--autotune-results $(AUTOTUNE)) --force
 
 # Every verdict about the #35409 program at scale 1/32, per compiler (this machine's, libtpu for
 # v6e:2x4, the CUDA plugin for an H100), in one report: OUT/triage/<time>/report.{md,html}.
