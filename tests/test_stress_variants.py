@@ -51,7 +51,10 @@ def test_variant_labels_are_distinct_and_known_to_the_records():
 @pytest.mark.parametrize("variants, needle", [
     (("barrier", "baseline"), "must start with baseline"),
     (("baseline", "bogus"), "unknown variant 'bogus'"),
-    (("baseline", "barrier+bogus"), "unknown flag set 'bogus'"),
+    (("baseline", "barrier+bogus"), "unknown part 'bogus'"),
+    (("baseline", "precision-low"), "precision: precision-high, precision-highest"),
+    (("baseline", "Precision-High"), "names are lower case: precision-high"),
+    (("baseline", "precision-default"), "the default precision is the baseline's"),
     (("baseline", "barrier", "barrier"), "distinct"),
 ])
 def test_bad_variant_lists_are_refused(variants, needle):

@@ -295,6 +295,20 @@ def with_flag_set(program, name: str, backend: str | None = None, ahead_of_time:
 PRECISION_VARIANTS: dict[str, str] = {"precision-high": "high", "precision-highest": "highest"}
 
 
+def _unknown_part(name: str, part: str) -> str:
+    """The error for a part of a variant name that names nothing: every name it could be, and a
+    near miss (another case, ``precision-default``) said."""
+    hint = ""
+    lower = part.lower()
+    if lower != part and lower in {*VARIANTS, *PRECISION_VARIANTS, *FLAG_SETS}:
+        hint = f" (names are lower case: {lower})"
+    elif lower == "precision-default":
+        hint = " (the default precision is the baseline's: leave the part out)"
+    what = f"variant {name!r}: unknown part {part!r}" if part != name else f"unknown variant {name!r}"
+    return (f"{what}{hint}; a variant is [PROGRAM_VARIANT][+precision-P][+FLAG_SET], program variants: "
+            f"{', '.join(VARIANTS)}; precision: {', '.join(PRECISION_VARIANTS)}; flag sets: {', '.join(FLAG_SETS)}")
+
+
 def parse_variant(name: str) -> tuple[str, str, str]:
     """``(program variant, matmul precision, flag set or '')`` of a variant name, written
     ``[PROGRAM_VARIANT][+precision-P][+FLAG_SET]`` in that order: ``barrier``, ``xla-no-fusion`` (the
@@ -311,12 +325,11 @@ def parse_variant(name: str) -> tuple[str, str, str]:
         elif part in FLAG_SETS:
             kinds.append(2)
             flags = part
-        elif i == 0 or part in VARIANTS:
-            tied_ops(part)  # one clear error for an unknown name
+        elif part in VARIANTS:
             kinds.append(0)
             head = part
         else:
-            flag_set(part)  # after the first part an unknown name is an unknown flag set
+            raise HarnessError(_unknown_part(name, part))
     if kinds != sorted(set(kinds)):
         raise HarnessError(f"variant {name!r}: write it as PROGRAM_VARIANT+precision-P+FLAG_SET (each part at most "
                            f"once, in that order; precision: {', '.join(PRECISION_VARIANTS)}; flag sets: "
