@@ -318,7 +318,7 @@ def parse_variant(name: str) -> tuple[str, str, str]:
     parts = name.split("+")
     head, precision, flags = "baseline", "default", ""
     kinds = []
-    for i, part in enumerate(parts):
+    for part in parts:
         if part in PRECISION_VARIANTS:
             kinds.append(1)
             precision = PRECISION_VARIANTS[part]

@@ -211,13 +211,17 @@ def _float_names(tree) -> list[str]:
     return [n for n, x in zip(leaf_names(tree), jax.tree_util.tree_leaves(tree), strict=True) if is_floating(x)]
 
 
+def _warn(said: str) -> None:
+    sys.stderr.write(f"warning: {said}\n")
+
+
 def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:
     """The same-program proof for the step's first call (:class:`~xla_harness.stress.proof.ProvenStep`):
     the harness's lowering on ``args`` against a plain loop's on ``plain_args``, compiled once; from
     here on the loop calls that executable. Returns (and records) its fingerprint."""
     if h.proven is None:
         h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label,
-                              on_new_signature=lambda said: sys.stderr.write(f"warning: {said}\n"))
+                              on_new_signature=_warn)
     try:
         fp = h.proven.prove(args, plain_args, signature(args))
     except HarnessError:
