@@ -180,6 +180,23 @@ def test_internal_error_is_one_line_and_exit_2(monkeypatch, capsys):
     assert "Traceback" in err and err.splitlines()[-1] == "error: internal: ZeroDivisionError: planted"
 
 
+def test_an_error_line_is_one_printable_line_whatever_it_quotes(monkeypatch, capsys):
+    """A user's text in an error (a --target with a control character, a name with a newline) is
+    written escaped: one line, nothing the terminal would act on. Planted: the raw text is caught."""
+    from xla_harness import cli
+    from xla_harness.commands import report
+    from xla_harness.errors import HarnessError
+
+    def refuses(args):
+        raise HarnessError("--target host\x01: bad\nsecond\x1b[2J line")
+
+    monkeypatch.setattr(report, "run", refuses)
+    assert cli.main(["report", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["error: --target host\\x01: bad\\nsecond\\x1b[2J line"]
+    assert not any(c in err[:-1] for c in "\x01\x1b\n")
+
+
 @pytest.mark.parametrize("exc,needle", [
     (OSError(28, "No space left on device", "out/stress.jsonl"), "error: out/stress.jsonl: No space left on device"),
     (OSError(30, "Read-only file system", "o"), "error: o: Read-only file system"),

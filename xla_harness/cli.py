@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xla_harness import _early, interrupts
-from xla_harness.errors import HarnessError
+from xla_harness.errors import HarnessError, one_line
 from xla_harness.interrupts import Interrupted
 
 # (subcommand module) in the order shown by --help.
@@ -79,7 +79,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one ``error:`` line and exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        sys.stderr.write(one_line(f"error: {self.prog}: {message} (see --help)") + "\n")
         raise SystemExit(2)
 
 
@@ -134,7 +134,7 @@ def last_resort(exc: BaseException, debug: bool) -> int:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         msg = f"internal: {type(exc).__name__}" + (f": {first}" if first else "") + \
             ("" if debug else " (run with --debug for the traceback)")
-    sys.stderr.write(f"error: {msg}\n")
+    sys.stderr.write(one_line(f"error: {msg}") + "\n")
     return 2
 
 
@@ -224,7 +224,7 @@ def _main(argv: list[str]) -> int:
         sys.stdout.flush()  # a closed pipe shows here, inside the handler
         return code
     except HarnessError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(one_line(f"error: {exc}") + "\n")
         return exc.exit_code
     except Interrupted as exc:  # where it arrived, and what it broke there (never the program's error)
         return interrupted(exc)
