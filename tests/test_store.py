@@ -344,3 +344,35 @@ def test_nothing_is_fsynced_on_the_loop_s_thread_before_step_0(tmp_path, monkeyp
     first_call.clear()
     runner.run_matrix(spec, tmp_path / "b")
     assert fsyncs_on_loop
+
+
+def test_an_out_that_is_a_dangling_link_or_a_file_is_named_as_such(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(HarnessError, match="is a link to .*nowhere, which does not exist"):
+        results.check_writable(link)
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(HarnessError, match="exists and is not a folder"):
+        results.check_writable(tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "mine\n" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_checkpoint_that_cannot_be_written_names_its_file_and_keeps_the_last_one(tmp_path, monkeypatch):
+    import errno
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from xla_harness.stress import checkpoint
+
+    path = tmp_path / "ckpt" / "c.npz"
+    checkpoint.save_checkpoint(path, 3, {"w": jnp.ones(2)}, ())
+    before = path.read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(HarnessError, match=f"cannot write the checkpoint {path}: No space left on device"):
+        checkpoint.save_checkpoint(path, 4, {"w": jnp.ones(2)}, ())
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["c.npz"]

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -37,16 +38,21 @@ def save_checkpoint(path: Path, step: int, params, opt_state) -> None:
     leaves = jax.tree_util.tree_leaves((params, opt_state))
     arrays = {f"a{i}": np.asarray(jax.device_get(jax.random.key_data(x) if _is_key(x.dtype) else x))
               for i, x in enumerate(leaves)}
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     # Any: recent numpy stubs type savez(..., allow_pickle: bool, **kwds) and mypy matches '**' against
     # allow_pickle (the keys are 'a0', 'a1', ...); a type: ignore would be unused with older stubs.
     stored: dict[str, Any] = {k: (v.view(np.uint16) if v.dtype == jnp.bfloat16 else v) for k, v in arrays.items()}
-    with open(tmp, "wb") as fh:
-        np.savez(fh, step=np.int64(step), **stored)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            np.savez(fh, step=np.int64(step), **stored)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a read-only folder: the checkpoint named, the last good one kept
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise HarnessError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from None
 
 
 def as_weak(x):

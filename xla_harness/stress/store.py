@@ -428,8 +428,13 @@ def results_files(folder: Path) -> list[Path]:
 
 def check_writable(folder: Path) -> None:
     folder = Path(folder)
+    if folder.is_symlink() and not folder.exists():
+        raise HarnessError(f"output folder {folder} is a link to {os.readlink(folder)}, which does not exist; "
+                           "create its target or choose another --out")
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise HarnessError(f"output folder {folder} exists and is not a folder") from None
     except OSError as exc:
         raise HarnessError(f"cannot create output folder {folder}: {exc.strerror}") from None
     if not os.access(folder, os.W_OK | os.X_OK):
