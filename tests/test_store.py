@@ -376,3 +376,32 @@ def test_a_checkpoint_that_cannot_be_written_names_its_file_and_keeps_the_last_o
     with pytest.raises(HarnessError, match=f"cannot write the checkpoint {path}: No space left on device"):
         checkpoint.save_checkpoint(path, 4, {"w": jnp.ones(2)}, ())
     assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["c.npz"]
+
+
+def test_a_line_is_written_whole_or_not_at_all_when_the_disk_fills(tmp_path, monkeypatch):
+    """A write that fails part-way (ENOSPC after half the line) is cut back: the file ends where it
+    ended before, the error names it, and the next line (space freed) follows a complete one."""
+    import errno
+
+    p = tmp_path / "stress.jsonl"
+    with results.open_run(p, dict(SPEC), resume=False) as w:
+        w.write_header(dict(SPEC), {})
+        before = p.read_bytes()
+        real_write = os.write
+        calls = []
+
+        def fills(fd, data):
+            calls.append(len(data))
+            if len(calls) == 1:
+                return real_write(fd, bytes(data[:len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "write", fills)
+        with pytest.raises(HarnessError, match=f"cannot write results to {p}: No space left on device"):
+            w.append(block(0, 5))
+        assert p.read_bytes() == before and len(calls) == 2
+        monkeypatch.setattr(os, "write", real_write)
+        w.append(block(0, 5))
+    lines = p.read_bytes().splitlines()
+    assert p.read_bytes().startswith(before) and len(lines) == 2
+    assert isinstance(records.parse_line(lines[1]), records.Block)

@@ -289,14 +289,9 @@ class RunWriter:
             fh = self._fh
             if fh is None:
                 raise HarnessError(f"internal: a record appended to {self.path} after its writer was closed")
-            try:
-                fh.write(line.encode() + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                self.lines_written += 1
-                self.fsyncs += 1
-            except OSError as exc:
-                raise HarnessError(f"cannot write results to {self.path}: {exc.strerror}") from None
+            _write_whole(fh.fileno(), line.encode() + b"\n", self.path)
+            self.lines_written += 1
+            self.fsyncs += 1
 
     def settle(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for a line being written to be complete and on disk, then keep
@@ -324,6 +319,22 @@ class RunWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _write_whole(fd: int, data: bytes, path: Path) -> None:
+    """Append ``data`` (one line) to the file open at ``fd`` and fsync it, whole or not at all: a write
+    that fails part-way (a full disk) is cut back to where the line began, so the file never ends in
+    half a line this process wrote, and the error names the file."""
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)  # shrinking needs no space
+        raise HarnessError(f"cannot write results to {path}: {exc.strerror or exc}") from None
 
 
 def settle_open_writers(timeout: float = 5.0) -> list[Path]:
