@@ -123,7 +123,7 @@ def _changed(case: Case, before: dict, after: dict) -> list[str]:
     if case.expect == 0:
         return []
     changed = changed_paths(before, after)
-    if case.expect >= 128 or "round4" not in case.tags:
+    if case.expect >= 128 or not {"round4", "round5"} & case.tags:
         changed = [c for c in changed if not c.endswith("(created)")]
     return changed
 
@@ -888,7 +888,7 @@ def red_team_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     cases = (results_cases() + stress_cases() + scan_cases() + gradcheck_cases() + compare_cases() + report_cases()
              + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases() + red_team_cases()
-             + round4_cases())
+             + round4_cases() + round5_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     return cases
@@ -1504,3 +1504,81 @@ def round4_cases() -> list[Case]:
     return (_options_cases() + _resume_cases() + _protect_cases() + _flag_cases() + _plot_cases() + _signal_cases()
             + _compiler_env_cases() + _number_cases() + _bisect_cases() + _scan_cases() + _publish_cases()
             + _sweep_cases() + _bundle_cases())
+
+
+# --------------------------------------------------------------------------- round 5 (#46)
+# triage, report --html, the HLO reader's async sugar, targets, variants, the output folder and the
+# autotune flag: each refused with one error line naming the cause, before anything is created.
+
+QUICKSTART = "examples/quickstart/my_model.py:make"
+AGU_HLO = """HloModule m, is_scheduled=true
+
+ENTRY e {
+  p = f32[4]{0} parameter(0)
+  s = (f32[4]{0}, f32[8]{0}) all-gather-start(p), replica_groups={{0,1}}, dimensions={0}
+  u = (f32[4]{0}, f32[8]{0}) all-gather-update(s)
+  ROOT d = f32[8]{0} all-gather-done(u)
+}
+"""
+
+
+def _link(name: str, target: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / name).symlink_to(target.replace("{tmp}", str(tmp)))
+    return setup
+
+
+def _triage_cases() -> list[Case]:
+    tags = {"round5", "r5-triage"}
+    q = str(Path(__file__).resolve().parents[1] / QUICKSTART)
+    out = [Case(f"r5-triage-{name}", ["triage", *argv, "--out", "{tmp}/t"], setup, needle=needle, tags=tags,
+                timeout=120)
+           for name, argv, setup, needle in (
+               ("program-missing", ["--program", "/nonexistent.py:make"], _files(), "no such file"),
+               ("program-empty", ["--program", ""], _files(), "not a built-in"),
+               ("option-bogus", ["--program", q, "--program-option", "bogus=1"], _files(), "bogus"),
+               ("option-no-key", ["--program", q, "--program-option", "=1"], _files(), "KEY=VALUE"),
+               ("option-precision-low", ["--program", "issue-35409", "--program-option", "precision=low"], _files(),
+                "precision"),
+               ("rate-1e-300", ["--program", q, "--rate-of-interest", "1e-300"], _files(), "--rate-of-interest"),
+               ("budget-1e308", ["--program", q, "--budget", "1e308"], _files(), "--budget"),
+               ("hlo-garbage", ["--program", q, "--hlo", "{tmp}/g.txt"], _files(**{"g.txt": "not HLO\n"}), "g.txt"),
+               ("hlo-gz", ["--program", q, "--hlo", "{tmp}/g.txt.gz"], _files(**{"g.txt.gz": b"\x1f\x8b\x08\x00"}),
+                "gunzip"))]
+    out.append(Case("r5-triage-out-empty", ["triage", "--program", q, "--out", ""], needle="--out", tags=tags))
+    out.append(Case("r5-triage-resume-corrupt-spec", ["triage", "--program", q, "--out", "{tmp}/t", "--resume"],
+                    _files(**{"t/stages": "/", "t/triage-spec.json": "{"}), needle="triage-spec.json", tags=tags))
+    out.append(Case("r5-triage-resume-not-a-triage", ["triage", "--program", q, "--out", "{tmp}/t", "--resume"],
+                    _files(**{"t/stages": "/", "t/mine.txt": "mine\n"}), needle="not a triage folder", tags=tags))
+    return out
+
+
+def _report_html_cases() -> list[Case]:
+    tags = {"round5", "r5-report-html"}
+    records = {"stages-list": {"kind": "triage", "stages": []},
+               "stage-string": {"kind": "triage", "stages": {"t": "x"}},
+               "verdict-empty": {"kind": "triage", "stages": {"hlo:1": {"ok": True, "verdict": {}}}},
+               "rounds-int": {"kind": "triage", "stages": {"train": {"ok": True, "rounds": [5]}}},
+               "spec-list": {"kind": "triage", "spec": []}}
+    out = [Case(f"r5-report-html-{name}", ["report", "{tmp}/t", "--html"],
+                _files(**{"t/triage.json": json.dumps(rec)}), needle="not a triage record", tags=tags)
+           for name, rec in records.items()]
+    out.append(Case("r5-report-html-fifo", ["report", "{tmp}/t", "--html"], _files(**{"t/triage.json": None}),
+                    needle="FIFO", tags=tags))
+    return out
+
+
+def round5_cases() -> list[Case]:
+    tags = {"round5"}
+    return _triage_cases() + _report_html_cases() + [
+        Case("r5-scan-all-gather-update", ["scan", "{tmp}/m.txt"], _files(**{"m.txt": AGU_HLO}),
+             needle="all-gather-update", tags=tags),
+        Case("r5-target-cuda-empty-topology", ["scan", "--model", "--target", "cuda:h200:", *TINY_ARGS],
+             needle="empty GPU topology", tags=tags),
+        Case("r5-target-cuda-too-many", ["scan", "--model", "--target", "cuda:h200:1x1x100000", *TINY_ARGS],
+             needle="at most 16", tags=tags),
+        Case("r5-variants-precision-low", [*STRESS_TINY, "--variants", "baseline,precision-low"],
+             needle="precision-high", tags=tags),
+        Case("r5-out-dangling-link", [*STRESS_TINY[:2], "--out", "{tmp}/o", *STRESS_TINY[4:]],
+             _link("o", "{tmp}/nowhere"), needle="does not exist", tags=tags),
+    ]
