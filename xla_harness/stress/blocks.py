@@ -375,6 +375,7 @@ class _Blocks:
             self.warmed += 1
             block = self._dispatch(s, s + 1)
             yield from self._verdict(block, block.resolve(h), time.perf_counter(), sized=False).deliver()
+            self.stopped = self.stopped or self.should_stop()
             return
         t0 = time.perf_counter()
         block = self._dispatch(s, s + 1)
@@ -384,6 +385,7 @@ class _Blocks:
         t2 = time.perf_counter()
         size.start(t1 - t0, t2 - t1)
         yield from self._verdict(block, rows, t2, sized=False).deliver()
+        self.stopped = self.stopped or self.should_stop()
         self.last_resolved = time.perf_counter()
 
     def _resolve(self, block: PendingBlock) -> Verdict:
