@@ -22,14 +22,18 @@ FIELDS = {"host_syncs", "d2h_bytes", "dispatches"}
 
 
 def hand_counts(source: str) -> list[int]:
-    """Lines that change a counter (``x.dispatches += 1``, ``x.host_syncs = ...``) outside a class
-    named Counters."""
+    """Lines that change a counter (``x.dispatches += 1``, ``x.host_syncs = ...``) outside the counting
+    mechanism itself (the classes Counters and Counted, and Harnessed.call_step, the one call of the
+    user's step)."""
     found: list[int] = []
 
     def visit(node: ast.AST, inside: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                visit(child, inside or child.name == "Counters")
+                visit(child, inside or child.name in ("Counters", "Counted"))
+                continue
+            if isinstance(child, ast.FunctionDef) and child.name == "call_step":
+                visit(child, True)
                 continue
             targets = child.targets if isinstance(child, ast.Assign) else \
                 [child.target] if isinstance(child, ast.AugAssign | ast.AnnAssign) else []
