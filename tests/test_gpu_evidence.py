@@ -28,15 +28,18 @@ def test_the_tiny_evidence_runs_every_step_and_writes_its_table(tmp_path):
     done = _run("--tiny", "--out", str(out), "--budget", "600")
     assert done.returncode == 0, done.stdout + done.stderr
     outcomes = {o["step"]: o for o in json.loads((out / "outcomes.json").read_text())}
-    assert list(outcomes) == ["bench-100", "first-failure", "frozen", "bench-1000", "first-block",
+    assert list(outcomes) == ["bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen",
                               "frozen-deterministic"]
-    for name in ("bench-100", "first-failure", "frozen", "bench-1000", "first-block"):
+    for name in ("bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen"):
         assert outcomes[name]["status"] == "ok", outcomes[name]
         assert outcomes[name]["figures"], name
         assert (out / name / "output.txt").read_text().startswith("$ ")
     assert outcomes["frozen-deterministic"]["status"] == "needs a GPU"
     assert any(f.startswith("first failure: step") for f in outcomes["first-failure"]["figures"])
     assert (out / "frozen" / "stress.jsonl").exists() and (out / "bench-100" / "bench.json").exists()
+    dump = sorted(p.name for p in (out / "memory-plan" / "dump").iterdir())
+    assert any(n.endswith("buffer-assignment.txt") for n in dump), dump  # the compiler's memory plan
+    assert any(n.endswith("after_optimizations.txt") for n in dump), dump
     readme = (out / "README.md").read_text()
     assert "| [frozen](frozen/output.txt) |" in readme and "they measure nothing about a GPU" in readme
 

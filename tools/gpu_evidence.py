@@ -5,12 +5,16 @@ budget as its limit, in this order:
 
 1. ``bench/stress_overhead.py --size realistic --steps 100`` (2 rounds): the harness against a plain
    loop, wall time and counts;
-2. ``bench/first_failure.py``: what the first failure of a 1000-step realistic run costs;
-3. ``stress --program issue-35409 --protocol frozen`` at full size (10 calls), per-leaf nondeterminism,
-   with the device's autotune results written (``XLA_FLAGS=--xla_gpu_dump_autotune_results_to``);
-4. ``bench/stress_overhead.py`` at 1000 steps (1 round);
+2. ``bench/stress_overhead.py`` at 1000 steps (1 round);
+3. ``bench/first_failure.py``: what the first failure of a 1000-step realistic run costs;
+4. ``stress --program issue-35409 --compile-only`` at scale 1/32 with ``--xla_dump_to``: the compiler's
+   whole dump (schedule, buffer assignment, its values, whatever live range it writes), the input of a
+   memory-plan check;
 5. ``bench/first_block.py``: time to the first block, the #35409 program at scale 1/32;
-6. the frozen run again with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, the flag ``--variants
+6. ``stress --program issue-35409 --protocol frozen`` (10 calls, ``--frozen-scale``, default full size),
+   per-leaf nondeterminism, with the device's autotune results written
+   (``XLA_FLAGS=--xla_gpu_dump_autotune_results_to``);
+7. the frozen run again with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, the flag ``--variants
    deterministic`` sets (one compile, without a second baseline).
 
 The full-size #35409 compile took 303 s wall on the H200 machine (results/gpu/h200-2026-11-26), so
@@ -27,7 +31,7 @@ on a CPU the deterministic step is not run (its flag is the GPU compiler's), and
 Exit 0 when every step ran (or, on a CPU, was not run for want of a GPU), 1 when one failed or did not
 fit.
 
-    python tools/gpu_evidence.py [--out DIR] [--budget 480] [--tiny]
+    python tools/gpu_evidence.py [--out DIR] [--budget 480] [--frozen-scale 1] [--tiny]
 """
 
 from __future__ import annotations
@@ -69,10 +73,10 @@ class Outcome:
     figures: list[str] = field(default_factory=list)
 
 
-def steps(out: Path, tiny: bool) -> list[Step]:
+def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
     py = sys.executable
     size = "tiny" if tiny else "realistic"
-    scale = "0.015625" if tiny else "1"
+    scale = "0.015625" if tiny else f"{frozen_scale:g}"
     frozen_steps = "3" if tiny else "10"
     frozen = [py, "-m", "xla_harness.cli", "stress", "--program", "issue-35409", "--program-option",
               f"scale={scale}", "--protocol", "frozen", "--modes", "full", "--remat", "on", "--seeds", "1",
@@ -82,22 +86,29 @@ def steps(out: Path, tiny: bool) -> list[Step]:
                            ["--program", "issue-35409", "--option", "scale=0.03125"])
     autotune = str(out / "frozen" / "autotune.txt")
     xla_flags = os.environ.get("XLA_FLAGS", "")
+    dump = out / "memory-plan" / "dump"
+    memory_plan = [py, "-m", "xla_harness.cli", "stress", "--program", "issue-35409", "--program-option",
+                   "scale=0.015625" if tiny else "scale=0.03125", "--compile-only", "--out", str(out / "memory-plan")]
     return [
         Step("bench-100", f"the harness against a plain loop, {size}, 100 steps x 2 rounds",
              [py, "bench/stress_overhead.py", "--size", size, "--steps", "20" if tiny else "100", "--rounds",
               "1" if tiny else "2", "--json", str(out / "bench-100" / "bench.json")], 90, keep=bench_keep),
+        Step("bench-1000", f"the harness against a plain loop, 1000 steps x 1 round ({size})",
+             [py, "bench/stress_overhead.py", "--size", size, "--steps", "40" if tiny else "1000", "--rounds", "1",
+              "--json", str(out / "bench-1000" / "bench.json")], 120, keep=bench_keep),
         Step("first-failure", f"the first failure of a {size} run: steps rerun and their time",
              [py, "bench/first_failure.py", "--size", size, "--steps", "60" if tiny else "1000", "--json",
               str(out / "first-failure" / "first_failure.json")], 90, keep=r"^first failure|^that block"),
+        Step("memory-plan", "the compiler's whole dump of #35409 at scale 1/32 (its schedule, buffer assignment and "
+             "whatever live range it writes): the input of a memory-plan check",
+             memory_plan, 90, env={"XLA_FLAGS": f"{xla_flags} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()},
+             keep=r"instructions|scan"),
+        Step("first-block", "time to the first block against a plain loop's first step (#35409 at scale 1/32)",
+             [py, "bench/first_block.py", *first_block_program, "--rounds", "1"], 90, keep=r"ratio|stress|plain"),
         Step("frozen", f"#35409 frozen, scale {scale}, per-leaf nondeterminism; the device's autotune results",
              frozen + ["--out", str(out / "frozen")], 240,
              env={"XLA_FLAGS": f"{xla_flags} --xla_gpu_dump_autotune_results_to={autotune}".strip()},
              keep=r"^issue-35409|nondet|^config", measured_exits=(0, 1)),
-        Step("bench-1000", f"the harness against a plain loop, 1000 steps x 1 round ({size})",
-             [py, "bench/stress_overhead.py", "--size", size, "--steps", "40" if tiny else "1000", "--rounds", "1",
-              "--json", str(out / "bench-1000" / "bench.json")], 120, keep=bench_keep),
-        Step("first-block", "time to the first block against a plain loop's first step (#35409 at scale 1/32)",
-             [py, "bench/first_block.py", *first_block_program, "--rounds", "1"], 90, keep=r"ratio|stress|plain"),
         Step("frozen-deterministic", "the frozen run again with XLA_FLAGS=--xla_gpu_deterministic_ops=true (what "
              "--variants deterministic sets)", frozen + ["--out", str(out / "frozen-deterministic")], 240,
              env={"XLA_FLAGS": f"{xla_flags} --xla_gpu_deterministic_ops=true".strip()},
@@ -172,7 +183,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="default: results/gpu/<date>-<device kind>")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for all steps together (default 480)")
     ap.add_argument("--tiny", action="store_true", help="every step at a CPU's size (tests this script)")
+    ap.add_argument("--frozen-scale", type=float, default=1.0,
+                    help="the #35409 frozen runs' scale (default 1, full size: about 300 s of compile on an H200)")
     args = ap.parse_args()
+    if not 0 < args.frozen_scale <= 1:
+        print("error: --frozen-scale must be in (0, 1]", file=sys.stderr)
+        return 2
     if not args.budget > 0:
         print("error: --budget must be a positive number of seconds", file=sys.stderr)
         return 2
@@ -184,7 +200,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     outcomes = []
-    for step in steps(out, args.tiny):
+    for step in steps(out, args.tiny, args.frozen_scale):
         outcomes.append(run_step(step, out, args.budget - (time.monotonic() - t0), gpu))
         print(f"gpu-evidence: {step.name}: {outcomes[-1].status} ({outcomes[-1].seconds:.0f} s)", flush=True)
     spent = time.monotonic() - t0
