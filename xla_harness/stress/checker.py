@@ -12,14 +12,19 @@ import jax
 import jax.numpy as jnp
 
 from xla_harness.stress.copies import new_buffer
-from xla_harness.stress.leaves import is_floating
+from xla_harness.stress.leaves import all_finite_by_shape, is_floating
 
 
-def _finite_per_leaf(tree) -> jax.Array:
-    leaves = [x for x in jax.tree_util.tree_leaves(tree) if is_floating(x)]
-    if not leaves:
-        return jnp.ones((0,), bool)
-    return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])
+def _finite_per_leaf(trees: dict) -> dict[str, jax.Array]:
+    """Per tree, one flag per floating leaf: every tree's leaves in one pass, leaves of one shape
+    reduced together (:func:`~xla_harness.stress.leaves.all_finite_by_shape`)."""
+    leaves = {k: [x for x in jax.tree_util.tree_leaves(t) if is_floating(x)] for k, t in trees.items()}
+    flags = all_finite_by_shape([x for xs in leaves.values() for x in xs])
+    out, i = {}, 0
+    for k, xs in leaves.items():
+        out[k] = jnp.stack(flags[i:i + len(xs)]) if xs else jnp.ones((0,), bool)
+        i += len(xs)
+    return out
 
 
 def _max_abs_change(old, new) -> jax.Array:
@@ -31,16 +36,14 @@ def _max_abs_change(old, new) -> jax.Array:
 
 def _flags(old_params, new_params, new_opt, aux) -> dict:
     loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
+    checked = {"params_ok": new_params, "opt_ok": new_opt,
+               **{f"{extra}_ok": aux[extra] for extra in ("grads", "updates") if extra in aux}}
     flags = {
         "loss": loss,
         "loss_ok": jnp.all(jnp.isfinite(loss)),
-        "params_ok": _finite_per_leaf(new_params),
-        "opt_ok": _finite_per_leaf(new_opt),
+        **_finite_per_leaf(checked),
         "max_abs_update": _max_abs_change(old_params, new_params),
     }
-    for extra in ("grads", "updates"):
-        if extra in aux:
-            flags[f"{extra}_ok"] = _finite_per_leaf(aux[extra])
     ok = flags["loss_ok"]
     for k, v in flags.items():
         if k.endswith("_ok") and k != "loss_ok":
@@ -75,7 +78,7 @@ def make_commit() -> Callable:
 
 
 def _all_finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree) if is_floating(x)]
+    leaves = all_finite_by_shape([x for x in jax.tree_util.tree_leaves(tree) if is_floating(x)])
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 

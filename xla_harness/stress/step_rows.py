@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from xla_harness.stress.leaves import is_floating, leaf_names
+from xla_harness.stress.leaves import all_finite_by_shape, is_floating, leaf_names
 
 ROWS = 1024  # rows of a block's array: the largest block (blocks.BlockSize.LIMIT)
 _STAGES = (("grads", "grad"), ("updates", "update"))
@@ -35,14 +35,15 @@ _STAGES = (("grads", "grad"), ("updates", "update"))
 def _ok_parts(new_params, new_opt, aux) -> tuple[list[jax.Array], int]:
     """Per checked value, in the per-step protocol's order, whether it is finite (the loss, then each
     floating leaf of aux['grads'], aux['updates'], the new parameters, the new optimizer state), and
-    where the state's begin: each leaf read once."""
-    parts = [jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))]
+    where the state's begin: each leaf read once (:func:`all_finite_by_shape`)."""
+    checked = []
     for key, _ in _STAGES:
         if key in aux:
-            parts += [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(aux[key]) if is_floating(x)]
-    state_from = len(parts)
-    parts += [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves((new_params, new_opt)) if is_floating(x)]
-    return parts, state_from
+            checked += [x for x in jax.tree_util.tree_leaves(aux[key]) if is_floating(x)]
+    state_from = 1 + len(checked)
+    checked += [x for x in jax.tree_util.tree_leaves((new_params, new_opt)) if is_floating(x)]
+    loss_ok = jnp.all(jnp.isfinite(jnp.asarray(aux["loss"]).astype(jnp.float32)))
+    return [loss_ok, *all_finite_by_shape(checked)], state_from
 
 
 def write_row(rows, n, new_params, new_opt, aux):
