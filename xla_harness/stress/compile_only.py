@@ -75,7 +75,8 @@ class CompileRecord:
         r = self.record
         fp = r["fingerprint"]
         sc = r["scan"]
-        return (f"{self.label} on {r['target']} ({r['devices']}x {r['device_kind']}): step fingerprint {fp['id']} "
+        return (f"{self.label} on {r['target']} ({r['devices']}x {r['device_kind']}{_scope(r)}): step fingerprint "
+                f"{fp['id']} "
                 f"({fp['instructions']} instructions, temp {fp['temp_size_in_bytes']} B, aliased "
                 f"{fp['alias_size_in_bytes']} B), compiled in {r['compile_cpu_s']:.1f} s CPU; scan ({sc['backend']}): "
                 f"{sc['hazard']} hazard, {sc['decisions']} scatter-fused-with-data-moving-producer, "
@@ -83,6 +84,14 @@ class CompileRecord:
                 + _compiler_alias_text(sc.get("compiler_alias") or {})
                 + (f"; {sc['nondeterministic']} scatter(s) with atomics (non-deterministic)"
                    if "nondeterministic" in sc else ""))
+
+
+def _scope(record: dict) -> str:
+    """", 1 of the target's 8 devices" where the step was compiled for fewer devices than the target has."""
+    n, of = record.get("devices"), record.get("target_devices")
+    if not isinstance(n, int) or not isinstance(of, int) or n >= of:
+        return ""
+    return f", {n} of the target's {of} devices"
 
 
 def _compiler_alias_text(summary: dict) -> str:

@@ -44,7 +44,8 @@ def _compiler(v: TargetVerdict) -> str:
 def target_sentence(v: TargetVerdict) -> str:
     """One sentence for one compiler's verdict."""
     name = f"{v.target} {v.backend}" if v.target == "host" else v.target
-    where = f"on {name}" + (f" ({_compiler(v)})" if _compiler(v) else "")
+    said = [part for part in (_compiler(v), v.scope()) if part]
+    where = f"on {name}" + (f" ({'; '.join(said)})" if said else "")
     truth = "by the compiler's own aliasing" if v.compiler_states_aliasing else "by the scanner's walk"
     if v.hazard:
         return (f"{where} {v.hazard} in-place fusion(s) write through a data-moving producer "

@@ -67,10 +67,18 @@ class TargetVerdict:
     w_dims: list[int] | None
     neighbourhoods: list[Neighbourhood] = field(default_factory=list)
     compile_cpu_s: float | None = None
+    devices: int | None = None  # the devices the step was compiled for
+    target_devices: int | None = None  # the devices the target has (a factory without devices= compiles for 1)
 
     @property
     def found(self) -> bool:
         return bool(self.hazard or self.fused_producer)
+
+    def scope(self) -> str:
+        """"compiled for 1 of 8 devices" where the step covers fewer devices than the target has, else ""."""
+        if self.devices is None or self.target_devices is None or self.devices >= self.target_devices:
+            return ""
+        return f"compiled for {self.devices} of {self.target_devices} devices"
 
     def w_scatter(self) -> ScatterFusion | None:
         return next((s for s in self.scatters if s.writes_w), None)
@@ -167,7 +175,12 @@ def target_verdict(module: HloModule, target: str, backend: str = "auto", record
         decision_fusions=sorted({d.fusion for d in decisions}), scatters=scatters,
         compiler_states_aliasing=bool(said), disagreements=sum(f.agreement == "disagree" for f in said),
         nondeterministic=nondet, w_dims=list(w_dims) if w_dims is not None else None, neighbourhoods=graphs_out,
-        compile_cpu_s=record.get("compile_cpu_s"))
+        compile_cpu_s=record.get("compile_cpu_s"), devices=_count(record.get("devices")),
+        target_devices=_count(record.get("target_devices")))
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _conform(value, hint, where: str) -> None:

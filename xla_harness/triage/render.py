@@ -137,7 +137,8 @@ def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
     for v in targets:
         w = v.w_scatter()
         compiler = ", ".join(f"{k} {val}" for k, val in v.versions.items()) or "-"
-        rows.append([v.target, compiler, str(v.instructions), str(v.hazard), str(v.fused_producer),
+        target = f"{v.target} ({v.scope()})" if v.scope() else v.target
+        rows.append([target, compiler, str(v.instructions), str(v.hazard), str(v.fused_producer),
                      str(len(v.scatters)), f"{w.writes_w} ({w.fusion})" if w else "-",
                      "compiler" if v.compiler_states_aliasing else "scanner walk",
                      "-" if v.nondeterministic is None else str(len(v.nondeterministic)),
