@@ -126,6 +126,9 @@ class Block:
     # recomputed new state was not finite], "tries": recomputes tried, "unrecoverable": true}. (Older
     # files: the state at the block's start, from ``from`` < start.)
     recompute: dict | None = None
+    # TrainProgram.options: what the program says it was built with (sizes, flags); None: it said nothing
+    # (or the file predates the field). ``config`` is what was asked of its factory.
+    built_with: dict | None = None
 
     @property
     def injected(self) -> int:
@@ -137,7 +140,8 @@ class Block:
                 "steps": [s.to_json() for s in self.steps], "config": self.config, "program": self.program,
                 "protocol": self.protocol, "fingerprint": self.fingerprint,
                 "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time,
-                **({"recompute": self.recompute} if self.recompute is not None else {})}
+                **({"recompute": self.recompute} if self.recompute is not None else {}),
+                **({"built_with": self.built_with} if self.built_with is not None else {})}
 
 
 Record = Header | Block
@@ -304,7 +308,7 @@ def parse_block(obj: Mapping) -> Block:
                  env=optional("env", dict, {}), time=optional("time", str, ""),
                  program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
                  fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate),
-                 recompute=recompute)
+                 recompute=recompute, built_with=optional("built_with", (dict, None), None))
 
 
 def _check_recompute(recompute: Mapping, end: int) -> None:

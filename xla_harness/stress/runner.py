@@ -38,6 +38,7 @@ The pieces live beside this module: :mod:`~xla_harness.stress.spec` (the matrix)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -126,6 +127,12 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
             checkpointer.save(block.end, state.params, state.opt_state)
 
 
+def built_with(options: dict) -> dict:
+    """``TrainProgram.options`` (what the program says it was built with) as JSON: a value JSON cannot
+    hold (a device list, a dtype) as its text."""
+    return json.loads(json.dumps(dict(options), default=str))
+
+
 def block_line(b: BlockResult, h: Harnessed, env: dict) -> dict:
     return {
         "kind": "block",
@@ -142,6 +149,7 @@ def block_line(b: BlockResult, h: Harnessed, env: dict) -> dict:
         "steps": b.records,
         "fingerprint": h.fingerprint,
         "donate_argnums": list(h.donate),
+        **({"built_with": built_with(h.program.options)} if h.program.options else {}),
         "time": results.now(),
         "env": env,
         **({"recompute": b.recompute} if b.recompute is not None else {}),
