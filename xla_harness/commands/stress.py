@@ -302,6 +302,8 @@ def run(args) -> int:
         print(f"process {jax.process_index()}: results in {path}; process 0 prints the merged table")
         return 128 + stop.signum if stop.signum is not None else 0
     table = report.load_table([path.parent])
+    for w in table.warnings:
+        sys.stderr.write(f"warning: {w}\n")
     if args.json:
         print(report.dumps(table, fingerprints=bar.fingerprints))
     else:

@@ -44,6 +44,10 @@ class Row:
     first_bad: dict[str, int] = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the first block's configuration
     losses: dict[tuple[int, int], float | None] = field(default_factory=dict)  # variants runs: (seed, step)
+    # Finite steps whose record gives max |new params - old params| (frozen, --commit step), and of them
+    # those whose update was exactly 0: a step that changes nothing (a learning rate of 0) measures little.
+    updates_known: int = 0
+    updates_zero: int = 0
 
     @property
     def nondet(self) -> int:
@@ -116,20 +120,31 @@ def summarize(files: list[results.Results], order: list[str] | None = None) -> T
         labels = [lab for lab in order if lab in rows] + [lab for lab in labels if lab not in order]
     table = Table([rows[lab] for lab in labels], sorted(seeds), files[0].header.env if files else None)
     for r in table.rows:
-        for seed, step in r.unrecoverable:
-            table.warnings.append(f"{r.label} seed {seed}: stopped after step {step}: the state before it could "
-                                  "not be rebuilt finite (every recompute from its restore points came out "
-                                  "non-finite); the seed's later steps were not measured")
+        table.warnings += _row_warnings(r)
     if conflicts:
         table.warnings.append(f"{len(conflicts)} step(s) recorded twice with different outcomes "
                               f"(first: {conflicts[0]})")
     return table
 
 
+def _row_warnings(r: Row) -> list[str]:
+    out = [f"{r.label} seed {seed}: stopped after step {step}: the state before it could not be rebuilt finite "
+           "(every recompute from its restore points came out non-finite); the seed's later steps were not measured"
+           for seed, step in r.unrecoverable]
+    if r.updates_known and r.updates_zero == r.updates_known:
+        out.append(f"{r.label}: every finite step changed no parameter (max |update| 0 in all {r.updates_known}): "
+                   "the step measured is a no-op update (a learning rate of 0 at these steps, as a warmup gives at "
+                   "step 0), not the training step")
+    return out
+
+
 def _count(row: Row, seed: int, s: records.Step) -> None:
     k, n = row.per_seed.get(seed, (0, 0))
     row.per_seed[seed] = (k + (not s.finite), n + 1)
     row.injected += s.injected is not None
+    if s.finite and s.max_abs_update is not None:
+        row.updates_known += 1
+        row.updates_zero += s.max_abs_update == 0.0
     if s.nondet:
         row.nondet_steps.add((seed, s.step))
         row.nondet_detailed += s.nondet_detail is not None
@@ -392,6 +407,7 @@ def table_json(t: Table) -> dict:
                           "silent": sum(r.silent for r in t.rows)},
         "env": t.env,
         "gaps": t.gaps,
+        "warnings": t.warnings,
     }
 
 
