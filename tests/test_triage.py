@@ -231,7 +231,9 @@ def test_kill_9_in_each_stage_then_resume_gives_the_same_answer(tmp_path):
     ref = _triage("--program", QUICKSTART, "--out", str(whole), "--budget", "30")
     assert ref.returncode == 0, ref.stderr
     out = tmp_path / "cut"
-    for stage in ("compile-host/compile", "frozen/round-1", "train/round-1", "variants/round-1"):
+    # (no variants round: a triage whose frozen and train saw no failure skips the variants stage)
+    assert "workaround variants: not run: frozen and train saw no non-finite step" in _answer_line(ref.stdout)
+    for stage in ("compile-host/compile", "frozen/round-1", "train/round-1"):
         argv = [sys.executable, "-m", "xla_harness", "triage", "--program", QUICKSTART, "--out", str(out),
                 "--budget", "30", *(["--resume"] if out.exists() else [])]
         proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -420,3 +422,34 @@ def test_report_html_names_what_triage_json_is_when_it_is_not_a_file(tmp_path, c
     assert main(["report", str(tmp_path), "--html"]) == 2
     err = capsys.readouterr().err
     assert "triage.json is a" in err and "no triage.json" not in err
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_variants_run_only_when_frozen_or_train_failed(tmp_path, monkeypatch, fails):
+    """0 failures on both sides compare nothing: the stage is skipped with its reason (and says so in the
+    answer), taking no time; a failing baseline gets its variants run."""
+    from xla_harness.triage import run as run_mod
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=60.0, rate_of_interest=0.05)
+    triage = Triage(spec, tmp_path / "t")
+    ran = []
+
+    def stage(st, summaries, backend="", failing=None):
+        ran.append(st.kind)
+        if st.kind in ("frozen", "train"):
+            return {"ok": True, "rounds": [f"stages/{st.kind}/round-1"], "answer": "fails" if fails else "bounded"}
+        return {"ok": True}
+
+    monkeypatch.setattr(triage, "_stage", stage)
+    monkeypatch.setattr(run_mod, "_local_backend", lambda out, summaries: "cpu")
+    monkeypatch.setattr(triage, "_state", lambda summaries, backend: {"kind": "triage", "stages": summaries})
+    monkeypatch.setattr(run_mod, "answer", lambda state, out: state)
+    state, _ = triage.run()
+    assert ("variants" in ran) == fails
+    variants = state["stages"]["variants"]
+    if not fails:
+        assert variants["skipped"].startswith("not run: frozen and train saw no non-finite step")
+        from xla_harness.triage.answer import _after
+
+        assert _after(state["stages"])[0].startswith("workaround variants: not run")

@@ -150,8 +150,9 @@ def _here(backend: str, local: dict[str, LocalRun]) -> str:
 
 
 def _after(stages: dict) -> list[str]:
-    """The sentences of the bisection and the bundle."""
-    out = []
+    """The sentences of the bisection and the bundle, and of a variants stage skipped for a reason."""
+    variants = stages.get("variants") or {}
+    out = [f"workaround variants: {variants['skipped']}"] if variants.get("skipped") else []
     bisect = stages.get("bisect") or {}
     if bisect.get("ok"):
         out.append(f"pass bisection: {_bisect_text(bisect.get('result') or {})}")

@@ -29,6 +29,8 @@ from xla_harness.triage.compiled import TargetVerdict, target_verdict
 from xla_harness.triage.plan import Stage
 
 STATE = "triage.json"
+NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could fail less than the baseline "
+                      "(the variants stage runs when one of them fails)")
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
 STRESS_GRACE_S = 60.0  # after its SIGTERM at the budget, for a stress round to finish its step and flush
 MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
@@ -308,10 +310,16 @@ class Triage:
                 continue
             summaries[stage.name] = self._stage(stage, summaries)
         backend = _local_backend(self.out, summaries)
+        failing = [s for s in ("frozen", "train") if summaries.get(s, {}).get("answer") == "fails"]
+        measured = [s for s in ("frozen", "train") if summaries.get(s, {}).get("rounds")]
         for stage in self.stages:
             if stage.kind == "variants":
+                if measured and not failing and self._done(stage) is None:  # only a failing baseline can improve
+                    skipped = NOTHING_TO_COMPARE.format(" and ".join(measured))
+                    self._progress(f"{stage.name}: {skipped}")
+                    summaries[stage.name] = self._finish(stage, {"ok": True, "skipped": skipped}, 0.0)
+                    continue
                 summaries[stage.name] = self._stage(stage, summaries, backend=backend)
-        failing = [s for s in ("frozen", "train") if summaries.get(s, {}).get("answer") == "fails"]
         if failing:
             for stage in self.stages:
                 if stage.kind in ("bisect", "bundle"):
