@@ -146,10 +146,21 @@ def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
     return rows
 
 
+def _library(frame: str) -> bool:
+    """Whether a source frame lies in an installed package (flax, optax, ...), not in the user's files."""
+    return bool(re.search(r"(/(site|dist)-packages/|^<site-packages>/)", frame))
+
+
 def source_shown(source: str) -> str:
-    """A scatter's innermost source frame, with no path of this machine in it."""
-    frame = source.split(" <- ")[0]
-    return shown(re.sub(r"\S*/site-packages/", "<site-packages>/", frame)) if frame else "-"
+    """Where an instruction came from, with no path of this machine in it: the innermost frame in the
+    user's own files first, then, when the innermost frame is a library's (``flax/linen/linear.py``),
+    that frame after "via"; "-" when the dump says nothing."""
+    frames = [f for f in source.split(" <- ") if f]
+    if not frames:
+        return "-"
+    user = next((f for f in frames if not _library(f)), None)
+    text = frames[0] if user is None or user == frames[0] else f"{user} via {frames[0]}"
+    return shown(re.sub(r"\S*/(site|dist)-packages/", "<site-packages>/", text))
 
 
 def _scatter_rows(v: TargetVerdict) -> list[list[str]]:
@@ -179,7 +190,8 @@ def _target_blocks(v: TargetVerdict, commands: list[str], figures: bool) -> list
         out.append(Block("table", rows=_scatter_rows(v)))
     if v.nondeterministic:
         out.append(Block("paragraph", "Run non-deterministically on this target: " + "; ".join(
-            f"{op['fusion'] or op['instruction']} ({op['shape']})" for op in v.nondeterministic[:6])))
+            f"{op['fusion'] or op['instruction']} ({op['shape']}"
+            + (f"; {source_shown(op['source'])}" if op.get("source") else "") + ")" for op in v.nondeterministic[:6])))
     for g in v.neighbourhoods if figures else []:
         out.append(Block("figure", figure=Figure(f"{v.target}: {g.fusion}", neighbourhood_figure(g),
                                                  commands[0] if commands else "")))
