@@ -108,14 +108,23 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)[:80] + "-" + digest
 
 
-def _scan_counts(text: str, backend: str, name: str) -> dict:
+def host_rules(device_kind: str) -> str:
+    """The alias rules of the host's compiler, from its device kind (cpu, gpu or tpu): what the compile
+    record's scan and triage both judge a host compile by."""
+    kind = device_kind.lower()
+    return "cpu" if kind == "cpu" else "tpu" if "tpu" in kind else "gpu"
+
+
+def _scan_counts(text: str, backend: str, name: str, buffer_assignment: str | None = None) -> dict:
     from xla_harness.hlo import compiler_alias
+    from xla_harness.hlo.buffers import parse_buffer_assignment
     from xla_harness.hlo.nondeterminism import ASSESSED, nondeterministic_ops
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import CLASSES, scan
 
     module = parse_module(text, name)
-    findings, decisions, used = scan(module, backend)
+    buffers = parse_buffer_assignment(buffer_assignment, name) if buffer_assignment else None
+    findings, decisions, used = scan(module, backend, buffers)
     counts = {c: sum(f.cls == c for f in findings) for c in CLASSES}
     if used in ASSESSED:  # what the target runs non-deterministically (GPU: scatters with atomics)
         counts["nondeterministic"] = len(nondeterministic_ops(module, used))
@@ -430,11 +439,12 @@ def _record(spec: StressSpec, label: str, options: dict, program, compiled, targ
     # the compile's own options: the program's and its flag set's (a deterministic row ahead of time also
     # names Triton gemm fusions off), the harness's dump options left out
     compiler_options = _jsonable(dict(program.jit_kwargs.get("compiler_options") or {}))
-    rules = "auto" if target.is_host else target.backend
+    # the device's compiler on the host, as triage judges it (its buffer assignment the aliasing truth)
+    rules = host_rules(str(env.get("device_kind", ""))) if target.is_host else target.backend
     record = {"kind": "compile", "schema": SCHEMA, "label": label, "program": spec.program,
               "options": _jsonable(options), **env, "devices": _device_count(compiled.compiled),
               "protocol": spec.protocol, "compile_cpu_s": round(compiled.cpu_seconds, 3), "fingerprint": fp,
-              "scan": _scan_counts(compiled.hlo_text, rules, label)}
+              "scan": _scan_counts(compiled.hlo_text, rules, label, compiled.buffer_assignment)}
     record[JAX_CONFIG_KEY] = jax_settings()  # as the step was traced and compiled
     if autotune_sha256 is not None:
         record["autotune_sha256"] = autotune_sha256

@@ -439,10 +439,11 @@ def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict
 
 def _rules(record: dict) -> str:
     """The alias rules of the compiler that made ``record``: the target's, or for the host its device's."""
+    from xla_harness.stress.compile_only import host_rules
+
     if record.get("target") != "host":
         return str(record.get("scan", {}).get("backend", "auto"))
-    kind = str(record.get("device_kind", "")).lower()
-    return "cpu" if kind == "cpu" else "tpu" if "tpu" in kind else "gpu"
+    return host_rules(str(record.get("device_kind", "")))
 
 
 def _record_summary(record: dict) -> dict:
