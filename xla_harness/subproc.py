@@ -9,6 +9,12 @@ gets SIGTERM, a short grace, then SIGKILL (:func:`kill_group`). A timeout is one
 
 A child in its own session no longer receives the terminal's Ctrl-C; the harness passes it on by
 killing the group when the interrupt reaches it.
+
+No child is started with a ``preexec_fn`` (:func:`start` refuses one): with it, CPython runs Python
+between fork and exec, in the child and in fork's hooks in the parent (``os.register_at_fork``), and
+an interrupt arriving then raises where CPython only prints it ("Exception ignored in: <function
+_afterFork>"). Without it the child is started with no Python code run around the fork; what a
+``preexec_fn`` would do is done by the child itself (``die_with_parent``: xla_harness/_early.py).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from xla_harness import _early
 from xla_harness.errors import HarnessError
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL of a timed-out group
@@ -97,8 +104,16 @@ def kill_group(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
             proc.wait()
 
 
-def start(argv: str | Sequence[Any], **popen_kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` in a new session (its own process group), for :func:`wait`."""
+def start(argv: str | Sequence[Any], die_with_parent: bool = False, **popen_kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session (its own process group), for :func:`wait`. With
+    ``die_with_parent`` a child that is an ``xla-harness`` command is killed when this process dies
+    (it sets that up itself, from its environment: xla_harness/_early.py)."""
+    if popen_kwargs.get("preexec_fn") is not None:
+        raise TypeError("subproc.start takes no preexec_fn: Python run around the fork turns an interrupt "
+                        "into 'Exception ignored' (see the module docstring)")
+    if die_with_parent:
+        env = popen_kwargs.get("env")
+        popen_kwargs["env"] = {**(os.environ if env is None else env), _early.DIE_WITH_PARENT: str(os.getpid())}
     return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
 
 
@@ -119,7 +134,7 @@ def wait(proc: subprocess.Popen, timeout: float, what: str | None = None, input:
 
 
 def run(argv: str | Sequence[Any], *, timeout: float, what: str | None = None, input: Any = None,
-        capture_output: bool = False, check: bool = False, grace: float = GRACE_S,
+        capture_output: bool = False, check: bool = False, grace: float = GRACE_S, die_with_parent: bool = False,
         **popen_kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run`` in a new session with a bounded wait (see the module docstring).
     ``what`` names the command in the timeout's message (default: the command line)."""
@@ -127,7 +142,7 @@ def run(argv: str | Sequence[Any], *, timeout: float, what: str | None = None, i
         popen_kwargs["stdout"] = popen_kwargs["stderr"] = subprocess.PIPE
     if input is not None:
         popen_kwargs["stdin"] = subprocess.PIPE
-    proc = start(argv, **popen_kwargs)
+    proc = start(argv, die_with_parent, **popen_kwargs)
     stdout, stderr = wait(proc, timeout, what, input, grace)
     assert proc.returncode is not None
     if check and proc.returncode:

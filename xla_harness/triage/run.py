@@ -6,8 +6,9 @@ Stages run as children so that each compiles for its own target in a process of 
 the CUDA plugin need their environment before jax starts), a crash or a hang of one is one stage's
 failure, and every stage is resumable by the child's own ``--resume``. A stage's ``stage.json`` is
 written (atomically) when it is done; ``--resume`` skips those and resumes the rest where their
-children left off. Children are killed with this process (``PR_SET_PDEATHSIG``), so a ``kill -9``
-leaves no child writing. This process imports no jax and starts no device: the children own them.
+children left off. Children are killed with this process (``PR_SET_PDEATHSIG``, which each child
+sets on itself: ``subproc.start(die_with_parent=True)``), so a ``kill -9`` leaves no child writing.
+This process imports no jax and starts no device: the children own them.
 """
 
 from __future__ import annotations
@@ -53,16 +54,6 @@ class TriageSpec:
         return {"program": self.program, "options": self.options, "targets": self.targets, "hlo": self.hlo,
                 "budget_s": self.budget_s, "rate_of_interest": self.rate_of_interest, "inject": self.inject,
                 "inject_rate": self.inject_rate}
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _interrupted(where: str) -> None:
@@ -149,7 +140,7 @@ class Triage:
                grace: float = subproc.GRACE_S) -> subproc.subprocess.CompletedProcess:
         """Run ``xla-harness ARGV`` for ``stage``; its output kept in the stage's folder. An interrupt
         that arrived before or while it ran ends the triage here (:func:`_interrupted`), also one whose
-        exception was swallowed on its way (raised inside fork's callbacks, CPython only prints it)."""
+        exception was swallowed on its way (raised in a finalizer, where CPython only prints it)."""
         _interrupted(f"starting triage stage {stage.name}")
         folder = self.stage_dir(stage)
         folder.mkdir(parents=True, exist_ok=True)
@@ -159,7 +150,8 @@ class Triage:
         with open(folder / f"{name}.stdout.txt", "wb") as out, open(folder / f"{name}.stderr.txt", "wb") as err:
             try:
                 done = subproc.run(full, timeout=max(timeout, 30.0), what=f"triage stage {stage.name}",
-                                   stdout=out, stderr=err, env=env, preexec_fn=_die_with_parent, grace=grace)
+                                   stdout=out, stderr=err, env=env, die_with_parent=True,
+                                   grace=grace)
             except subproc.ChildTimeout:
                 done = subproc.subprocess.CompletedProcess(full, 124, b"", b"")
         _interrupted(f"running triage stage {stage.name}")
