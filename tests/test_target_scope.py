@@ -55,3 +55,9 @@ def _record(devices: int, target_devices: int) -> dict:
 def test_the_compile_line_says_the_devices_it_covers():
     assert "(1x TPU v6 lite, 1 of the target's 8 devices)" in CompileRecord("m", _record(1, 8)).line()
     assert "(8x TPU v6 lite)" in CompileRecord("m", _record(8, 8)).line()
+
+
+def test_the_host_runs_the_programs_own_device_count_and_says_nothing():
+    v = TargetVerdict(**{**verdict(1, 8).to_json(), "target": "host"})
+    assert v.scope() == "" and "compiled for" not in target_sentence(v)
+    assert "devices" not in CompileRecord("m", {**_record(1, 8), "target": "host"}).line().split("):")[0].split("(")[-1]

@@ -87,10 +87,11 @@ class CompileRecord:
 
 
 def _scope(record: dict) -> str:
-    """", 1 of the target's 8 devices" where the step was compiled for fewer devices than the target has."""
+    """", 1 of the target's 8 devices" where an ahead-of-time target's step was compiled for fewer devices
+    than the target has."""
     n, of = record.get("devices"), record.get("target_devices")
-    if not isinstance(n, int) or not isinstance(of, int) or n >= of:
-        return ""
+    if record.get("target") == "host" or not isinstance(n, int) or not isinstance(of, int) or n >= of:
+        return ""  # the host runs the program's own device count, by design
     return f", {n} of the target's {of} devices"
 
 

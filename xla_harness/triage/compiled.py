@@ -75,9 +75,11 @@ class TargetVerdict:
         return bool(self.hazard or self.fused_producer)
 
     def scope(self) -> str:
-        """"compiled for 1 of 8 devices" where the step covers fewer devices than the target has, else ""."""
-        if self.devices is None or self.target_devices is None or self.devices >= self.target_devices:
-            return ""
+        """"compiled for 1 of 8 devices" where an ahead-of-time target's step covers fewer devices than the
+        target has, else ""."""
+        if self.target == "host" or self.devices is None or self.target_devices is None \
+                or self.devices >= self.target_devices:
+            return ""  # the host runs the program's own device count, by design
         return f"compiled for {self.devices} of {self.target_devices} devices"
 
     def w_scatter(self) -> ScatterFusion | None:
