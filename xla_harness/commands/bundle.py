@@ -14,6 +14,11 @@ variables only), config.json, the optimized HLO and buffer assignment of the tra
 results (--results DIR, else a run of --seeds x --steps here), bisect.jsonl (--bisect DIR),
 and a standalone repro.py (jax + numpy only for the built-in; a user's --program is bundled
 as source under program/ and repro.py loads it) with the output it gave when bundled.
+program/ holds the program file and every module it imported from its own folder or below it
+(a sibling model.py, a package beside it, in their layout there), not the whole folder and never
+installed packages; more than 500 files or 16 MiB of them is refused with one error line. The
+output recorded in the bundle comes from its repro.py run in the bundle's own folder, so a
+bundle missing a module the program needs is refused when it is made.
 
 --check FILE never runs code from the archive (a user's program only with --run-program,
 and then only the source bundled in program/: a config.json naming any other module is refused).

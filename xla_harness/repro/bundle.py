@@ -6,9 +6,11 @@ training step, from a dump), ``findings.json`` (the scanner on that HLO), ``stre
 (the results and table), ``bisect.jsonl`` when given, ``repro.py`` (standalone, jax and
 numpy only; the harness's module xla_harness/repro/standalone.py, copied verbatim) for the built-in
 program, or, for a user's program, ``repro.py`` from xla_harness/repro/standalone_program.py with
-``program/`` (the program's source and the harness files that define the TrainProgram
-interface); ``expected.json`` (its output when the bundle was made), ``README.md``, and
-``manifest.json`` (sha256 of every other file).
+``program/`` (the program's file, every module it imported from its folder or below it, in their
+layout there (:func:`local_modules`; never the folder itself, capped at MAX_PROGRAM_FILES files and
+MAX_PROGRAM_BYTES bytes), and the harness files that define the TrainProgram interface);
+``expected.json`` (its output when the bundle was made, run from the bundle's folder with nothing
+else on its path), ``README.md``, and ``manifest.json`` (sha256 of every other file).
 
 ``check`` never executes code from the archive unless told to. It extracts with caps on
 members and bytes (regular files and folders under ``bundle/`` only), verifies the manifest,
@@ -52,6 +54,8 @@ MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big model
 REPRO_TIMEOUT_S = 1800.0
 MAX_CHECK_STEPS = 10_000  # steps x seeds a --check re-run may take unless raised with --max-steps
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+MAX_PROGRAM_FILES = 500  # local modules of a user's program a bundle carries (program/)
+MAX_PROGRAM_BYTES = 16 << 20  # and their bytes in all
 
 
 def bundle_env() -> dict:
@@ -138,7 +142,59 @@ def copy_program_source(program: str, dest: Path) -> str:
     if not src.is_file():
         raise HarnessError(f"--program {program}: no such file {src}")
     shutil.copy(src, dest / src.name)
+    for rel, path in local_modules(src, program).items():
+        if rel != src.name:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, dest / rel)
     return f"{src.name}:{attr}"
+
+
+def _outside_the_program(path: str) -> tuple[str, ...]:
+    """Folders whose modules are never the program's own, even under its folder: the harness, the
+    standard library and installed packages (a venv or ~/.local under a program in a home folder)."""
+    import sysconfig
+
+    from xla_harness.resources import import_root
+
+    roots = {os.path.abspath(import_root() / "xla_harness")}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with contextlib.suppress(KeyError):
+            roots.add(os.path.abspath(sysconfig.get_paths()[key]))
+    return tuple(r for r in roots if r.startswith(path))
+
+
+def local_modules(program_file: Path, program: str = "") -> dict[str, Path]:
+    """The program's local imports: the file of every module loaded (``sys.modules``) from the program
+    file's folder or below it, keyed by its path relative to that folder (a package keeps its layout),
+    the program file included. Not the folder itself, which may be a home folder: only what was
+    imported, and never the harness, the standard library or installed packages (``site-packages``,
+    ``dist-packages``). The program must have been loaded in this process (it is, when the bundle's
+    step compiled or its stress rows ran here); modules it imports only later, when a step runs,
+    come along once they have. More than MAX_PROGRAM_FILES files or MAX_PROGRAM_BYTES bytes in all
+    is refused (HarnessError naming the largest)."""
+    folder = os.path.abspath(Path(program_file).resolve().parent)
+    excluded = _outside_the_program(folder)
+    found: dict[str, Path] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or name.partition(".")[0] == "xla_harness":
+            continue
+        path = os.path.abspath(file)
+        if not path.startswith(folder + os.sep) or path.startswith(excluded):
+            continue
+        rel = Path(os.path.relpath(path, folder))
+        if {"site-packages", "dist-packages", "__pycache__"} & set(rel.parts) or not os.path.isfile(path):
+            continue
+        found[rel.as_posix()] = Path(path)
+    rel_program = Path(program_file).resolve().name
+    found.setdefault(rel_program, Path(program_file).resolve())
+    sizes = {rel: path.stat().st_size for rel, path in found.items()}
+    if len(found) > MAX_PROGRAM_FILES or sum(sizes.values()) > MAX_PROGRAM_BYTES:
+        largest = ", ".join(f"{rel} ({size} bytes)" for rel, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        raise HarnessError(f"--program {program}: its local modules under {folder} are {len(found)} files of "
+                           f"{sum(sizes.values())} bytes, more than a bundle carries ({MAX_PROGRAM_FILES} files, "
+                           f"{MAX_PROGRAM_BYTES} bytes); largest: {largest}")
+    return dict(sorted(found.items()))
 
 
 def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], steps: int,
@@ -149,7 +205,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
     from xla_harness.stress import report
     from xla_harness.stress.inject import step_keys
     from xla_harness.stress.runner import initial_state, prepare, run_matrix
-    from xla_harness.stress.spec import StressSpec
+    from xla_harness.stress.spec import StressSpec, build
 
     if not str(out).endswith(".tar.gz"):
         raise HarnessError(f"--out must end in .tar.gz, got {out}")
@@ -169,9 +225,10 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
                               "learning_rate": options["learning_rate"],
                               **{k: options[k] for k in ("vocab", "d_model", "layers", "heads", "seq", "batch")}}
                              if builtin else {}))
+        compiled_here = None
         if dump is None:  # compile the user's step once, as the harness runs it, with a dump
             dump = Path(tmp) / "dump"
-            h = prepare(spec, spec.configs()[0])
+            h = compiled_here = prepare(spec, spec.configs()[0])
             state = initial_state(h, seeds[0])
             h.jitted.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
                 compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
@@ -190,18 +247,20 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             config = {"program": program, "model": model, "seeds": list(seeds), "steps": steps,
                       "learning_rate": options["learning_rate"]}
             repro = STANDALONE
-        else:
-            (root / "program").mkdir()
-            config = {"program": copy_program_source(program, root / "program"), "options": spec.configs()[0],
-                      "seeds": list(seeds), "steps": steps}
-            repro = STANDALONE_PROGRAM
-        (root / "config.json").write_text(json.dumps(config, indent=2))
         stress_dir = root / "stress"
         if results_dir is not None:
             shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt"))
         else:
             run_matrix(spec, stress_dir)
             shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)
+        if not builtin:  # after the program ran here: what it imported from its folder is known
+            if compiled_here is None and results_dir is not None:
+                build(spec, spec.configs()[0])  # neither compiled nor run here: loaded, to see its imports
+            (root / "program").mkdir()
+            config = {"program": copy_program_source(program, root / "program"), "options": spec.configs()[0],
+                      "seeds": list(seeds), "steps": steps}
+            repro = STANDALONE_PROGRAM
+        (root / "config.json").write_text(json.dumps(config, indent=2))
         (stress_dir / "table.txt").write_text(report.format_table(report.load_table([stress_dir])) + "\n")
         if bisect_dir is not None:
             shutil.copy(check_bisect_log(bisect_dir), root / "bisect.jsonl")
@@ -209,7 +268,8 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
         (root / "expected.json").write_text(run_repro(root / "repro.py", root / "config.json", python))
         (root / "README.md").write_text(
             "# Repro bundle\n\n`python repro.py` (needs jax, numpy and, for a user's program, what it imports) "
-            "builds the training program of `config.json` (the built-in model, or the program in `program/`), "
+            "builds the training program of `config.json` (the built-in model, or the program in `program/`: its "
+            "file and the modules it imported from its own folder, in their layout there), "
             "jits its step as a user does, and counts non-finite steps; `expected.json` is what it printed when "
             "the bundle was made, "
             "`env.json` where. `hlo/` holds the optimized HLO and buffer assignment of the step (and, in "
