@@ -665,6 +665,7 @@ def bisect_cases() -> list[Case]:
         "baseline-steps-zero": ["--baseline-steps", "0"],
         "baseline-steps-word": ["--baseline-steps", "x"], "heads-indivisible": ["--heads", "3"],
         "passes-empty": ["--passes", ","],
+        "time-limit-zero": ["--time-limit", "0"], "time-limit-word": ["--time-limit", "soon"],
     }
     out = _bad(flags, "bisect", base)
     for name, content in {"not-json": b"{nope\n{nope\n", "non-utf8": b"\xff\xfe\n\xff\n",

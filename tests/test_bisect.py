@@ -114,3 +114,57 @@ def test_resume_refuses_a_log_of_another_task(tmp_path, capsys):
     (out / "bisect.jsonl").write_text('{"kind": "probe", "disabled": [], "failing": true}\n')
     with pytest.raises(HarnessError, match="no task line"):
         bisect.ProbeLog(out / "bisect.jsonl", resume=True, task=task)
+
+
+def _fake_bisect(tmp_path, probes_before_time_is_up):
+    """ddmin over 8 passes, the failure coming from b and e, with a clock that reaches the deadline after
+    ``probes_before_time_is_up`` probes of the oracle."""
+    needed = {"b", "e"}
+    ran = []
+
+    def oracle(disabled):
+        ran.append(disabled)
+        return bisect.Probe(disabled, not needed <= disabled, "fake")
+
+    log = bisect.ProbeLog(tmp_path / "bisect.jsonl", False, task={"t": 1})
+    return ran, log, lambda: bisect.bisect(list("abcdefgh"), oracle, log, deadline=1.0,
+                                           clock=lambda: 1.0 if len(ran) >= probes_before_time_is_up else 0.0)
+
+
+def test_a_bisection_out_of_time_says_what_it_narrowed(tmp_path):
+    ran, log, go = _fake_bisect(tmp_path, 10)
+    with pytest.raises(bisect.OutOfTime) as stop:
+        go()
+    partial = stop.value.partial
+    assert len(ran) == 10 and partial["probes"] == 10 and partial["candidates"] == 8
+    # The smallest set seen to remove the failure, still holding both passes it needs.
+    assert {"b", "e"} <= set(partial["narrowed"]) and len(partial["narrowed"]) < 8
+    assert "narrowed so far" in str(stop.value) and ", ".join(partial["narrowed"]) in str(stop.value)
+    last = json.loads((tmp_path / "bisect.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "stopped" and last["narrowed"] == partial["narrowed"]
+    # --resume takes the log (the "stopped" line included) and finishes with the same answer.
+    resumed = bisect.ProbeLog(tmp_path / "bisect.jsonl", True, task={"t": 1})
+    assert len(resumed.known) == 10
+    result = bisect.bisect(list("abcdefgh"), lambda d: bisect.Probe(d, not {"b", "e"} <= d, "fake"), resumed)
+    assert result.minimal == ["b", "e"]
+
+
+def test_a_bisection_out_of_time_before_any_removing_probe_says_so(tmp_path):
+    ran, _, go = _fake_bisect(tmp_path, 0)
+    with pytest.raises(bisect.OutOfTime) as stop:
+        go()
+    assert ran == [] and stop.value.partial == {"probes": 0, "candidates": 8, "narrowed": None}
+    assert "no set of disabled passes tried so far removes the failure" in str(stop.value)
+
+
+@pytest.mark.slow
+def test_time_limit_stops_before_the_next_probe_and_says_so(tmp_path, capsys):
+    """--time-limit spent by the pass listing: no probe starts, exit 1, the partial state in --json."""
+    out = tmp_path / "b"
+    rc = main(["bisect-passes", "--oracle", "hlo", "--property", "multi-op-fusion", "--program", "small",
+               "--out", str(out), "--quiet", "--json", "--time-limit", "0.001"])
+    got = json.loads(capsys.readouterr().out)
+    assert rc == 1 and got["finished"] is False
+    assert got["partial"]["probes"] == 0 and got["partial"]["narrowed"] is None and got["partial"]["candidates"] > 0
+    assert "no set of disabled passes tried so far" in got["summary"]
+    assert json.loads((out / "bisect.jsonl").read_text().splitlines()[-1])["kind"] == "stopped"

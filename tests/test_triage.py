@@ -282,6 +282,46 @@ def test_a_stage_that_ran_no_round_is_not_an_answer(tmp_path, monkeypatch):
     assert answer(old, tmp_path).exit_code == 2
 
 
+def _bisect_child(tmp_path, monkeypatch, stdout: str, rc: int):
+    """A triage whose bisect-passes child printed ``stdout`` and exited ``rc``; its argv is kept."""
+    from xla_harness import subproc
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
+    triage = Triage(spec, tmp_path / "t")
+    triage._open()
+    stage = next(s for s in triage.stages if s.kind == "bisect")
+    seen = {}
+
+    def child(stage_, name, argv, timeout, grace=5.0):
+        seen.update(argv=argv, timeout=timeout)
+        (triage.stage_dir(stage_) / f"{name}.stdout.txt").parent.mkdir(parents=True, exist_ok=True)
+        (triage.stage_dir(stage_) / f"{name}.stdout.txt").write_text(stdout)
+        (triage.stage_dir(stage_) / f"{name}.stderr.txt").write_text("")
+        return subproc.subprocess.CompletedProcess(argv, rc, b"", b"")
+
+    monkeypatch.setattr(triage, "_child", child)
+    return triage.bisect_stage(stage, budget=90.0), seen
+
+
+def test_a_bisection_out_of_time_says_what_it_narrowed(tmp_path, monkeypatch):
+    """bisect-passes gets the stage's budget as --time-limit (and a grace to end its probe in flight);
+    stopped there, what it had narrowed is the stage's answer, not only "did not finish"."""
+    partial = {"probes": 7, "candidates": 40, "narrowed": ["algsimp", "cse", "fusion"]}
+    from xla_harness.repro.bisect import partial_text
+
+    stdout = json.dumps({"finished": False, "partial": partial, "summary": partial_text(partial)})
+    got, seen = _bisect_child(tmp_path, monkeypatch, stdout, 1)
+    assert seen["argv"][seen["argv"].index("--time-limit") + 1] == "90" and seen["timeout"] > 90
+    assert got["ok"] is False and got["partial"] == partial
+    assert "stopped at its 90 s after 7 probe(s)" in got["error"] and "algsimp, cse, fusion" in got["error"]
+    ans = answer({"kind": "triage", "stages": {"bisect": got}}, tmp_path)
+    assert "Pass bisection: not concluded (the bisection stopped at its 90 s after 7 probe(s)" in ans.paragraph
+    # Killed past its grace: said so, with where its probes are.
+    got, _ = _bisect_child(tmp_path / "k", monkeypatch, "", 124)
+    assert "did not finish within its 90 s" in got["error"] and "bisect.jsonl" in got["error"]
+
+
 @pytest.mark.parametrize("text", ["{", "[]", '"x"', '{"spec": []}', '{"spec": {}, "spent_s": "1"}',
                                   '{"spec": {}, "spent_s": -1}', b"\xff\xfe"], ids=repr)
 def test_resume_refuses_a_triage_spec_that_is_not_a_triage_s_record(tmp_path, capsys, text):

@@ -31,7 +31,10 @@ Probes are logged to OUT/bisect.jsonl; --resume reuses them.
 The log's first line names the task; --resume refuses a log of another task. Before any
 search a baseline probe with nothing disabled must show the failure (--oracle hlo; for
 --oracle stress the baseline run does). Exit 0 with the minimal set; 2 if the configuration
-does not fail or the input is bad.
+does not fail or the input is bad; 1 when --time-limit S ran out first: no probe starts after it,
+and what was narrowed so far is printed (the smallest set whose disabling removed the failure,
+not yet shown minimal, or that none has yet). A program file imports modules from its own
+folder (``from mymodel import ...``), in this process and in every probe's.
 """
 
 
@@ -51,6 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bisect"), help="folder for bisect.jsonl")
     p.add_argument("--resume", action="store_true", help="reuse the probes already in OUT/bisect.jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--time-limit", type=flags.positive_number, metavar="S",
+                   help="start no probe after S seconds; print what was narrowed so far and exit 1")
     flags.add_json_argument(p, "the minimal set, its flag, the probe count and the baseline")
     flags.add_model_arguments(p)
 
@@ -66,6 +71,8 @@ def _check_args(args) -> None:
     if not args.target.is_host and args.oracle == "stress":
         raise HarnessError(f"--target {args.target} compiles without the hardware, so no step can run: use "
                            "--oracle hlo (a property of the compiled HLO)")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise HarnessError(f"--time-limit must be a positive number of seconds, got {args.time_limit}")
     if args.out.exists() and not args.out.is_dir():
         raise HarnessError(f"--out {args.out} is not a folder")
     module_part = args.program.rsplit(":", 1)[0] if ":" in args.program else ""
@@ -90,8 +97,11 @@ def _task(args) -> dict:
 
 
 def run(args) -> int:
+    import time
+
     from xla_harness.repro import bisect
 
+    started = time.monotonic()
     _check_args(args)
     task = _task(args)  # the program's options checked (a built-in's table) before the compiler is looked for
     from xla_harness.targets.devices import missing
@@ -133,7 +143,12 @@ def run(args) -> int:
         say(f"baseline: {baseline}; each probe runs up to {per_probe} steps (95% confidence)")
         oracle.task["steps"] = per_probe
         log.record("baseline", nonfinite=k, steps=n, steps_per_probe=per_probe)
-    result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe)
+    deadline = None if args.time_limit is None else started + args.time_limit
+    try:
+        result = bisect.bisect(passes, oracle, log, progress=say, baseline=baseline, steps_per_probe=per_probe,
+                               deadline=deadline)
+    except bisect.OutOfTime as stop:
+        return _stopped(args, stop.partial, counts)
     if args.json:
         # "flag" goes in XLA_FLAGS (libtpu reads it there too; it refuses it in LIBTPU_INIT_ARGS).
         print(json.dumps({"minimal": result.minimal, "flag": result.flag(), "new_probes": result.probes,
@@ -147,3 +162,17 @@ def run(args) -> int:
           "these flags in LIBTPU_INIT_ARGS)")
     print(f"{result.probes} new probe(s)" + (f", up to {per_probe} steps each; {baseline}" if per_probe else ""))
     return 0
+
+
+def _stopped(args, partial: dict, counts: dict | None) -> int:
+    """What a bisection that ran out of --time-limit had narrowed (exit 1)."""
+    from xla_harness.repro.bisect import partial_text
+
+    if args.json:
+        print(json.dumps({"finished": False, "time_limit_s": args.time_limit, "partial": partial,
+                          "summary": partial_text(partial),
+                          "baseline": counts, "oracle": args.oracle, "log": str(args.out / "bisect.jsonl")}, indent=2))
+        return 1
+    print(f"bisection stopped at --time-limit {args.time_limit:g} s {partial_text(partial)}")
+    print(f"its probes are in {args.out / 'bisect.jsonl'}; --resume goes on from them")
+    return 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +255,35 @@ def ddmin(items: list[str], removes_failure: Callable[[frozenset[str]], bool]) -
     return cur
 
 
+class OutOfTime(Exception):
+    """The bisection reached its time limit before its next probe; ``partial`` is what it had narrowed
+    (:func:`narrowed_so_far`)."""
+
+    def __init__(self, partial: dict) -> None:
+        super().__init__(partial_text(partial))
+        self.partial = partial
+
+
+def narrowed_so_far(known: dict[frozenset[str], Probe], candidates: list[str]) -> dict:
+    """Where a bisection stands: its probes, its candidates and the smallest set of passes whose
+    disabling was seen to remove the failure (the set ddmin is narrowing; None when no probe has
+    removed it yet), not yet shown 1-minimal."""
+    removing = [d for d, probe in known.items() if not probe.failing]
+    best = min(removing, key=len) if removing else None
+    return {"probes": len(known), "candidates": len(candidates),
+            "narrowed": sorted(best) if best is not None else None}
+
+
+def partial_text(partial: dict) -> str:
+    """One sentence of :func:`narrowed_so_far`."""
+    head = f"after {partial['probes']} probe(s) over {partial['candidates']} candidate passes"
+    if partial.get("narrowed") is None:
+        return f"{head}: no set of disabled passes tried so far removes the failure"
+    names = partial["narrowed"]
+    return (f"{head}: the failure goes when these {len(names)} are disabled (narrowed so far, not yet shown "
+            f"minimal): {', '.join(names)}")
+
+
 @dataclass
 class BisectResult:
     passes: list[str]
@@ -268,7 +298,10 @@ class BisectResult:
 
 def bisect(candidates: list[str], oracle: Callable[[frozenset[str]], Probe], log: ProbeLog,
            progress: Callable[[str], None] = lambda s: None, baseline: str = "",
-           steps_per_probe: int | None = None) -> BisectResult:
+           steps_per_probe: int | None = None, deadline: float | None = None,
+           clock: Callable[[], float] = time.monotonic) -> BisectResult:
+    """ddmin over ``candidates`` with ``oracle``, every probe logged. Once ``clock()`` reaches
+    ``deadline`` no new probe starts: :class:`OutOfTime` carries what was narrowed."""
     if not candidates:
         raise HarnessError("the pass dump listed no passes to bisect")
     count = 0
@@ -278,6 +311,10 @@ def bisect(candidates: list[str], oracle: Callable[[frozenset[str]], Probe], log
         if disabled in log.known:
             probe = log.known[disabled]
         else:
+            if deadline is not None and clock() >= deadline:
+                partial = narrowed_so_far(log.known, candidates)
+                log.record("stopped", **partial)
+                raise OutOfTime(partial)
             probe = oracle(disabled)
             count += 1
             log.known[disabled] = probe

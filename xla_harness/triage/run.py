@@ -257,19 +257,25 @@ class Triage:
     def bisect_stage(self, stage: Stage, budget: float) -> dict:
         folder = self.stage_dir(stage) / "bisect"
         argv = ["bisect-passes", "--oracle", "stress", *self._program_args(), "--out", str(folder), "--json",
-                "--quiet"]
+                "--quiet", "--time-limit", f"{budget:.0f}"]
         if (folder / "bisect.jsonl").is_file():
             argv.append("--resume")
         self._progress("bisecting the compiler's passes (the failure seen on the local backend)")
-        done = self._child(stage, "bisect", argv, timeout=budget)
+        # At its --time-limit it starts no probe and says what it narrowed; the grace is for the probe in flight.
+        done = self._child(stage, "bisect", argv, timeout=budget + CHILD_GRACE_S)
         out = (self.stage_dir(stage) / "bisect.stdout.txt").read_text(encoding="utf-8", errors="replace")
         try:
-            result = json.loads(out) if done.returncode == 0 and out.strip() else None
+            result = json.loads(out) if done.returncode in (0, 1) and out.strip() else None
         except ValueError:
             result = None
         if done.returncode == 124:
-            return {"ok": False, "error": f"the bisection did not finish within its {budget:.0f} s"}
-        if result is None:
+            return {"ok": False, "error": f"the bisection did not finish within its {budget:.0f} s and "
+                                          f"{CHILD_GRACE_S:.0f} s of grace (a probe or the baseline run was still "
+                                          f"going; its probes are in {folder.relative_to(self.out)}/bisect.jsonl)"}
+        if isinstance(result, dict) and result.get("finished") is False and isinstance(result.get("partial"), dict):
+            return {"ok": False, "partial": result["partial"], "folder": str(folder.relative_to(self.out)),
+                    "error": f"the bisection stopped at its {budget:.0f} s {result.get('summary', '')}".rstrip()}
+        if not isinstance(result, dict) or done.returncode != 0:
             return {"ok": False, "error": f"bisect-passes: {self._child_error(stage, 'bisect')}"}
         return {"ok": True, "result": result, "folder": str(folder.relative_to(self.out))}
 
