@@ -21,7 +21,7 @@ from pathlib import Path
 from xla_harness.files import shown
 from xla_harness.stress import stats
 from xla_harness.triage.answer import Answer, answer
-from xla_harness.triage.compiled import Neighbourhood, TargetVerdict
+from xla_harness.triage.compiled import Neighbourhood, Node, TargetVerdict
 
 
 @dataclass
@@ -76,6 +76,18 @@ def rates_figure(rows: list[tuple[str, int, int]]) -> bytes:
     return _png(fig)
 
 
+def nondet_size(d: dict) -> str:
+    """How far a leaf's nondeterministic values were apart: elements, the largest |diff| first (ULPs
+    alone mislead near zero: 1e-45 and 0 are millions of ULPs apart), its ULPs after."""
+    parts = [f"{d['max_elements']} el."]
+    if d.get("max_abs") is not None:
+        parts.append(f"|diff| <= {d['max_abs']:.3g}" + (f" ({d['max_ulp']:.0f} ULP)" if d.get("max_ulp") is not None
+                                                         else ""))
+    elif d.get("max_ulp") is not None:
+        parts.append(f"<= {d['max_ulp']:.0f} ULP")
+    return ", ".join(parts)
+
+
 def nondet_figure(leaves: dict[str, dict]) -> bytes:
     """Per output leaf: how many nondeterministic steps changed it."""
     plt = _pyplot()
@@ -84,11 +96,49 @@ def nondet_figure(leaves: dict[str, dict]) -> bytes:
     ax.barh(range(len(ranked)), [d["steps"] for _, d in ranked], color="tab:orange")
     ax.set_yticks(range(len(ranked)), [name for name, _ in ranked], fontsize=8)
     for i, (_, d) in enumerate(ranked):
-        ulp = f", <= {d['max_ulp']:.0f} ULP" if d.get("max_ulp") is not None else ""
-        ax.text(d["steps"], i, f"  {d['max_elements']} el.{ulp}", va="center", fontsize=7)
+        ax.text(d["steps"], i, f"  {nondet_size(d)}", va="center", fontsize=7)
     ax.set_xlabel("nondeterministic steps that changed the leaf")
     ax.invert_yaxis()
     return _png(fig)
+
+
+MAX_COLUMN = 8  # nodes a column of the neighbourhood figure shows before the rest are grouped
+
+
+def collapsed(g: Neighbourhood, limit: int = MAX_COLUMN) -> Neighbourhood:
+    """``g`` with each role's column cut to ``limit`` nodes: the in-place path (the fusion, the nodes on
+    its "in place" edge and their producers) is always kept, the rest beyond the limit become one node
+    per column counting them by opcode ("+19 more: 12 parameter, 7 fusion"); their edges go to it."""
+    hot = {n.name for n in g.nodes if n.role == "fusion"}
+    for _ in range(3):  # the in-place operand, then its producers up the path
+        hot |= {src for src, dst, label in g.edges if dst in hot and (label == "in place" or dst != g.fusion)}
+    by_role: dict[str, list[Node]] = {}
+    for node in g.nodes:
+        by_role.setdefault(node.role, []).append(node)
+    nodes, renamed = [], {}
+    for role, members in by_role.items():
+        if len(members) <= limit:
+            nodes += members
+            continue
+        keep = [n for n in members if n.name in hot]
+        keep += [n for n in members if n.name not in hot][:max(0, limit - 1 - len(keep))]
+        rest = [n for n in members if n not in keep]
+        kinds: dict[str, int] = {}
+        for n in rest:
+            op = (n.label.split("\n") + ["?"])[1].split(" ")[0]
+            kinds[op] = kinds.get(op, 0) + 1
+        name = f"+{len(rest)} more {role}s"
+        text = f"+{len(rest)} more\n" + ", ".join(f"{c} {op}" for op, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        nodes += keep + [Node(name, text, role)]
+        renamed.update({n.name: name for n in rest})
+    edges, seen = [], set()
+    for src, dst, label in g.edges:
+        src, dst = renamed.get(src, src), renamed.get(dst, dst)
+        label = label if label == "in place" or (src not in renamed.values() and dst not in renamed.values()) else ""
+        if (src, dst, label) not in seen:
+            seen.add((src, dst, label))
+            edges.append((src, dst, label))
+    return Neighbourhood(g.fusion, nodes, edges)
 
 
 def neighbourhood_figure(g: Neighbourhood) -> bytes:
@@ -96,6 +146,7 @@ def neighbourhood_figure(g: Neighbourhood) -> bytes:
     (right); the in-place operand's edge in red."""
     plt = _pyplot()
     columns = {"producer": 0, "operand": 1, "fusion": 2, "user": 3}
+    g = collapsed(g)
     placed: dict[str, tuple[float, float]] = {}
     per_col: dict[int, list[str]] = {}
     for node in g.nodes:
