@@ -182,7 +182,7 @@ def xla_harness_triage(request, tmp_path):
         if ans.exit_code == 2:
             pytest.fail(f"xla-harness triage measured nothing: {ans.paragraph}", pytrace=False)
         if ans.exit_code:
-            pytest.fail(f"xla-harness triage found: {ans.paragraph}", pytrace=False)
+            pytest.fail(f"xla-harness triage found: {ans.text()}", pytrace=False)
         return ans
 
     return run

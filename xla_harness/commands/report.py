@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ spec's jax_config; a file written before they were recorded counts as unknown se
 only with files like it) is refused unless --allow-mixed-specs, and so is one configuration
 compiled under two sets of jax settings; a step recorded twice with different outcomes is
 reported as a warning.
+
+A triage folder (xla-harness triage --out DIR, holding triage.json) gets the triage's answer
+again, as triage printed it at its end: the paragraph, where each seed of the frozen and train
+stages failed and what to run next; --json prints the document triage --json printed (every rate
+with its k and n); --html also draws DIR/report.md and DIR/report.html again. Exit as the
+triage's: 0 nothing found, 1 found a problem, 2 nothing measured or not a triage's record.
 """
 
 
@@ -86,23 +93,34 @@ def show_compile(args) -> int:
     return 1 if any(r["scan"].get("hazard") or r["scan"].get("decisions") for r in records) else 0
 
 
+def _triage_folder(folders: list[Path]) -> Path | None:
+    """The triage folder among ``folders`` (one holding triage.json, even a broken one), None when none is."""
+    found = [Path(f) for f in folders if (Path(f) / "triage.json").exists() or (Path(f) / "triage.json").is_symlink()]
+    return found[0] if found else None
+
+
 def show_triage(args) -> int:
+    """A triage folder: its answer again, from DIR/triage.json (what triage printed at its end, or with
+    --json the document triage --json printed); with --html the report drawn again too."""
+    import json
+
     from xla_harness.errors import HarnessError
+    from xla_harness.triage.answer import answer, read_state
     from xla_harness.triage.render import write_report
 
-    if len(args.folders) != 1 or args.plot or args.json:
-        raise HarnessError("--html draws one triage folder's report; give one folder, without --plot or --json")
-    folder = args.folders[0]
-    record = folder / "triage.json"
-    if not record.exists() and not record.is_symlink():
-        raise HarnessError(f"{folder} is not a triage folder (no triage.json); --html draws a triage's report")
-    if not record.is_file():
-        what = "a dangling link" if not record.exists() else "a folder" if record.is_dir() else \
-            "a link to a device or FIFO" if record.is_symlink() else "a device or FIFO"
-        raise HarnessError(f"{record} is {what}, not a triage's record")
-    ans = write_report(folder)
-    print(ans.paragraph)
-    print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
+    folder = _triage_folder(args.folders) or args.folders[0]
+    if len(args.folders) != 1 or args.plot or (args.html and args.json):
+        raise HarnessError(f"{folder} is a triage folder: give it alone, without --plot"
+                           + (" (and --html without --json)" if args.html and args.json else ""))
+    state = read_state(folder)
+    ans = write_report(folder, state) if args.html else answer(state, folder)
+    if args.json:
+        print(json.dumps(ans.to_json(state, folder), indent=1, sort_keys=True))
+    else:
+        print(ans.text())
+        drawn = (folder / "report.md").is_file() and (folder / "report.html").is_file()
+        print(f"report: {folder / 'report.md'}, {folder / 'report.html'}" if drawn
+              else f"report: not drawn ({shlex.join(['xla-harness', 'report', str(folder), '--html'])} draws it)")
     if ans.exit_code == 2:
         sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
     return ans.exit_code
@@ -110,6 +128,13 @@ def show_triage(args) -> int:
 
 def run(args) -> int:
     if args.html:
+        if len(args.folders) == 1 and _triage_folder(args.folders) is None:
+            from xla_harness.errors import HarnessError
+
+            raise HarnessError(f"{args.folders[0]} is not a triage folder (no triage.json); --html draws a "
+                               "triage's report")
+        return show_triage(args)
+    if _triage_folder(args.folders) is not None:
         return show_triage(args)
     if all(Path(f).is_dir() for f in args.folders) and _compile_folders(args.folders):
         return show_compile(args)

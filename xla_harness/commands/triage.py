@@ -31,7 +31,10 @@ One command for a step that turns NaN, or a fix that must be shown to work:
    --budget is spent; progress and the time left go to stderr;
 3. when a step failed here: bisect the compiler's passes and write a repro bundle (OUT/repro.tar.gz);
 4. write OUT/report.md and a self-contained OUT/report.html (figures inline; no network), the answer
-   first in one paragraph, which is also printed. `xla-harness report OUT --html` draws them again.
+   first in one paragraph, which is printed with where each seed of the frozen and train stages
+   failed (its non-finite steps, the first bad value of each, its loss along the run) and what to
+   run next (exact commands). `xla-harness report OUT` prints that answer again from OUT/triage.json;
+   `xla-harness report OUT --html` draws the report again.
 
 Every stage runs as a child xla-harness process in its own folder under OUT/stages; after an
 interrupt or a kill, --resume continues (finished stages are kept, the others resume where their
@@ -62,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=flags.folder, required=True, help="the triage folder (new, or with --resume its own)")
     p.add_argument("--resume", action="store_true", help="continue the triage in --out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    flags.add_json_argument(p, "the answer (its paragraph, findings, per-compiler verdicts and stages)")
+    flags.add_json_argument(p, "the answer (its paragraph, findings, per-compiler verdicts, every rate with its k "
+                                "and n, where each seed failed, what next, and the stages)")
 
 
 def _targets(texts: tuple[str, ...]) -> list[str]:
@@ -136,21 +140,10 @@ def run(args) -> int:
     state, _ = triage.run()
     ans = write_report(args.out, state)
     if args.json:
-        print(json.dumps(answer_json(ans, state, args.out), indent=1, sort_keys=True))
+        print(json.dumps(ans.to_json(state, args.out), indent=1, sort_keys=True))
     else:
-        print(ans.paragraph)
+        print(ans.text())
         print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
     if ans.exit_code == 2:  # not a clean bill: no compiler's verdict, no step ran
         sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
     return ans.exit_code
-
-
-def answer_json(ans, state: dict, out: Path) -> dict:
-    """The answer as ``--json`` prints it: what the text says, with each compiler's verdict and the
-    stages' record (``triage.json``) beside it."""
-    return {"answer": ans.paragraph, "exit_code": ans.exit_code, "findings": list(ans.findings),
-            "errors": list(ans.errors), "targets": [v.to_json() for v in ans.targets],
-            "local": {name: {"answer": run.answer, "rounds": list(run.rounds), "variants": list(run.variants)}
-                      for name, run in ans.local.items()},
-            "report": {"markdown": str(out / "report.md"), "html": str(out / "report.html")},
-            "triage": state}

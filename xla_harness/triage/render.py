@@ -4,8 +4,11 @@ every figure a PNG inline as a data URL), drawn from ``triage.json`` and the sta
 
 The answer comes first, in one paragraph; then per target a table of what its compiler made of the
 step, its in-place scatter fusions and a small graph of each one's compiled neighbourhood; then the
-local runs (rates with their exact intervals per configuration and variant, nondeterminism per
-leaf), the pass bisection and the bundle, the command behind each figure, and the versions.
+local runs (rates with their one-sided exact 95% upper bounds per configuration and variant, the
+one convention of the whole report, stated once; nondeterminism per leaf), where each seed of the
+frozen and train stages failed (its non-finite steps, the first bad value of each, its loss along the
+run), what to run next, the pass bisection and the bundle, the command behind each figure, and the
+versions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from xla_harness.files import shown
 from xla_harness.stress import stats
-from xla_harness.triage.answer import Answer, answer
+from xla_harness.triage.answer import BOUND_NOTE, CONFIDENCE, Answer, answer, bound_text
 from xla_harness.triage.compiled import Neighbourhood, Node, TargetVerdict
 
 
@@ -60,18 +63,19 @@ def _png(fig) -> bytes:
 
 
 def rates_figure(rows: list[tuple[str, int, int]]) -> bytes:
-    """Non-finite rate per row (stage, configuration or variant) with its exact 95% interval."""
+    """Non-finite rate per row (stage, configuration or variant), its line up to the one-sided exact 95%
+    upper bound (the report's one convention)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     for i, (_, k, n) in enumerate(rows):
-        lo, hi = stats.clopper_pearson(k, n) if n else (0.0, 1.0)
+        hi = stats.upper_bound(k, n, CONFIDENCE)
         rate = k / n if n else 0.0
-        ax.plot([lo, hi], [i, i], color="tab:blue", lw=2)
+        ax.plot([0.0, hi], [i, i], color="tab:blue", lw=2)
         ax.plot([rate], [i], "o", color="tab:red" if k else "tab:blue")
-        ax.text(hi, i, f"  {k}/{n}", va="center", fontsize=8)
+        ax.text(hi, i, f"  {k}/{n}, at most {bound_text(k, n)}", va="center", fontsize=8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
-    ax.set_xlabel("non-finite rate (95% exact interval)")
-    ax.set_xlim(0, max(0.05, max((stats.clopper_pearson(k, n)[1] if n else 0.0) for _, k, n in rows) * 1.25))
+    ax.set_xlabel("non-finite rate (the line: up to its one-sided exact 95% upper bound)")
+    ax.set_xlim(0, min(1.0, max(0.05, max(stats.upper_bound(k, n, CONFIDENCE) for _, k, n in rows) * 1.4)))
     ax.invert_yaxis()
     return _png(fig)
 
@@ -226,11 +230,10 @@ def _table_rows(table) -> list[list[str]]:
     from xla_harness.stress.report import baseline_comparisons
 
     comps = baseline_comparisons(table)
-    rows = [["configuration", "non-finite", "rate", "95% interval", "nondet", "vs baseline"]]
+    rows = [["configuration", "non-finite", "rate", "at most (95%)", "nondet", "vs baseline"]]
     for r in table.rows:
-        lo, hi = stats.clopper_pearson(r.k, r.n) if r.n else (0.0, 1.0)
         c = comps.get(r.label)
-        rows.append([r.label, f"{r.k}/{r.n}", f"{r.k / r.n:.3f}" if r.n else "-", f"[{lo:.3f}, {hi:.3f}]",
+        rows.append([r.label, f"{r.k}/{r.n}", f"{r.k / r.n:.2%}" if r.n else "-", bound_text(r.k, r.n),
                      str(r.nondet), f"p={c['p_value']:.2g}" if c else "-"])
     return rows
 
@@ -300,6 +303,9 @@ def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
            Block("paragraph", f"Exit {ans.exit_code}: " + ("; ".join(ans.findings) if ans.findings
                                                            else "nothing measured" if ans.exit_code == 2
                                                            else "nothing found") + ".")]
+    if ans.local:
+        out.append(Block("paragraph", f"Rates: {BOUND_NOTE}."))
+    out += _where_blocks(ans)
     if ans.targets:
         out += [Block("heading", "What each compiler made of the step"), Block("table", rows=_target_rows(ans.targets))]
         for v in ans.targets:
@@ -308,6 +314,27 @@ def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
         if name in ans.local:
             out += _local_blocks(name, ans.local[name], stages.get(name, {}).get("commands", []), figures)
     return out + _closing_blocks(stages, ans)
+
+
+def _where_blocks(ans: Answer) -> list[Block]:
+    """Where each seed of the frozen and train stages failed, and what to run next."""
+    out = []
+    if ans.where:
+        rows = [["stage", "configuration", "seed", "round", "steps", "non-finite steps (first bad value)",
+                 "loss along the run"]]
+        rows += [[t.stage, t.label, str(t.seed), t.round, str(t.steps),
+                  f"{len(t.bad)}: {t.bad_text()}" if t.bad else "none", t.loss_text()] for t in ans.where]
+        out += [Block("heading", "Where"),
+                Block("paragraph", "Per stage, configuration and seed (each round of a stage runs one seed): the "
+                                   "non-finite steps, each with the first bad value its record names (planted: a "
+                                   "fault --inject-rate put there), and the loss at a few steps along the run with "
+                                   "its lowest, median and highest and the last finite one. The records: "
+                                   "ROUND/stress.jsonl."),
+                Block("table", rows=rows)]
+    if ans.next_steps:
+        out += [Block("heading", "What next"),
+                Block("code", "\n".join(f"# {why}\n{command}" for why, command in ans.next_steps))]
+    return out
 
 
 def _target_note(v: TargetVerdict) -> str:
@@ -384,22 +411,11 @@ def html_page(content: list[Block]) -> str:
 def write_report(out: Path, state: dict | None = None) -> Answer:
     """Write ``out/report.md`` and ``out/report.html`` from ``out/triage.json`` (or ``state``)."""
     from xla_harness.errors import HarnessError
-    from xla_harness.files import read_regular
-    from xla_harness.triage.answer import check_state
+    from xla_harness.triage.answer import read_state
 
     out = Path(out)
     if state is None:
-        path = out / "triage.json"
-        try:
-            state = json.loads(read_regular(path).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise HarnessError(f"{path}: not a triage record (not UTF-8 text)") from None
-        except (ValueError, RecursionError):
-            raise HarnessError(f"{path}: not a triage record (not JSON)") from None
-        try:
-            check_state(state)
-        except ValueError as exc:
-            raise HarnessError(f"{path}: not a triage record ({exc})") from None
+        state = read_state(out)
     for name in ("report.md", "report.html"):  # written by replacing: never through a link, never onto a folder
         target = out / name
         if target.is_symlink() or (target.exists() and not target.is_file()):
