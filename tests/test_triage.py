@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -188,6 +189,14 @@ def test_planted_nans_change_the_answer_and_the_exit_code(tmp_path):
     # bisection cannot conclude) and a bundle was written
     assert "bisect" in state["stages"] and "Pass bisection: " in paragraph
     assert state["stages"]["bundle"]["ok"] and (tmp_path / "t" / "repro.tar.gz").is_file()
+    # where: the planted steps, named as planted, and the replay of the first one, a command this CLI takes
+    assert "Where (" in done.stdout and ", planted)" in done.stdout and "What next:" in done.stdout
+    replay = next(line.strip() for line in done.stdout.splitlines() if line.strip().startswith("xla-harness stress "))
+    from xla_harness.cli import build_parser
+
+    args = build_parser().parse_args(shlex.split(replay)[1:])
+    assert args.inject_rate == 0.1 and args.protocol in ("frozen", "train") and len(args.seeds) == 1
+    assert f"bundle --check {tmp_path / 't' / 'repro.tar.gz'}" in done.stdout
 
 
 @pytest.mark.slow

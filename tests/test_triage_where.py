@@ -229,3 +229,11 @@ def test_report_on_a_broken_triage_json_is_one_error_line(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "not a triage record" in err[0]
+
+
+def test_report_html_on_folders_none_a_triage_s_says_so(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--html"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a triage folder (no triage.json)" in err[0] and "is a triage folder" not in err[0]

@@ -127,13 +127,11 @@ def show_triage(args) -> int:
 
 
 def run(args) -> int:
-    if args.html:
-        if len(args.folders) == 1 and _triage_folder(args.folders) is None:
-            from xla_harness.errors import HarnessError
+    if args.html and _triage_folder(args.folders) is None:
+        from xla_harness.errors import HarnessError
 
-            raise HarnessError(f"{args.folders[0]} is not a triage folder (no triage.json); --html draws a "
-                               "triage's report")
-        return show_triage(args)
+        named = " or ".join(str(f) for f in args.folders)
+        raise HarnessError(f"{named}: not a triage folder (no triage.json); --html draws a triage's report")
     if _triage_folder(args.folders) is not None:
         return show_triage(args)
     if all(Path(f).is_dir() for f in args.folders) and _compile_folders(args.folders):
