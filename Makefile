@@ -23,7 +23,7 @@ OUT      ?= out
 # Default stress matrix: the six configurations of jax-ml/jax#35409, sized for a CPU.
 STRESS_ARGS ?= --modes full,sparse_only,dense_only --remat on,off --seeds 1,2,3,4 --steps 20
 
-.PHONY: help setup setup-targets stress test test-fast lint bench clean
+.PHONY: help setup setup-targets setup-browser stress test test-fast lint bench clean
 
 help:
 	@echo "make stress     run the default tied-embedding stress matrix and print the table"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-fast  the suite without the tests marked slow (subprocesses, whole training runs): a few minutes"
 	@echo "make setup      create $(VENV) with a Python >= $(PY_MIN), jax==$(JAX_PIN) and flax==$(FLAX_PIN) [JAX_PIN=0.9.0.1 ...]"
 	@echo "make setup-targets  add libtpu and the CUDA plugin to $(VENV)/xla-harness-targets (only the harness uses them): --target tpu:v6e:2x4 / cuda:h100 compile without the hardware [CUDA_MAJOR=13]"
+	@echo "make setup-browser  install headless Chromium (Debian's package) for the test that renders the triage report as a page"
 	@echo "make tpu-matrix [MATRIX_PINS=..] the #35409 program at full size compiled by libtpu for v6e:2x4 per jax/libtpu (results/tpu-aot)"
 	@echo "make tpu-sweep  [SWEEP='jit=bare ..'] the report's unknowns (jit placement, donation, dtype, embedding spec, precision) one at a time, full + remat (results/tpu-aot/sweep)"
 	@echo "make gpu-fidelity [AUTOTUNE=file]  the #35409 program compiled ahead of time for cuda:h200 (jax 0.11.2, CUDA 13 plugin) against the H200's own compile, fusion by fusion (results/gpu/.../fidelity)"
@@ -82,6 +83,11 @@ $(TARGETS_STAMP): $(STAMP)
 	@touch $@
 
 setup-targets: $(TARGETS_STAMP)
+
+# Headless Chromium (Debian's package) for the test that renders the triage report as a page.
+setup-browser:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; } || \
+	  { echo "error: could not install chromium (Debian's package); the report's browser test needs it" >&2; exit 2; }
 
 STRESS_OUT ?= $(OUT)/stress/$(shell date +%Y%m%d-%H%M%S)
 stress: setup

@@ -383,7 +383,9 @@ def html_page(content: list[Block]) -> str:
              "<title>xla-harness triage</title>",
              "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;padding:.2em .5em;"
-             "font-size:.9em}th{background:#eee}pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
+             "font-size:.9em}th{background:#eee}"
+             "pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}"
+             "img{max-width:100%;height:auto}code{overflow-wrap:anywhere}"
              "figure{margin:1em 0}figcaption{font-size:.9em;color:#444}</style></head><body>"]
     n = 0
     for b in content:
