@@ -38,7 +38,7 @@ from xla_harness.hlo.ir import split_ref
 
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 # HloValue::ToShortString: '<id name{index} (phi) @color>', index only for tuple-shaped values
-_VALUE = re.compile(r"^\s*value: <(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?(?: \(phi\))?(?: @(\d+))?> "
+_VALUE = re.compile(r"^\s*value: <(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?( \(phi\))?(?: @(\d+))?> "
                     r"\(size=(\d+),offset=(\d+)\)")
 # the values file: a value's header line, and its "uses:" lines 'user, operand N {index}'
 _VALUE_HEAD = re.compile(r"^<(\d+) ([^\s{@>]+)(\{[\d,\s]*\})?(?: \(phi\))?(?: @(\d+))?>\s*$")
@@ -56,6 +56,8 @@ class BufferValue:
     size: int
     offset: int
     id: int = -1  # the HloValue id (``<id name @color>``)
+    color: int = 0  # the memory space (``@color``)
+    phi: bool = False  # a phi value of the compiler's SSA dataflow (``(phi)``): written by no instruction
 
 
 @dataclass
@@ -106,8 +108,8 @@ def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssi
             continue
         m = _VALUE.match(line)
         if m and allocs:
-            allocs[-1].values.append(BufferValue(m.group(2), _index(m.group(3)), int(m.group(5)), int(m.group(6)),
-                                                 int(m.group(1))))
+            allocs[-1].values.append(BufferValue(m.group(2), _index(m.group(3)), int(m.group(6)), int(m.group(7)),
+                                                 int(m.group(1)), int(m.group(5) or 0), bool(m.group(4))))
         elif m:
             raise HarnessError(f"{filename}:{lineno}: value line before any allocation")
     if not allocs:
