@@ -33,6 +33,7 @@ SUBCOMMANDS = (
     "xla_harness.commands.compare",
     "xla_harness.commands.merge",
     "xla_harness.commands.scan",
+    "xla_harness.commands.memcheck",
     "xla_harness.commands.patches_check",
     "xla_harness.commands.pr",
     "xla_harness.commands.gradcheck",
