@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from xla_harness.errors import HarnessError
 from xla_harness.files import shown
 from xla_harness.stress import stats
 from xla_harness.triage.answer import BOUND_NOTE, CONFIDENCE, Answer, answer, bound_text
@@ -270,7 +271,48 @@ def _local_blocks(name: str, run, commands: list[str], figures: bool) -> list[Bl
     return out
 
 
-def _closing_blocks(stages: dict, ans: Answer) -> list[Block]:
+def executables(stages: dict, out: Path | None) -> list[list[str]]:
+    """Every compiled step the triage ran or scanned, side by side: (where, fingerprint, instructions,
+    donated arguments, aliased and temp bytes). The local stages' come from their first block record
+    (``out``: the triage folder), the compiles' from their compile record."""
+    from xla_harness.stress.store import read_results
+
+    rows = []
+    for name, s in stages.items():
+        fp, donate = None, None
+        if name.startswith("compile:") and isinstance(s.get("record"), dict):
+            fp = s["record"].get("fingerprint")
+            donate = (fp or {}).get("donate_argnums")
+        elif name in ("frozen", "train") and s.get("rounds") and out is not None:
+            try:
+                blocks = read_results(Path(out) / s["rounds"][0] / "stress.jsonl").blocks
+            except (OSError, ValueError, HarnessError):
+                continue
+            if blocks:
+                fp, donate = blocks[0].fingerprint, list(blocks[0].donate_argnums)
+        if isinstance(fp, dict) and fp.get("id"):
+            rows.append([name, str(fp["id"]), str(fp.get("instructions", "-")),
+                         "(" + ", ".join(map(str, donate or [])) + ")", str(fp.get("alias_size_in_bytes", "-")),
+                         str(fp.get("temp_size_in_bytes", "-"))])
+    return rows
+
+
+def _executable_blocks(stages: dict, folder: Path | None) -> list[Block]:
+    rows = executables(stages, folder)
+    if not rows:
+        return []
+    ids = {r[1] for r in rows}
+    note = ("One executable throughout." if len(ids) == 1 else
+            f"{len(ids)} different executables: frozen donates nothing (its inputs are reused every call), so XLA "
+            "aliases and plans its memory differently; a compile stage and a run of the same step differ when their "
+            "compiler options or flags do (a compile dumps its HLO, for one). A verdict holds for the executable "
+            "it was drawn from.")
+    return [Block("heading", "Executables"), Block("paragraph", note),
+            Block("table", rows=[["stage", "fingerprint", "instructions", "donated", "aliased bytes", "temp bytes"],
+                                 *rows])]
+
+
+def _closing_blocks(stages: dict, ans: Answer, folder: Path | None = None) -> list[Block]:
     out = []
     for name in ("bisect", "bundle"):
         s = stages.get(name)
@@ -280,6 +322,7 @@ def _closing_blocks(stages: dict, ans: Answer) -> list[Block]:
     out.append(Block("heading", "Commands"))
     out.append(Block("code", "\n".join(f"# {name}\n" + "\n".join(s.get("commands", []))
                                        for name, s in stages.items() if s.get("commands"))))
+    out += _executable_blocks(stages, folder)
     out.append(Block("heading", "Stages and versions"))
     rows = [["stage", "seconds", "result"]]
     for name, s in stages.items():
@@ -294,8 +337,9 @@ def _closing_blocks(stages: dict, ans: Answer) -> list[Block]:
     return out
 
 
-def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
-    """The report's content, in order (the same for Markdown and HTML)."""
+def blocks(state: dict, ans: Answer, figures: bool = True, folder: Path | None = None) -> list[Block]:
+    """The report's content, in order (the same for Markdown and HTML); ``folder``: the triage's (its
+    stage records, for the executables' fingerprints)."""
     spec = state.get("spec", {})
     stages = state.get("stages", {})
     out = [Block("heading", f"Triage of {spec.get('program')} {' '.join(spec.get('options', []))}".strip(), level=1),
@@ -313,7 +357,7 @@ def blocks(state: dict, ans: Answer, figures: bool = True) -> list[Block]:
     for name in LOCAL_TITLES:
         if name in ans.local:
             out += _local_blocks(name, ans.local[name], stages.get(name, {}).get("commands", []), figures)
-    return out + _closing_blocks(stages, ans)
+    return out + _closing_blocks(stages, ans, folder=folder)
 
 
 def _where_blocks(ans: Answer) -> list[Block]:
@@ -423,7 +467,7 @@ def write_report(out: Path, state: dict | None = None) -> Answer:
         if target.is_symlink() or (target.exists() and not target.is_file()):
             raise HarnessError(f"{target} exists and is not a regular file; remove it to write the report")
     ans = answer(state, out)
-    content = blocks(state, ans)
+    content = blocks(state, ans, folder=out)
     _atomic(out / "report.md", markdown(content))
     _atomic(out / "report.html", html_page(content))
     return ans
