@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import load_program
 from xla_harness.repro import bundle as bundle_mod
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = '''
 import jax
@@ -164,3 +167,39 @@ def test_bisect_passes_probes_import_the_programs_sibling(two_file, tmp_path, mo
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "removes the failure: fusion\n" in captured.out
+
+
+@pytest.mark.slow
+def test_triage_of_a_two_file_program_with_a_planted_nan_names_the_steps_and_bundles_what_replays(tmp_path):
+    """The issue's end to end: a model file and a wrapper importing it, a NaN drawn from the batch on
+    about a tenth of the steps: triage exits 1 with the steps and the replay command, and its bundle,
+    copied to a clean folder with the user's folder gone, replays there."""
+    import shlex
+
+    from xla_harness.cli import build_parser
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "mymodel.py").write_text(MODEL)
+    (user / "program.py").write_text(WRAPPER)
+    out = tmp_path / "t"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", "--program", f"{user}/program.py:make",
+                           "--program-option", "poison=0.1", "--out", str(out), "--budget", "20"],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Where (" in done.stdout and "non-finite:" in done.stdout, done.stdout
+    replay = next(line.strip() for line in done.stdout.splitlines() if line.strip().startswith("xla-harness stress "))
+    args = build_parser().parse_args(shlex.split(replay)[1:])
+    assert args.program == f"{user}/program.py:make" and len(args.seeds) == 1
+    bundle = out / "repro.tar.gz"
+    assert bundle.is_file()
+    with tarfile.open(bundle) as tf:
+        assert any(n.endswith("program/mymodel.py") for n in tf.getnames()), tf.getnames()
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    shutil.copy(bundle, clean / "repro.tar.gz")
+    shutil.move(str(user), str(tmp_path / "gone"))
+    check = subprocess.run([sys.executable, "-m", "xla_harness", "bundle", "--check", str(clean / "repro.tar.gz"),
+                            "--run-program"], capture_output=True, text=True, timeout=900, cwd=clean, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
