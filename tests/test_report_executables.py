@@ -60,3 +60,15 @@ def test_a_round_without_records_is_left_out(tmp_path):
     out, state = _folder(tmp_path, "b" * 16)
     (out / "stages/frozen/round-1/stress.jsonl").write_text("not json\n")
     assert [r[0] for r in executables(state["stages"], out)] == ["train", "compile:host"]
+
+
+def test_the_commands_block_opens_with_the_triage_that_made_the_report(tmp_path):
+    from xla_harness.cli import build_parser
+
+    out, state = _folder(tmp_path, "a" * 16)
+    write_report(out, state)
+    md = (out / "report.md").read_text()
+    commands = md[md.index("## Commands"):]
+    line = next(x for x in commands.splitlines() if x.startswith("xla-harness triage "))
+    args = build_parser().parse_args(line.split()[1:])
+    assert args.program == state["spec"]["program"] and str(args.out) == str(out)

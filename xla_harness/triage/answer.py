@@ -350,6 +350,16 @@ def _triage_args(spec: dict, out: str, budget_s: float, rate: float) -> list[str
                    "--out", out]
 
 
+def triage_command(state: dict, out: Path) -> str:
+    """The triage command that made ``state`` (its folder ``out``): what to run again, with --resume."""
+    spec = state.get("spec") or {}
+    if not spec.get("program"):
+        return ""
+    budget, rate = spec.get("budget_s"), spec.get("rate_of_interest")
+    return _command(*_triage_args(spec, str(out), float(budget) if isinstance(budget, int | float) else 1200.0,
+                                  float(rate) if isinstance(rate, int | float) else 0.05))
+
+
 def next_steps(state: dict, out: Path, ans: Answer) -> list[tuple[str, str]]:
     """What to run next, each (why, the exact command): replay the first non-finite step of each
     failing stage, the stage's own table, the bundle's check, a confirmation of a variant that helped,

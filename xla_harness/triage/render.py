@@ -24,7 +24,7 @@ from pathlib import Path
 from xla_harness.errors import HarnessError
 from xla_harness.files import shown
 from xla_harness.stress import stats
-from xla_harness.triage.answer import BOUND_NOTE, CONFIDENCE, Answer, answer, bound_text
+from xla_harness.triage.answer import BOUND_NOTE, CONFIDENCE, Answer, answer, bound_text, triage_command
 from xla_harness.triage.compiled import Neighbourhood, Node, TargetVerdict
 
 
@@ -312,7 +312,8 @@ def _executable_blocks(stages: dict, folder: Path | None) -> list[Block]:
                                  *rows])]
 
 
-def _closing_blocks(stages: dict, ans: Answer, folder: Path | None = None) -> list[Block]:
+def _closing_blocks(state: dict, ans: Answer, folder: Path | None = None) -> list[Block]:
+    stages = state.get("stages", {})
     out = []
     for name in ("bisect", "bundle"):
         s = stages.get(name)
@@ -320,8 +321,11 @@ def _closing_blocks(stages: dict, ans: Answer, folder: Path | None = None) -> li
             out += [Block("heading", {"bisect": "Pass bisection", "bundle": "Repro bundle"}[name]),
                     Block("paragraph", json.dumps(s.get("result") or s.get("bundle") or s.get("error"), default=str))]
     out.append(Block("heading", "Commands"))
-    out.append(Block("code", "\n".join(f"# {name}\n" + "\n".join(s.get("commands", []))
-                                       for name, s in stages.items() if s.get("commands"))))
+    made = triage_command(state, folder) if folder is not None else ""
+    out.append(Block("code", "\n".join(([f"# the triage itself (again, or --resume to continue it)\n{made}"]
+                                        if made else []) +
+                                       [f"# {name}\n" + "\n".join(s.get("commands", []))
+                                        for name, s in stages.items() if s.get("commands")])))
     out += _executable_blocks(stages, folder)
     out.append(Block("heading", "Stages and versions"))
     rows = [["stage", "seconds", "result"]]
@@ -357,7 +361,7 @@ def blocks(state: dict, ans: Answer, figures: bool = True, folder: Path | None =
     for name in LOCAL_TITLES:
         if name in ans.local:
             out += _local_blocks(name, ans.local[name], stages.get(name, {}).get("commands", []), figures)
-    return out + _closing_blocks(stages, ans, folder=folder)
+    return out + _closing_blocks(state, ans, folder=folder)
 
 
 def _where_blocks(ans: Answer) -> list[Block]:
