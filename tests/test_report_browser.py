@@ -44,8 +44,8 @@ window.addEventListener('load', () => {
 
 def _page(out: Path) -> Path:
     """A triage folder with every part of the report: a target with a 27-operand scatter fusion, the
-    where table, what next, figures."""
-    state = _triage_folder(out)
+    where table, what next, a variants stage (its rates figure)."""
+    state = _triage_folder(out, variant_rows=({3: "loss", 10: "loss", 17: "loss"}, {}))  # a 2-row rate figure
     g = wide()
     v = TargetVerdict(target="cuda:h100", backend="gpu", versions={"jax-cuda13-plugin": "0.11.2", "jax": "0.11.2"},
                       instructions=14832, hazard=0, fused_producer=0, hazard_fusions=[], decision_fusions=[],

@@ -263,7 +263,7 @@ def _local_blocks(name: str, run, commands: list[str], figures: bool) -> list[Bl
                               f"{', '.join(run.rounds)}.")]
     command = commands[-1] if commands else ""
     rows = [(r.label, r.k, r.n) for r in run.table.rows]
-    if figures and rows:
+    if figures and len(rows) > 1:  # one rate is the table's one row: a figure of it adds nothing
         out.append(Block("figure", figure=Figure(f"{name}: non-finite rates", rates_figure(rows), command)))
     leaves = {leaf: d for r in run.table.rows for leaf, d in r.nondet_leaves.items()}
     if figures and leaves:
