@@ -10,8 +10,9 @@ each value's uses and live interval, and which values are one buffer (:data:`RUL
 * ``overlap``: two values whose bytes intersect are never live at the same time, unless they are one
   buffer (or an instruction writes its output over an operand that dies at it: ``operand-reuse``);
 * ``in-place``: within one buffer, a value written by an instruction is written after every read of
-  the values it replaces (the writer may be the last reader); ``donation`` is the same for a donated
-  entry parameter;
+  the values it replaces (the writer may be the last reader, and an async writer reads until its done);
+  ``donation`` is the same for a donated entry parameter. A fusion output aliased to an operand that
+  the fusion only carries through (libtpu's async collective fusions) is not a write;
 * ``async``: between an async start and its done, no other instruction writes bytes the operation
   reads or writes, nor reads bytes it writes.
 """
@@ -590,18 +591,42 @@ class Checker:
             vs.sort(key=lambda v: (v.start, v.v.id))
             for b in vs:
                 writer = self.tl.at(b.start)
-                if b.v.phi or self._is_parameter(b):
+                if not self._written(b):
                     continue
                 for a in vs:
                     if a is b or a.start >= b.start or not _bytes_meet(a, b):
                         continue
-                    late = [(t, who) for t, who in a.reads if t > b.start or (t == b.start and who != writer)]
+                    late = [(t, who) for t, who in a.reads if t >= b.start and who != writer]
                     if late:
                         t, who = max(late)
                         kind = "donation" if a.v.name in entry_params else "in-place"
                         report.conflicts.append(self._conflict(
                             kind, a, b, f"{writer} writes {b.label} over {a.label} at {b.start}, "
                                         f"but {who} reads {a.label} at {t}"))
+
+    def _written(self, v: Value) -> bool:
+        """Whether the instruction defining ``v`` writes its bytes: not a parameter, not a phi, and not
+        an aliased fusion output that only carries its operand through (:meth:`_carried`)."""
+        return not (v.v.phi or self._is_parameter(v) or v.v.id in self._carried())
+
+    def _carried(self) -> frozenset[int]:
+        """Values at fusion outputs declared aliased to an operand (output_to_operand_aliasing) that the
+        fusion passes through unwritten: the fused root holds the operand's own parameter at that index,
+        or the root is libtpu's ``AsyncCollectiveStart`` marker and the parameter is only an all-gather's
+        source (a collective reads its source). The buffer assignment gives them values of their own in
+        the operand's buffer, but no byte of them is written."""
+        if not hasattr(self, "_carried_cache"):
+            out: set[int] = set()
+            for _, ins in self.tl.order:
+                if ins.opcode == "fusion" and ins.called and "output_to_operand_aliasing" in ins.attr_text:
+                    fused = self.module.by_name.get(ins.called[0])
+                    if fused is None:
+                        continue
+                    for idx, k, oi in ins.output_to_operand_aliasing():
+                        if not oi and _passes_through(fused, idx, k) and (vid := self.by_pos.get((ins.name, idx))):
+                            out.add(vid)
+            self._carried_cache = frozenset(out)
+        return self._carried_cache
 
     def _is_parameter(self, v: Value) -> bool:
         if not hasattr(self, "_params"):
@@ -614,7 +639,7 @@ class Checker:
         defs: list[list[Value]] = [[] for _ in range(tl.end)]
         reads: list[list[Value]] = [[] for _ in range(tl.end)]
         for v in self.values.values():
-            if 0 <= v.start < tl.end and not v.v.phi and not self._is_parameter(v):
+            if 0 <= v.start < tl.end and self._written(v):
                 defs[v.start].append(v)
             for t, who in v.reads:
                 if 0 <= t < tl.end and tl.at(t) == who:
@@ -657,6 +682,28 @@ class Checker:
                             report.conflicts.append(self._conflict(
                                 "async", y, x, f"{tl.at(t)} reads {x.label} at {t} while {ins.name} "
                                                f"({ts}-{td}) writes those bytes"))
+
+
+def _passes_through(fused: Computation, idx: Index, k: int) -> bool:
+    """Whether fused computation ``fused`` returns its parameter ``k`` unwritten at output ``idx``."""
+    params = [p for p in fused.instructions if p.opcode == "parameter" and p.parameter_number == k]
+    if not params:
+        return False
+    node: Instruction | None = fused.root
+    for i in idx:
+        if node is None or node.opcode != "tuple" or i >= len(node.operands):
+            break
+        base, sub = split_ref(node.operands[i])
+        node = fused.by_name.get(base) if not sub else None
+    else:
+        if node is not None and node.name == params[0].name:
+            return True
+    root = fused.root
+    if root.opcode == "custom-call" and root.attrs.get("custom_call_target", "").strip('"') == "AsyncCollectiveStart" \
+            and idx == (0,):
+        readers = [u for u in fused.instructions if any(split_ref(o)[0] == params[0].name for o in u.operands)]
+        return bool(readers) and all(u.opcode == "all-gather" for u in readers)
+    return False
 
 
 def _shape_of(comp: Computation, ref: str) -> Shape:

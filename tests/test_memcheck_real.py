@@ -1,0 +1,133 @@
+"""memcheck on committed real dumps (libtpu and XLA:GPU), unedited and with minimal edits: the model
+errors found on them stay fixed, and an async window's bytes written by another instruction are caught."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from xla_harness.hlo.buffers import parse_buffer_assignment
+from xla_harness.hlo.memcheck import Checker, beside, check_texts, read_text
+from xla_harness.hlo.parser import parse_module
+
+ROOT = Path(__file__).resolve().parents[1]
+# libtpu, jax 0.9: async collective fusions (AsyncCollectiveStart, continuation fusions, done)
+TPU_LARGE = "results/tpu-aot/pairs/jax0.9.0.1/hlo/*auto_donate=True_dtype=bf16*-7f42a06a.after_optimizations.txt.gz"
+# libtpu, jax 0.12: copy-start/copy-done windows
+TPU_SMALL = "results/tpu-aot/pairs/jax0.12.0.1/hlo/*auto_donate=False_dtype=f32*-7c73ca78.after_optimizations.txt.gz"
+# XLA:GPU, jax 0.9: all-reduce-start/done in place
+GPU = "results/cuda-aot/report-xla_gpu_enable_triton_gemm=false/jax0.9.0.1/hlo/*-cd022fc1.after_optimizations.txt.gz"
+
+
+def _files(pattern: str) -> dict[str, str]:
+    found = sorted(ROOT.glob(pattern))
+    assert len(found) == 1, pattern
+    return {"hlo": read_text(found[0]), "ba": read_text(beside(found[0], "buffer-assignment"))}
+
+
+@pytest.fixture(scope="module")
+def tpu_large() -> dict[str, str]:
+    return _files(TPU_LARGE)
+
+
+@pytest.fixture(scope="module")
+def tpu_small() -> dict[str, str]:
+    return _files(TPU_SMALL)
+
+
+@pytest.fixture(scope="module")
+def gpu() -> dict[str, str]:
+    return _files(GPU)
+
+
+def _check(files: dict[str, str], backend: str, **edits):
+    f = {**files, **edits}
+    return check_texts(f["hlo"], f["ba"], None, "real-dump", backend)
+
+
+def _messages(r) -> list[str]:
+    return [c.message for c in r.conflicts][:5]
+
+
+def test_async_collective_fusions_carrying_a_parameter_through_are_not_writes(tpu_large):
+    # allocation 4 holds param.326 and the aliased outputs {0} of async-collective-start.4 and {1} of
+    # its continuation fusions (fusion.5518 ...): the fusions pass the parameter through unwritten,
+    # and multiply_add_fusion.78 reads it at the end. Counted as writes: 359 false conflicts.
+    r = _check(tpu_large, "tpu")
+    assert r.timed > 20_000 and r.async_windows > 0
+    assert r.conflicts == [], _messages(r)
+
+
+def test_a_continuation_fusion_that_writes_its_aliased_output_is_caught(tpu_large):
+    hlo = tpu_large["hlo"]
+    head = re.search(r"^%async_collective_fusion\.5518 .*$", hlo, re.M)
+    assert head
+    root = re.compile(r"^(\s*ROOT %tuple\.1629 = .* tuple\(%convolution\.1598, )%param_0\.15858", re.M)
+    m = root.search(hlo, head.end())
+    assert m
+    planted = "  %planted = bf16[4096,512]{1,0:T(8,128)(2,1)} negate(%param_0.15858)\n"
+    edited = hlo[:m.start()] + planted + m.group(1) + "%planted" + hlo[m.end():]
+    r = _check(tpu_large, "tpu", hlo=edited)
+    assert any(c.kind == "donation" and c.data["a"]["value"] == "param.326" and c.data["b"]["value"] ==
+               "fusion.5518{1}" for c in r.conflicts), _messages(r)
+
+
+def test_an_in_place_all_reduce_reading_its_operand_until_its_done_is_not_a_conflict(gpu):
+    # all-reduce-start.131 writes over loop_add_fusion.11 in place and reads it until its done:
+    # counted against its own write, 159 false conflicts
+    r = _check(gpu, "gpu")
+    assert r.async_windows > 0
+    assert r.conflicts == [], _messages(r)
+
+
+def test_another_reader_of_an_in_place_all_reduce_operand_inside_its_window_is_caught(gpu):
+    hlo = gpu["hlo"]
+    line = re.search(r"^(\s*)%all-reduce-start\.131 = (\S+) all-reduce-start\((%[\w.\-]+)\).*$", hlo, re.M)
+    assert line
+    planted = f"\n{line.group(1)}%planted = {line.group(2)} negate({line.group(3)})"
+    r = _check(gpu, "gpu", hlo=hlo[:line.end()] + planted + hlo[line.end():])
+    assert any(c.kind == "in-place" and "planted reads" in c.message for c in r.conflicts), _messages(r)
+
+
+def _window_victim(files: dict[str, str]) -> tuple[str, str]:
+    """(copy-start name, value label): a value written inside a copy-start/copy-done window, of the
+    memory space of the copy's destination and no larger."""
+    chk = Checker(parse_module(files["hlo"], "d"), parse_buffer_assignment(files["ba"], "d"), "tpu")
+    chk.dataflow()
+    chk.group()
+    chk.intervals()
+    dones = chk._dones()
+    for _, ins in chk.tl.order:
+        if ins.opcode != "copy-start" or ins.name not in dones:
+            continue
+        ts, td = chk.tl.time[ins.name], chk.tl.time[dones[ins.name]]
+        dest = [chk.values[v] for v in chk.at((ins.name, (0,)))]
+        if len(dest) != 1 or td - ts < 3:
+            continue
+        for v in chk.values.values():
+            if ts < v.start < td and chk._written(v) and v.v.color == dest[0].v.color and \
+                    0 < v.v.size <= dest[0].v.size and not v.v.index:
+                return ins.name, v.label
+    raise AssertionError("no copy window with a value written inside")
+
+
+def _move_onto(ba: str, victim: str, target: str) -> str:
+    """The buffer assignment with ``victim``'s value line moved into ``target``'s allocation, at its offset."""
+    vline = re.search(rf"^ value: <\d+ {re.escape(victim)} @\d+> \(size=\d+,offset=\d+\).*\n", ba, re.M)
+    tline = re.search(rf"^ value: <\d+ {re.escape(target)} @\d+> \(size=\d+,offset=(\d+)\).*\n", ba, re.M)
+    assert vline and tline
+    moved = re.sub(r"offset=\d+", f"offset={tline.group(1)}", vline.group(0), count=1)
+    out = ba[:tline.end()] + moved + ba[tline.end():]
+    shift = len(moved) if vline.start() > tline.end() else 0
+    return out[:vline.start() + shift] + out[vline.end() + shift:]
+
+
+def test_a_value_written_onto_a_copy_destination_inside_its_window_is_caught(tpu_small):
+    clean = _check(tpu_small, "tpu")
+    assert clean.async_windows > 0 and clean.conflicts == [], _messages(clean)
+    start, victim = _window_victim(tpu_small)
+    r = _check(tpu_small, "tpu", ba=_move_onto(tpu_small["ba"], victim, f"{start}{{0}}"))
+    assert any(c.kind == "async" and start in c.message and c.data["b"]["value"] == victim
+               for c in r.conflicts), _messages(r)
