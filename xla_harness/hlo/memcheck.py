@@ -64,6 +64,9 @@ _FORWARD = frozenset(("tuple", "get-tuple-element", "bitcast", "domain", "opt-ba
                       "add-dependency", "while", "call", "conditional", "async-update", "async-done",
                       "copy-done", "all-reduce-done", "all-gather-done", "collective-permute-done",
                       "send-done", "recv-done"))
+# Async instructions whose positions forward values (besides every ``*-done``).
+_ASYNC_FORWARD = frozenset(("async-update", "async-start", "copy-start", "collective-permute-start",
+                            "all-gather-start"))
 _SOURCE = re.compile(r'source_file="([^"]*)"\s+source_line=(\d+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
@@ -175,36 +178,42 @@ class Checker:
         base, k = split_ref(ref)
         return base, k + index
 
-    def _forward(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos]:  # noqa: C901
+    def _forward(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos]:
         """Positions whose values ``ins`` holds at ``idx`` when it defines none there."""
         op = ins.opcode
-        ops = ins.operands
-        m = self.module
         if op == "parameter":
             return self._parameter_sources(comp, ins, idx)
+        if op in _ASYNC_FORWARD or op.endswith("-done"):
+            found = self._forward_async(comp, ins, idx)
+            if found is not None:
+                return found
+        return self._forward_structural(comp, ins, idx)
+
+    def _forward_structural(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos]:
+        """get-tuple-element, bitcast and the other pass-throughs, tuple, while, conditional and call."""
+        op = ins.opcode
+        ops = ins.operands
         if op == "get-tuple-element" and ops:
             return [self._operand(comp, ops[0], (int(ins.attrs.get("index", "0")),) + idx)]
-        if op == "async-update" and len(ops) > 1 and idx:  # call-start() then call-update(start, operands)
-            if idx[0] == 0 and len(idx) > 1 and idx[1] + 1 < len(ops):
-                return [self._operand(comp, ops[idx[1] + 1], idx[2:])]
-            start = self._chain_start(comp, ins)
-            if idx[0] == 1 and start.called and (r := _root(m, start.called[0])) is not None:
-                return [(r.name, idx[1:])]
         if op in ("bitcast", "domain", "opt-barrier", "optimization-barrier", "add-dependency", "async-update") and ops:
             return [self._operand(comp, ops[0], idx)]
         if op == "tuple" and idx and idx[0] < len(ops):
             return [self._operand(comp, ops[idx[0]], idx[1:])]
         if op == "while" and ops:
-            body = _root(m, _name_attr(ins, "body"))
+            body = _root(self.module, _name_attr(ins, "body"))
             return [self._operand(comp, ops[0], idx)] + ([(body.name, idx)] if body else [])
         if op in ("conditional", "call"):
-            return [(r.name, idx) for c in called_in_order(ins) if (r := _root(m, c)) is not None]
-        if op == "async-start" and idx:
-            if idx[0] == 0 and len(idx) > 1 and idx[1] < len(ops):
-                return [self._operand(comp, ops[idx[1]], idx[2:])]
-            if idx[0] == 1 and ins.called and (r := _root(m, ins.called[0])) is not None:
-                return [(r.name, idx[1:])]
-            return []
+            return [(r.name, idx) for c in called_in_order(ins) if (r := _root(self.module, c)) is not None]
+        return []
+
+    def _forward_async(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos] | None:
+        """What an async start, update or done holds at ``idx``; None: handled as any other instruction."""
+        op = ins.opcode
+        ops = ins.operands
+        if op == "async-update":
+            return self._forward_update(comp, ins, idx)
+        if op == "async-start":
+            return self._forward_start(comp, ins, idx) if idx else []
         source = (1,) if op == "copy-start" else (0,)  # where the start keeps its operand
         if op in ("copy-start", "collective-permute-start", "all-gather-start") and idx[:1] == source:
             return [self._operand(comp, ops[0], idx[1:])] if ops else []
@@ -212,6 +221,27 @@ class Checker:
             src = comp.operand(ops[0])[0]
             inner = (0,) if op == "copy-done" else (1,) if src.shape.is_tuple and op != "all-reduce-done" else ()
             return [self._operand(comp, ops[0], inner + idx)]
+        return None
+
+    def _forward_update(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos] | None:
+        """libtpu's call-start() then call-update(start, operands): the update holds its operands at
+        {0, k} and the wrapped computation's root at {1}."""
+        ops = ins.operands
+        if len(ops) > 1 and idx:
+            if idx[0] == 0 and len(idx) > 1 and idx[1] + 1 < len(ops):
+                return [self._operand(comp, ops[idx[1] + 1], idx[2:])]
+            start = self._chain_start(comp, ins)
+            if idx[0] == 1 and start.called and (r := _root(self.module, start.called[0])) is not None:
+                return [(r.name, idx[1:])]
+        return None
+
+    def _forward_start(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos]:
+        """An async start holds its operands at {0, k} and its wrapped computation's root at {1}."""
+        ops = ins.operands
+        if idx[0] == 0 and len(idx) > 1 and idx[1] < len(ops):
+            return [self._operand(comp, ops[idx[1]], idx[2:])]
+        if idx[0] == 1 and ins.called and (r := _root(self.module, ins.called[0])) is not None:
+            return [(r.name, idx[1:])]
         return []
 
     def _parameter_sources(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos]:
@@ -412,51 +442,63 @@ class Checker:
             self._done_cache = out
         return self._done_cache
 
-    def _uses(self) -> None:  # noqa: C901
+    def _uses(self) -> None:
         tl = self.tl
-        dones = self._dones()
-        first: dict[Pos, int] = {}
+        first: dict[Pos, int] = {}  # where a printed 'x#k' is read: before the first of its users
         for _, ins in tl.order:
             for ref in ins.operands:
                 base, k = split_ref(ref)
                 for j in range(1, len(k) + 1):
                     first.setdefault((base, k[:j]), tl.time[ins.name])
         for comp, ins in tl.order:
-            t = tl.time[ins.name]
             if ins.opcode in ("tuple", "domain"):
                 continue
-            read_t = tl.time.get(dones.get(ins.name, ""), t)  # an async operation reads until its done
-            real = ins.opcode not in _FORWARD or (ins.opcode == "async-update" and len(ins.operands) > 1)
-            if ins.opcode == "async-update":
-                read_t = tl.time.get(dones.get(self._chain_start(comp, ins).name, ""), t)
-            use_t = t
-            if ins.opcode == "while":
-                body = self.module.by_name.get(_name_attr(ins, "body"))
-                params = [p for p in body.instructions if p.opcode == "parameter"] if body else []
-                use_t = tl.time.get(params[0].name, t) if params else t
-            if ins.opcode == "call":
-                use_t = -1
+            use_t, read_t, real = self._use_times(comp, ins)
+            top_only = ins.opcode in ("get-tuple-element", "copy")
             for ref in ins.operands:
-                base, k = split_ref(ref)
-                src = comp.by_name.get(base)
-                if src is None:
-                    continue
-                for j in range(len(k)):  # a printed 'x#1' is a get-tuple-element reading x's tuple table,
-                    gte_t = first.get((base, k[:j + 1]), t)  # one, before the first of its users
-                    for vid in self.at((base, k[:j])):
-                        self.values[vid].uses.append((gte_t, tl.at(gte_t)))
-                try:
-                    sub = src.shape.subshape(k)
-                except IndexError:
-                    continue
-                top_only = ins.opcode in ("get-tuple-element", "copy")
-                for idx in ([()] if top_only else _indices(sub)):
-                    for vid in self.at((base, k + idx)):
-                        v = self.values[vid]
-                        if use_t >= 0:
-                            v.uses.append((use_t, ins.name))
-                        if real and not (sub.subshape(idx).is_tuple):
-                            v.reads.append((read_t, ins.name))
+                self._use_operand(comp, ins, ref, first, (use_t, read_t, real, top_only))
+
+    def _use_times(self, comp: Computation, ins: Instruction) -> tuple[int, int, bool]:
+        """(the use's time, -1: none; the read's time; whether it is a real read) of ``ins``'s operands."""
+        tl = self.tl
+        t = tl.time[ins.name]
+        dones = self._dones()
+        read_t = tl.time.get(dones.get(ins.name, ""), t)  # an async operation reads until its done
+        real = ins.opcode not in _FORWARD or (ins.opcode == "async-update" and len(ins.operands) > 1)
+        if ins.opcode == "async-update":
+            read_t = tl.time.get(dones.get(self._chain_start(comp, ins).name, ""), t)
+        use_t = t
+        if ins.opcode == "while":
+            body = self.module.by_name.get(_name_attr(ins, "body"))
+            params = [p for p in body.instructions if p.opcode == "parameter"] if body else []
+            use_t = tl.time.get(params[0].name, t) if params else t
+        if ins.opcode == "call":
+            use_t = -1
+        return use_t, read_t, real
+
+    def _use_operand(self, comp: Computation, ins: Instruction, ref: str, first: dict[Pos, int],
+                     how: tuple[int, int, bool, bool]) -> None:
+        use_t, read_t, real, top_only = how
+        base, k = split_ref(ref)
+        src = comp.by_name.get(base)
+        if src is None:
+            return
+        t = self.tl.time[ins.name]
+        for j in range(len(k)):  # a printed 'x#1' is a get-tuple-element reading x's tuple table,
+            gte_t = first.get((base, k[:j + 1]), t)  # one, before the first of its users
+            for vid in self.at((base, k[:j])):
+                self.values[vid].uses.append((gte_t, self.tl.at(gte_t)))
+        try:
+            sub = src.shape.subshape(k)
+        except IndexError:
+            return
+        for idx in ([()] if top_only else _indices(sub)):
+            for vid in self.at((base, k + idx)):
+                v = self.values[vid]
+                if use_t >= 0:
+                    v.uses.append((use_t, ins.name))
+                if real and not (sub.subshape(idx).is_tuple):
+                    v.reads.append((read_t, ins.name))
 
     # ------------------------------------------------------------------ the compiler's live range
 
@@ -633,7 +675,7 @@ class Checker:
             self._params = {ins.name for _, ins in self.tl.order if ins.opcode == "parameter"}
         return v.v.name in self._params
 
-    def check_async(self, report: Report) -> None:  # noqa: C901
+    def check_async(self, report: Report) -> None:
         tl = self.tl
         dones = self._dones()
         defs: list[list[Value]] = [[] for _ in range(tl.end)]
@@ -645,43 +687,47 @@ class Checker:
                 if 0 <= t < tl.end and tl.at(t) == who:
                     reads[t].append(v)
         for comp, ins in tl.order:
-            if ins.opcode not in ASYNC_STARTS or ins.name not in dones:
+            if ins.opcode in ASYNC_STARTS and ins.name in dones:
+                report.async_windows += 1
+                self._check_window(report, comp, ins, tl.time[dones[ins.name]], (defs, reads))
+
+    def _check_window(self, report: Report, comp: Computation, ins: Instruction, td: int,
+                      at: tuple[list[list[Value]], list[list[Value]]]) -> None:
+        """Between ``ins`` (an async start) and its done at ``td``: no other instruction writes bytes it
+        reads or writes, nor reads bytes it writes."""
+        tl = self.tl
+        defs, reads = at
+        ts = tl.time[ins.name]
+        inside = set(range(*tl.span[ins.called[0]])) if ins.called and ins.called[0] in tl.span else set()
+        written = [self.values[vid] for idx in _indices(ins.shape) for vid in self.at((ins.name, idx))
+                   if self.values[vid].start == ts]
+        written += [v for t in inside for v in defs[t]]
+        read = [self.values[vid] for ref in ins.operands for idx in _indices(_shape_of(comp, ref))
+                for vid in self.at(self._operand(comp, ref, idx))]
+        mine = {v.v.id for v in written + read}
+        w_alloc = {v.allocation for v in written}
+        r_alloc = {v.allocation for v in read}
+        for t in range(ts + 1, td):
+            if t in inside or tl.order[t][1].opcode == "async-update":
                 continue
-            ts, td = tl.time[ins.name], tl.time[dones[ins.name]]
-            report.async_windows += 1
-            inside = set()
-            if ins.called and ins.called[0] in tl.span:
-                inside = set(range(*tl.span[ins.called[0]]))
-            written = [self.values[vid] for idx in _indices(ins.shape) for vid in self.at((ins.name, idx))
-                       if self.values[vid].start == ts]
-            written += [v for t in inside for v in defs[t]]
-            read = [self.values[vid] for ref in ins.operands for idx in _indices(_shape_of(comp, ref))
-                    for vid in self.at(self._operand(comp, ref, idx))]
-            mine = {v.v.id for v in written + read}
-            w_alloc = {v.allocation for v in written}
-            r_alloc = {v.allocation for v in read}
-            for t in range(ts + 1, td):
-                if t in inside or tl.order[t][1].opcode == "async-update":
-                    continue
-                for x in defs[t]:
-                    if x.v.id in mine or x.allocation not in w_alloc | r_alloc:
-                        continue
-                    for y in written + read:
-                        if y.end >= t and y.allocation == x.allocation and _bytes_meet(x, y) and \
-                                self.union.find(x.v.id) != self.union.find(y.v.id):
-                            what = "writes" if y in written else "reads"
-                            report.conflicts.append(self._conflict(
-                                "async", y, x, f"{tl.at(t)} writes {x.label} at {t} while {ins.name} "
-                                               f"({ts}-{td}) {what} those bytes"))
-                for x in reads[t]:
-                    if x.v.id in mine or x.allocation not in w_alloc:
-                        continue
-                    for y in written:
-                        if y.end >= t and y.allocation == x.allocation and _bytes_meet(x, y) and \
-                                self.union.find(x.v.id) != self.union.find(y.v.id):
-                            report.conflicts.append(self._conflict(
-                                "async", y, x, f"{tl.at(t)} reads {x.label} at {t} while {ins.name} "
-                                               f"({ts}-{td}) writes those bytes"))
+            for x in defs[t]:
+                if x.v.id not in mine and x.allocation in w_alloc | r_alloc:
+                    for y in self._met(x, t, written + read):
+                        what = "writes" if y in written else "reads"
+                        report.conflicts.append(self._conflict(
+                            "async", y, x, f"{tl.at(t)} writes {x.label} at {t} while {ins.name} "
+                                           f"({ts}-{td}) {what} those bytes"))
+            for x in reads[t]:
+                if x.v.id not in mine and x.allocation in w_alloc:
+                    for y in self._met(x, t, written):
+                        report.conflicts.append(self._conflict(
+                            "async", y, x, f"{tl.at(t)} reads {x.label} at {t} while {ins.name} "
+                                           f"({ts}-{td}) writes those bytes"))
+
+    def _met(self, x: Value, t: int, ys: list[Value]) -> list[Value]:
+        """The values of ``ys`` still live at ``t`` whose bytes meet ``x``'s, not of its buffer."""
+        return [y for y in ys if y.end >= t and y.allocation == x.allocation and _bytes_meet(x, y)
+                and self.union.find(x.v.id) != self.union.find(y.v.id)]
 
 
 def _passes_through(fused: Computation, idx: Index, k: int) -> bool:
