@@ -56,6 +56,7 @@ class Answer:
     errors: list[str] = field(default_factory=list)  # stages that could not give their verdict
     where: list[SeedTrace] = field(default_factory=list)  # per (stage, configuration, seed) of frozen and train
     next_steps: list[tuple[str, str]] = field(default_factory=list)  # (why, command): what to run next
+    open_questions: list[str] = field(default_factory=list)  # what no stage answered (errors, budgets spent)
 
     def text(self) -> str:
         """What triage prints (and ``report DIR`` again): the paragraph, where each seed failed, what next."""
@@ -289,8 +290,14 @@ def answer(state: dict, out: Path) -> Answer:
     if errors:
         paragraph += " Not answered: " + "; ".join(errors) + "."
     measured = bool(targets) or any(run.table.rows for run in local.values())
+    open_questions = errors + [f"{name}: not within the budget" for name in ("frozen", "train")
+                               if name in local and local[name].answer is None]
+    # 0 only when every question asked was answered and nothing was found; a partial answer is not a
+    # clean bill (exit 2, naming what remains), a finding is a finding however much remains (exit 1)
+    code = 1 if findings else 0 if measured and not open_questions else 2
     where = [t for name in ("frozen", "train") if name in local for t in traces(name, local[name].rounds, out)]
-    ans = Answer(paragraph, 1 if findings else 0 if measured else 2, findings, targets, local, errors, where)
+    ans = Answer(paragraph, code, findings, targets, local, errors, where)
+    ans.open_questions = open_questions
     ans.next_steps = next_steps(state, out, ans)
     return ans
 
