@@ -41,3 +41,12 @@ def test_a_stage_that_failed_leaves_its_question_open(tmp_path):
     state["stages"]["compile:tpu:v6e:2x4"] = {"ok": False, "error": "compile:tpu:v6e:2x4: libtpu is not installed"}
     ans = answer(state, out)
     assert ans.exit_code == 2 and ans.open_questions == ["compile:tpu:v6e:2x4: libtpu is not installed"]
+
+
+def test_the_report_and_the_error_line_say_partial_not_nothing_measured(tmp_path):
+    from xla_harness.triage.render import write_report
+
+    state, out = _state(tmp_path, None)
+    ans = write_report(out, state)
+    assert "Exit 2: partial: open: train: not within the budget." in (out / "report.md").read_text()
+    assert ans.not_clean().startswith("not every question was answered (train: not within the budget)")

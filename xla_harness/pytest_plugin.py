@@ -180,7 +180,7 @@ def xla_harness_triage(request, tmp_path):
         ans = write_report(out, state)
         request.node.user_properties.append((f"{PREFIX}_triage_report", str(out / "report.html")))
         if ans.exit_code == 2:
-            pytest.fail(f"xla-harness triage measured nothing: {ans.paragraph}", pytrace=False)
+            pytest.fail(f"xla-harness triage: {ans.not_clean()}: {ans.paragraph}", pytrace=False)
         if ans.exit_code:
             pytest.fail(f"xla-harness triage found: {ans.text()}", pytrace=False)
         return ans

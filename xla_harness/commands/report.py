@@ -26,7 +26,7 @@ A triage folder (xla-harness triage --out DIR, holding triage.json) gets the tri
 again, as triage printed it at its end: the paragraph, where each seed of the frozen and train
 stages failed and what to run next; --json prints the document triage --json printed (every rate
 with its k and n); --html also draws DIR/report.md and DIR/report.html again. Exit as the
-triage's: 0 nothing found, 1 found a problem, 2 nothing measured or not a triage's record.
+triage's: 0 nothing found, 1 found a problem, 2 nothing measured, a partial answer or not a triage's record.
 """
 
 
@@ -122,7 +122,7 @@ def show_triage(args) -> int:
         print(f"report: {folder / 'report.md'}, {folder / 'report.html'}" if drawn
               else f"report: not drawn ({shlex.join(['xla-harness', 'report', str(folder), '--html'])} draws it)")
     if ans.exit_code == 2:
-        sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
+        sys.stderr.write(f"error: {ans.not_clean()}\n")
     return ans.exit_code
 
 

@@ -145,10 +145,5 @@ def run(args) -> int:
         print(ans.text())
         print(f"report: {args.out / 'report.md'}, {args.out / 'report.html'}")
     if ans.exit_code == 2:  # not a clean bill: nothing measured, or questions left open
-        measured = bool(ans.targets) or any(run.table.rows for run in ans.local.values())
-        if not measured:
-            sys.stderr.write(f"error: nothing was measured ({'; '.join(ans.errors) or 'no stage gave a verdict'})\n")
-        else:
-            sys.stderr.write(f"error: not every question was answered ({'; '.join(ans.open_questions)}); what was "
-                             "measured is in the report, and What next gives the triage with a larger budget\n")
+        sys.stderr.write(f"error: {ans.not_clean()}\n")
     return ans.exit_code

@@ -58,6 +58,17 @@ class Answer:
     next_steps: list[tuple[str, str]] = field(default_factory=list)  # (why, command): what to run next
     open_questions: list[str] = field(default_factory=list)  # what no stage answered (errors, budgets spent)
 
+    @property
+    def measured(self) -> bool:
+        return bool(self.targets) or any(run.table.rows for run in self.local.values())
+
+    def not_clean(self) -> str:
+        """Why exit 2, as the ``error:`` line says it: nothing measured, or the questions left open."""
+        if not self.measured:
+            return f"nothing was measured ({'; '.join(self.errors) or 'no stage gave a verdict'})"
+        return (f"not every question was answered ({'; '.join(self.open_questions)}); what was measured is in the "
+                "report, and What next gives the triage with a larger budget")
+
     def text(self) -> str:
         """What triage prints (and ``report DIR`` again): the paragraph, where each seed failed, what next."""
         lines = [self.paragraph]

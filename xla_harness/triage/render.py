@@ -349,8 +349,9 @@ def blocks(state: dict, ans: Answer, figures: bool = True, folder: Path | None =
     out = [Block("heading", f"Triage of {spec.get('program')} {' '.join(spec.get('options', []))}".strip(), level=1),
            Block("paragraph", ans.paragraph),
            Block("paragraph", f"Exit {ans.exit_code}: " + ("; ".join(ans.findings) if ans.findings
-                                                           else "nothing measured" if ans.exit_code == 2
-                                                           else "nothing found") + ".")]
+                                                           else "nothing measured" if not ans.measured
+                                                           else "partial: open: " + "; ".join(ans.open_questions)
+                                                           if ans.exit_code == 2 else "nothing found") + ".")]
     if ans.local:
         out.append(Block("paragraph", f"Rates: {BOUND_NOTE}."))
     out += _where_blocks(ans)
