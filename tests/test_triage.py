@@ -155,6 +155,8 @@ def test_a_clean_step_answers_exit_0_with_a_self_contained_report(tmp_path):
     assert done.returncode == 0, done.stderr
     paragraph = _answer_line(done.stdout)
     assert paragraph.startswith("On host cpu") and "the #35409 hazard is absent" in paragraph
+    assert "memory plan: no two live values share bytes" in paragraph and "its live range as the compiler's" \
+        in paragraph  # memcheck of the host compile, against XLA's own live range
     assert "train 0/59 non-finite steps" in paragraph and "deterministic" in paragraph
     assert "triage [" in done.stderr and "left]" in done.stderr  # progress, with the time left
     page = _Page()

@@ -291,7 +291,7 @@ def _stem_files(stem: Path) -> list[Path]:
     return [Path(f"{stem}{suffix}") for suffix in (".after_optimizations.txt",
                                                   ".after_optimizations-buffer-assignment.txt",
                                                   ".after_optimizations-buffer-assignment-values.txt",
-                                                  ".autotune.txt")]
+                                                  ".after_optimizations-live-range.txt", ".autotune.txt")]
 
 
 def _read_done(results: Path, resume: bool, target: Target, run: dict,
@@ -489,6 +489,8 @@ def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotun
         _write_new(Path(f"{stem}.after_optimizations-buffer-assignment.txt"), compiled.buffer_assignment)
     if compiled.buffer_values is not None:
         _write_new(Path(f"{stem}.after_optimizations-buffer-assignment-values.txt"), compiled.buffer_values)
+    if compiled.live_range is not None:
+        _write_new(Path(f"{stem}.after_optimizations-live-range.txt"), compiled.live_range)
     record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
     if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
         record["autotune_results"] = str(Path(autotune).relative_to(out))

@@ -37,6 +37,9 @@ class CompiledStep:
     # The values file dumped beside the buffer assignment (``*-buffer-assignment-values.txt``): which
     # value each operand of each instruction reads, by the compiler's own dataflow; None when absent.
     buffer_values: str | None = None
+    # The compiler's own live range (``*-live-range.txt``: its flattened schedule and each value's
+    # interval; CPU and GPU write it, libtpu does not): what memcheck compares its timeline with.
+    live_range: str | None = None
 
 
 def _platform(sharding) -> str | None:
@@ -83,17 +86,19 @@ def abstract_arguments(program: TrainProgram, devices: list, program_name: str |
     return params, opt_state, jax.tree_util.tree_map(place, batch)
 
 
-def _buffer_assignment(dump: Path) -> tuple[str | None, str | None]:
+def _buffer_assignment(dump: Path) -> tuple[str | None, str | None, str | None]:
     """The buffer assignment the compiler dumped for the optimized module (the last one written: the
-    step's own) and the values file XLA writes beside it (``X-buffer-assignment-values.txt``); None
-    for each that is not there."""
+    step's own), the values file XLA writes beside it (``X-buffer-assignment-values.txt``) and its live
+    range (``X-live-range.txt``); None for each that is not there."""
     found = sorted(glob.glob(str(dump / "*after_optimizations-buffer-assignment.txt")))
     if not found:
-        return None, None
+        return None, None, None
     path = Path(found[-1])
     values = values_path(path)
+    live = Path(str(path).replace("-buffer-assignment.txt", "-live-range.txt"))
     return (path.read_text(encoding="utf-8", errors="replace"),
-            values.read_text(encoding="utf-8", errors="replace") if values.is_file() else None)
+            values.read_text(encoding="utf-8", errors="replace") if values.is_file() else None,
+            live.read_text(encoding="utf-8", errors="replace") if live.is_file() else None)
 
 
 def lower_step(program: TrainProgram, target: Target, devices: list, program_name: str | None = None):
@@ -141,10 +146,10 @@ def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_t
             raise HarnessError(f"{target.text}: the compiler failed on {program_name or program.name}: {first}") \
                 from None
         text = compiled.as_text()
-        ba, values = _buffer_assignment(dump)
+        ba, values, live_range = _buffer_assignment(dump)
     seconds = time.process_time() - t0
     _check_platform(compiled, target, devices)
-    return CompiledStep(target, compiled, text, ba, seconds, device_kind(devices), values)
+    return CompiledStep(target, compiled, text, ba, seconds, device_kind(devices), values, live_range)
 
 
 def _check_platform(compiled, target: Target, devices: list) -> None:

@@ -121,6 +121,25 @@ def _compiler(v: TargetVerdict) -> str:
     return ", ".join(names + ([f"jax {jax}"] if jax else []))
 
 
+def memory_plan_clause(v: TargetVerdict) -> str:
+    """"; memory plan: ..." for a verdict memcheck drew (docs/memcheck.md), "" when it did not run."""
+    plan = v.memory_plan
+    if not plan:
+        return ""
+    if plan.get("error"):
+        return f"; memory plan: not checked ({plan['error']})"
+    compared = plan.get("live_range_compared", -1)
+    against = f", its live range as the compiler's on {compared} values" if compared and compared > 0 else ""
+    if plan.get("conflicts"):
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(plan.get("kinds", {}).items()))
+        return f"; memory plan: {plan['conflicts']} conflict(s) ({kinds}; first: {plan.get('first', '')})"
+    if plan.get("disagreements"):
+        return (f"; memory plan: {plan['disagreements']} value(s) whose live range differs from the compiler's "
+                "(xla-harness memcheck lists them)")
+    return (f"; memory plan: no two live values share bytes ({plan.get('values', 0)} values, "
+            f"{plan.get('async_windows', 0)} async windows{against})")
+
+
 def target_sentence(v: TargetVerdict) -> str:
     """One sentence for one compiler's verdict."""
     name = f"{v.target} {v.backend}" if v.target == "host" else v.target
@@ -129,10 +148,11 @@ def target_sentence(v: TargetVerdict) -> str:
     truth = "by the compiler's own aliasing" if v.compiler_states_aliasing else "by the scanner's walk"
     if v.hazard:
         return (f"{where} {v.hazard} in-place fusion(s) write through a data-moving producer "
-                f"({', '.join(v.hazard_fusions[:3])}): the #35409 hazard is present")
+                f"({', '.join(v.hazard_fusions[:3])}): the #35409 hazard is present" + memory_plan_clause(v))
     if v.fused_producer:
         return (f"{where} {v.fused_producer} scatter fusion(s) fuse a data-moving producer into their in-place "
-                f"operand ({', '.join(v.decision_fusions[:3])}): a fusion that should not exist")
+                f"operand ({', '.join(v.decision_fusions[:3])}): a fusion that should not exist"
+                + memory_plan_clause(v))
     w = v.w_scatter()
     if w is not None:
         into = {"dense": "onto the dense (dot) gradient", "broadcast": "into a fresh zero buffer",
@@ -147,6 +167,7 @@ def target_sentence(v: TargetVerdict) -> str:
     else:
         text = f"{where} no scatter is fused in place"
     text += f" ({truth}): the #35409 hazard is absent"
+    text += memory_plan_clause(v)
     if v.nondeterministic:
         text += f"; {len(v.nondeterministic)} instruction(s) run non-deterministically (scatters with atomics)"
     return text

@@ -16,6 +16,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from xla_harness.hlo.ir import Computation, HloModule, Instruction
 from xla_harness.hlo.nondeterminism import ASSESSED, SourceLines, nondeterministic_ops, source_of
@@ -69,10 +70,13 @@ class TargetVerdict:
     compile_cpu_s: float | None = None
     devices: int | None = None  # the devices the step was compiled for
     target_devices: int | None = None  # the devices the target has (a factory without devices= compiles for 1)
+    # memcheck of the compiled module (:func:`memory_plan`): {"values", "async_windows", "conflicts",
+    # "kinds", "first", "live_range_compared", "disagreements"} or {"error"}; None: not checked
+    memory_plan: dict | None = None
 
     @property
     def found(self) -> bool:
-        return bool(self.hazard or self.fused_producer)
+        return bool(self.hazard or self.fused_producer or self.memory_conflicts)
 
     def scope(self) -> str:
         """"compiled for 1 of 8 devices" where an ahead-of-time target's step covers fewer devices than the
@@ -81,6 +85,11 @@ class TargetVerdict:
                 or self.devices >= self.target_devices:
             return ""  # the host runs the program's own device count, by design
         return f"compiled for {self.devices} of {self.target_devices} devices"
+
+    @property
+    def memory_conflicts(self) -> int:
+        plan = self.memory_plan or {}
+        return int(plan.get("conflicts", 0)) + int(plan.get("disagreements", 0))
 
     def w_scatter(self) -> ScatterFusion | None:
         return next((s for s in self.scatters if s.writes_w), None)
@@ -179,6 +188,24 @@ def target_verdict(module: HloModule, target: str, backend: str = "auto", record
         nondeterministic=nondet, w_dims=list(w_dims) if w_dims is not None else None, neighbourhoods=graphs_out,
         compile_cpu_s=record.get("compile_cpu_s"), devices=_count(record.get("devices")),
         target_devices=_count(record.get("target_devices")))
+
+
+def memory_plan(module_path: Path) -> dict:
+    """memcheck's verdict on a compiled module (its buffer assignment and live range beside it), as a
+    verdict records it; {"error": ...} when it cannot be checked."""
+    from xla_harness.errors import HarnessError
+    from xla_harness.hlo.memcheck import check_files
+
+    try:
+        report = check_files(module_path)
+    except HarnessError as exc:
+        return {"error": str(exc)}
+    kinds: dict[str, int] = {}
+    for f in report.conflicts:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    return {"values": report.values, "async_windows": report.async_windows, "conflicts": len(report.conflicts),
+            "kinds": kinds, "first": report.conflicts[0].message if report.conflicts else "",
+            "live_range_compared": report.live_range_compared, "disagreements": len(report.disagreements)}
 
 
 def _count(value) -> int | None:

@@ -187,9 +187,20 @@ def neighbourhood_figure(g: Neighbourhood) -> bytes:
 # ----------------------------------------------------------------------------- content
 
 
+def _plan_cell(v: TargetVerdict) -> str:
+    plan = v.memory_plan
+    if not plan:
+        return "-"
+    if plan.get("error"):
+        return "not checked"
+    if v.memory_conflicts:
+        return f"{plan.get('conflicts', 0)} conflict(s), {plan.get('disagreements', 0)} live-range difference(s)"
+    return f"clean ({plan.get('values', 0)} values)"
+
+
 def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
     rows = [["target", "compiler", "instructions", "hazard", "fused data-moving producer", "in-place scatters",
-             "W's scatter writes into", "aliasing truth", "non-deterministic ops", "compile CPU s"]]
+             "W's scatter writes into", "aliasing truth", "non-deterministic ops", "memory plan", "compile CPU s"]]
     for v in targets:
         w = v.w_scatter()
         compiler = ", ".join(f"{k} {val}" for k, val in v.versions.items()) or "-"
@@ -197,7 +208,7 @@ def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
         rows.append([target, compiler, str(v.instructions), str(v.hazard), str(v.fused_producer),
                      str(len(v.scatters)), f"{w.writes_w} ({w.fusion})" if w else "-",
                      "compiler" if v.compiler_states_aliasing else "scanner walk",
-                     "-" if v.nondeterministic is None else str(len(v.nondeterministic)),
+                     "-" if v.nondeterministic is None else str(len(v.nondeterministic)), _plan_cell(v),
                      f"{v.compile_cpu_s:.0f}" if v.compile_cpu_s is not None else "-"])
     return rows
 

@@ -26,7 +26,7 @@ from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
 from xla_harness.triage import plan as plan_mod
 from xla_harness.triage.answer import Answer, answer
-from xla_harness.triage.compiled import TargetVerdict, target_verdict
+from xla_harness.triage.compiled import TargetVerdict, memory_plan, target_verdict
 from xla_harness.triage.plan import Stage
 
 STATE = "triage.json"
@@ -184,10 +184,14 @@ class Triage:
         return {"ok": True, "verdict": verdict.to_json(), "record": _record_summary(records[-1])}
 
     def hlo_stage(self, stage: Stage) -> dict:
+        from xla_harness.hlo.memcheck import beside
         from xla_harness.hlo.parser import parse_file
 
         module = parse_file(Path(stage.target))
-        return {"ok": True, "verdict": target_verdict(module, f"hlo:{stage.target}").to_json()}
+        verdict = target_verdict(module, f"hlo:{stage.target}")
+        if beside(Path(stage.target), "buffer-assignment") is not None:  # a dump: its memory plan too
+            verdict.memory_plan = memory_plan(Path(stage.target))
+        return {"ok": True, "verdict": verdict.to_json()}
 
     def _rounds(self, stage: Stage, budget: float, extra: list[str], configs: int, judge) -> dict:
         """Rounds of ``stress`` (``extra``: the stage's own flags) until ``judge(table)`` answers the
@@ -432,6 +436,8 @@ def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict
         if verdict.w_scatter() is not None:
             break
     assert verdict is not None
+    if ba_path.is_file():  # the whole memory plan: two live values on the same bytes, async windows
+        verdict.memory_plan = memory_plan(hlo)
     return verdict
 
 
