@@ -437,15 +437,17 @@ def test_scan_model_for_cuda_says_when_the_values_file_is_missing(tmp_path, monk
     assert set(said.values()) == {("aliased", "buffer assignment", "agree")} and len(said) == 3
 
 
-def test_compile_keeps_the_buffer_assignment_and_its_values_file(tmp_path):
+def test_compile_keeps_the_buffer_assignment_its_values_file_and_its_live_range(tmp_path):
     from xla_harness.targets.compile import _buffer_assignment
 
-    assert _buffer_assignment(tmp_path) == (None, None)
+    assert _buffer_assignment(tmp_path) == (None, None, None)
     stem = tmp_path / "module_0001.jit_step.sm_9.0a_gpu_after_optimizations"
     (tmp_path / f"{stem.name}-buffer-assignment.txt").write_text("allocation 0: size 4:\n")
-    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", None)
+    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", None, None)
     (tmp_path / f"{stem.name}-buffer-assignment-values.txt").write_text("<0 w @0>\n")
-    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", "<0 w @0>\n")
+    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", "<0 w @0>\n", None)
+    (tmp_path / f"{stem.name}-live-range.txt").write_text("HloLiveRange (max 1):\n")
+    assert _buffer_assignment(tmp_path) == ("allocation 0: size 4:\n", "<0 w @0>\n", "HloLiveRange (max 1):\n")
 
 
 def test_model_buffers_read_the_values_file_or_say_it_is_missing(capsys):
