@@ -363,6 +363,34 @@ def test_time_spent_is_kept_as_the_triage_goes_and_a_resume_continues_the_clock(
     assert resumed.spent_before >= 250.0 and resumed.left() <= 350.0
 
 
+def test_a_killed_stage_s_time_stays_in_its_table_after_a_resume(tmp_path, monkeypatch):
+    """A stage killed after 90 s of work and finished in 30 s on --resume is 120 s in the stage table."""
+    from xla_harness.triage import run as run_mod
+    from xla_harness.triage.run import Triage, TriageSpec
+
+    clock = [1000.0]
+    monkeypatch.setattr(run_mod.time, "monotonic", lambda: clock[0])
+    spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
+    first = Triage(spec, tmp_path / "t")
+    first._open()
+    stage = next(s for s in first.stages if s.kind == "train")
+    first.running = (stage, clock[0], first._stage_spent_before(stage))
+    clock[0] += 90.0
+    first._progress("a round of train")  # then killed: no stage.json
+    assert not (first.stage_dir(stage) / "stage.json").exists()
+    resumed = Triage(spec, tmp_path / "t", resume=True)
+    resumed._open()
+    assert resumed._stage_spent_before(stage) == 90.0
+    start = clock[0]
+    resumed.running = (stage, start, resumed._stage_spent_before(stage))
+    clock[0] += 30.0
+    summary = resumed._finish(stage, {"ok": True}, clock[0] - start)
+    assert summary["seconds"] == 120.0
+    assert not (resumed.stage_dir(stage) / run_mod.STAGE_SPENT).exists()  # kept only while it runs
+    (resumed.stage_dir(stage) / run_mod.STAGE_SPENT).write_text('{"spent_s": "x"}')
+    assert resumed._stage_spent_before(stage) == 0.0  # an unreadable record counts nothing, never crashes
+
+
 def test_resume_never_runs_into_a_folder_that_is_not_a_triage_s(tmp_path, capsys):
     from xla_harness.cli import main
 

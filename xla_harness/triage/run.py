@@ -32,6 +32,7 @@ from xla_harness.triage.plan import Stage
 STATE = "triage.json"
 NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could fail less than the baseline "
                       "(the variants stage runs when one of them fails)")
+STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
 STRESS_GRACE_S = 60.0  # after its SIGTERM at the budget, for a stress round to finish its step and flush
 MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
@@ -83,6 +84,7 @@ class Triage:
         self.stages = plan_mod.plan(spec.targets, spec.hlo)
         self.t0 = time.monotonic()
         self.spent_before = 0.0  # seconds spent by earlier runs of this triage (resumed)
+        self.running: tuple[Stage, float, float] | None = None  # the stage under way: (it, its start, its time before)
         self.commands: dict[str, list[str]] = {}
         self.per_step: float | None = None  # seconds a step of the local runs took (the shortest round's)
 
@@ -106,16 +108,32 @@ class Triage:
         return done if isinstance(done, dict) else None  # so does one that is not a stage's record
 
     def _finish(self, stage: Stage, summary: dict, seconds: float) -> dict:
+        seconds += self._stage_spent_before(stage)  # a run of it killed earlier counts too
         summary = {"stage": stage.name, "seconds": round(seconds, 1), **summary}
         self.stage_dir(stage).mkdir(parents=True, exist_ok=True)
         _write_json(self.stage_dir(stage) / "stage.json", summary)
+        self.running = None
+        (self.stage_dir(stage) / STAGE_SPENT).unlink(missing_ok=True)
         self._save_spent()
         return summary
 
+    def _stage_spent_before(self, stage: Stage) -> float:
+        """Seconds earlier, killed runs of ``stage`` spent (``STAGE_SPENT`` in its folder), 0 when none."""
+        try:
+            spent = json.loads((self.stage_dir(stage) / STAGE_SPENT).read_text(encoding="utf-8")).get("spent_s", 0.0)
+        except (OSError, ValueError, AttributeError, RecursionError):
+            return 0.0
+        return float(spent) if isinstance(spent, int | float) and not isinstance(spent, bool) and \
+            math.isfinite(spent) and spent >= 0 else 0.0
+
     def _save_spent(self) -> None:
         """The time this triage has spent so far, kept where ``--resume`` reads it (a kill loses at most
-        the time since the last progress line)."""
+        the time since the last progress line), and the running stage's own (its table keeps it)."""
         _write_json(self.out / "triage-spec.json", {"spec": self.spec.to_json(), "spent_s": round(self.elapsed(), 1)})
+        if self.running is not None:
+            stage, t0, before = self.running
+            self.stage_dir(stage).mkdir(parents=True, exist_ok=True)
+            _write_json(self.stage_dir(stage) / STAGE_SPENT, {"spent_s": round(before + time.monotonic() - t0, 1)})
 
     def elapsed(self) -> float:
         return self.spent_before + time.monotonic() - self.t0
@@ -339,6 +357,7 @@ class Triage:
             self._progress(f"{stage.name}: done earlier ({said})")
             return done
         t = time.monotonic()
+        self.running = (stage, t, self._stage_spent_before(stage))
         budget = plan_mod.budget_for(stage.kind, self.left(), max(self.spec.budget_s - self._compile_seconds(), 60.0))
         if stage.kind == "compile":
             summary = self.compile_stage(stage)
