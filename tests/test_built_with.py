@@ -65,3 +65,27 @@ def test_stress_records_what_the_users_program_was_built_with(tmp_path):
     blocks = [json.loads(line) for line in (out / "stress.jsonl").read_text().splitlines()[1:]]
     assert blocks and all(b["built_with"]["width"] == 5 and b["built_with"]["note"] == "built here" for b in blocks)
     assert all(b["config"] == {"width": 5} for b in blocks)
+
+
+def test_a_user_programs_header_holds_none_of_the_builtin_models_flags():
+    from xla_harness.stress.spec import StressSpec
+
+    spec = StressSpec(program="examples/quickstart/my_model.py:make", steps=3).to_dict()
+    assert not records.BUILTIN_MODEL_KEYS & set(spec)
+    builtin = StressSpec(steps=3).to_dict()  # the built-in model: its flags are its options
+    assert records.BUILTIN_MODEL_KEYS <= set(builtin)
+
+
+def test_a_header_written_with_the_flags_reads_as_one_without_them():
+    """Headers written before kept the built-in model's flags for any program (and hashed them): one
+    still reads, with the flags dropped and the same fingerprint as a header written now."""
+    from xla_harness.stress.spec import StressSpec
+
+    now = StressSpec(program="p.py:make", steps=3).to_dict()
+    before = {**now, "dtype": "f32", "vocab": 256, "d_model": 64, "layers": 2, "heads": 4, "seq": 16, "batch": 8,
+              "learning_rate": 1e-3}
+    old = records.parse_header({"kind": "header", "spec": before, "fingerprint": records.spec_fingerprint(before)})
+    new = records.parse_header({"kind": "header", "spec": now, "fingerprint": records.spec_fingerprint(now)})
+    assert old.spec == new.spec and old.fingerprint == new.fingerprint
+    with pytest.raises(records.RecordError, match="does not match its spec"):
+        records.parse_header({"kind": "header", "spec": before, "fingerprint": "0" * 16})

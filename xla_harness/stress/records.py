@@ -58,6 +58,18 @@ def spec_labels(spec: Mapping[str, Any]) -> list[str]:
     return [label(c, program) for c in configs]
 
 
+# The built-in model's own flags (--vocab, --d-model, ...): they say nothing of any other program, whose
+# headers leave them out (headers written before kept them; read back, they are dropped).
+BUILTIN_MODEL_KEYS = frozenset({"dtype", "learning_rate", "vocab", "d_model", "layers", "heads", "seq", "batch"})
+
+
+def own_spec(spec: Mapping[str, Any]) -> dict:
+    """``spec`` without the built-in model's flags when it runs another program."""
+    if spec.get("program", BUILTIN_PROGRAM) == BUILTIN_PROGRAM:
+        return dict(spec)
+    return {k: v for k, v in spec.items() if k not in BUILTIN_MODEL_KEYS}
+
+
 def spec_fingerprint(spec: Mapping[str, Any]) -> str:
     """sha256 (16 hex digits) of the spec's options that decide what a step computes."""
     core = {k: v for k, v in spec.items() if k not in RUN_SHAPE_KEYS}
@@ -201,18 +213,20 @@ def parse_spec(spec: Any) -> dict:
         if not 0 <= s < 2**31:
             raise RecordError(f"spec seed {s} is outside [0, 2**31)")
     _int(spec, "steps", "spec", lo=1)
-    _need(spec, "dtype", str, "spec")
+    if spec.get("program", BUILTIN_PROGRAM) == BUILTIN_PROGRAM:
+        _need(spec, "dtype", str, "spec")
     if spec.get("variants"):
         _unique_list(spec, "variants", str)
     if "jax_config" in spec:
         _need(spec, "jax_config", dict, "spec")
-    return spec
+    return own_spec(spec)
 
 
 def parse_header(obj: Mapping) -> Header:
     spec = parse_spec(obj.get("spec"))
     fp = spec_fingerprint(spec)
-    if "fingerprint" in obj and obj["fingerprint"] != fp:
+    # a header written before a user program's spec left the built-in model's flags out hashed them
+    if "fingerprint" in obj and obj["fingerprint"] != fp and obj["fingerprint"] != spec_fingerprint(obj["spec"]):
         raise RecordError(f"header fingerprint {str(obj['fingerprint'])[:20]!r} does not match its spec ({fp})")
     if "schema" in obj and (isinstance(obj["schema"], bool) or obj["schema"] != SCHEMA):
         raise RecordError(f"results schema {obj['schema']!r} is not the one this harness reads ({SCHEMA})")

@@ -142,7 +142,7 @@ class StressSpec:
         d["program_options"] = dict(self.program_options)
         if not self.variants:  # results written before variants existed keep their spec
             del d["variants"]
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        return records.own_spec({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()})
 
     @classmethod
     def from_dict(cls, d: dict) -> StressSpec:
