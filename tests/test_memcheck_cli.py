@@ -139,3 +139,15 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys, case):
 def test_bad_input_with_json_prints_no_partial_json(tmp_path, capsys):
     rc, out, err = _run(capsys, str(_bad(tmp_path, "corrupt gz")), "--json")
     assert rc == 2 and out == "" and err.startswith("error:")
+
+
+@pytest.mark.slow
+def test_the_speed_bench_runs_on_a_real_dump():
+    import subprocess
+    import sys
+
+    module = DUMP / f"{STEM}.txt.gz"
+    done = subprocess.run([sys.executable, str(ROOT / "bench/memcheck_speed.py"), "--module", str(module),
+                           "--repeat", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "memcheck: " in done.stdout and "jaxlib C++ parse of the module alone" in done.stdout
