@@ -46,6 +46,11 @@ def _check(d: dict[str, str], **edits):
     return check_texts(files["hlo"], files["ba"], files["lr"] or None, "cpu-dump")
 
 
+def _found(r, kind: str, a: str, b: str, text: str = "") -> bool:
+    return any(c.kind == kind and (c.data["a"]["value"], c.data["b"]["value"]) == (a, b) and text in c.message
+               for c in r.conflicts)
+
+
 def _value_line(ba: str, name: str) -> re.Match:
     m = re.search(rf"^ value: <\d+ {re.escape(name)} @0> \(size=(\d+),offset=(\d+)\).*$", ba, re.M)
     assert m, name
@@ -77,7 +82,8 @@ def test_a_reader_after_an_in_place_write_is_caught(dump):
     param = re.search(r"fusion\((%[\w.\-]+#1)", line.group(0)).group(1)
     planted = f"\n{line.group(1)}%planted = f32[8,16]{{1,0}} negate({param})"
     r = _check(dump, hlo=hlo[:line.end()] + planted + hlo[line.end():], lr="")
-    assert any(c.kind == "in-place" for c in r.conflicts), [c.message for c in r.conflicts]
+    assert _found(r, "in-place", "arg_tuple.1{1}", "select_dynamic-update-slice_fusion",
+                  "but planted reads arg_tuple.1{1}"), [c.message for c in r.conflicts]
 
 
 def test_a_read_of_a_donated_parameter_after_its_bytes_are_written_is_caught(dump):
@@ -86,7 +92,47 @@ def test_a_read_of_a_donated_parameter_after_its_bytes_are_written_is_caught(dum
     assert line
     planted = f"\n{line.group(1)}%planted = f32[8,16]{{1,0}} negate(%x.1)"
     r = _check(dump, hlo=hlo[:line.end()] + planted + hlo[line.end():], lr="")
-    assert any(c.kind == "donation" for c in r.conflicts), [c.message for c in r.conflicts]
+    # wrapped_add.1 writes the result over the donated x.1 (input_output_alias {0}: (0, {}))
+    assert _found(r, "donation", "x.1", "wrapped_add.1", "but planted reads x.1"), [c.message for c in r.conflicts]
+
+
+_COLLECTIVES = """
+import re, sys
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+mesh = Mesh(jax.devices(), ("x",))
+def f(a):
+    return (jax.lax.psum(a, "x"), jax.lax.all_gather(a, "x"),
+            jax.lax.ppermute(a, "x", [(i, (i + 1) % 4) for i in range(4)]))
+g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=(P(), P(), P("x")), check_vma=False))
+print(g.lower(jnp.ones((16, 8))).compile().as_text())
+"""
+
+
+def test_xla_cpu_has_no_async_op_to_plant_a_window_fault_in(dump):
+    """The async cell of the matrix for XLA:CPU: its dumps have no async op of any kind (no
+    ``*-start``/``*-done`` pair, no async window), so no async fault is planted on a CPU dump; the GPU
+    and TPU dumps have the async tests (tests/test_memcheck_real.py). Not even collectives are async on
+    XLA:CPU: test_xla_cpu_compiles_collectives_synchronously."""
+    r = _check(dump)
+    assert r.async_windows == 0 and r.conflicts == []
+    assert not [o for o in re.findall(r"= \S+ ([\w-]+)\(", dump["hlo"]) if o.endswith(("-start", "-done", "-update"))]
+
+
+@pytest.mark.slow
+def test_xla_cpu_compiles_collectives_synchronously():
+    """all-reduce, all-gather and collective-permute compiled for 4 host devices (a fresh process: the
+    device count is fixed when jax starts) stay synchronous: no async op in an XLA:CPU module."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", _COLLECTIVES], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ops = set(re.findall(r"= \S+ ([\w-]+)\(", done.stdout))
+    assert {"all-reduce", "all-gather", "collective-permute"} <= ops, sorted(ops)
+    assert not [o for o in ops if o.endswith(("-start", "-done", "-update"))], sorted(ops)
 
 
 def test_a_shrunk_live_range_is_a_disagreement(dump):

@@ -1,5 +1,6 @@
 """memcheck on committed real dumps (libtpu and XLA:GPU), unedited and with minimal edits: the model
-errors found on them stay fixed, and an async window's bytes written by another instruction are caught."""
+errors found on them stay fixed, and each planted fault class (overlap, in-place, donation, async, live
+range) is caught on a real dump of each compiler (the matrix is in docs/memcheck.md)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TPU_LARGE = "results/tpu-aot/pairs/jax0.9.0.1/hlo/*auto_donate=True_dtype=bf16*-7f42a06a.after_optimizations.txt.gz"
 # libtpu, jax 0.12: copy-start/copy-done windows
 TPU_SMALL = "results/tpu-aot/pairs/jax0.12.0.1/hlo/*auto_donate=False_dtype=f32*-7c73ca78.after_optimizations.txt.gz"
-# XLA:GPU, jax 0.9: all-reduce-start/done in place
+# libtpu, jax 0.12: parameters donated (input_output_alias) and written in place
+TPU_DONATED = "results/tpu-aot/pairs/jax0.12.0.1/hlo/*explicit_donate=True*-80bf2aaa.after_optimizations.txt.gz"
+# XLA:GPU, jax 0.9: all-reduce-start/done in place, parameters donated
 GPU = "results/cuda-aot/report-xla_gpu_enable_triton_gemm=false/jax0.9.0.1/hlo/*-cd022fc1.after_optimizations.txt.gz"
+# XLA:GPU on an H100: a module dumped with its live range
+GPU_LIVE_RANGE = "results/gpu/h100-2026-11-28/memory-plan/dump/module_0000.*_after_optimizations.txt.gz"
 
 
 def _files(pattern: str) -> dict[str, str]:
     found = sorted(ROOT.glob(pattern))
     assert len(found) == 1, pattern
-    return {"hlo": read_text(found[0]), "ba": read_text(beside(found[0], "buffer-assignment"))}
+    lr = beside(found[0], "live-range")
+    return {"hlo": read_text(found[0]), "ba": read_text(beside(found[0], "buffer-assignment")),
+            "lr": read_text(lr) if lr else ""}
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +45,43 @@ def tpu_small() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def tpu_donated() -> dict[str, str]:
+    return _files(TPU_DONATED)
+
+
+@pytest.fixture(scope="module")
 def gpu() -> dict[str, str]:
     return _files(GPU)
 
 
+@pytest.fixture(scope="module")
+def gpu_live_range() -> dict[str, str]:
+    return _files(GPU_LIVE_RANGE)
+
+
 def _check(files: dict[str, str], backend: str, **edits):
     f = {**files, **edits}
-    return check_texts(f["hlo"], f["ba"], None, "real-dump", backend)
+    return check_texts(f["hlo"], f["ba"], f["lr"] or None, "real-dump", backend)
+
+
+def _clean(files: dict[str, str], backend: str) -> None:
+    r = _check(files, backend)
+    assert r.timed > 0 and r.conflicts == [] and r.disagreements == [], _messages(r)
+
+
+def _found(r, kind: str, a: str, b: str, text: str = "") -> bool:
+    """Whether ``r`` has a ``kind`` conflict between values ``a`` and ``b`` whose message holds ``text``."""
+    return any(c.kind == kind and (c.data["a"]["value"], c.data["b"]["value"]) == (a, b) and text in c.message
+               for c in r.conflicts)
+
+
+def _plant_read(hlo: str, after: str, value: str) -> str:
+    """The module with ``%planted = negate(%value)`` scheduled right after the instruction ``after``."""
+    line = re.search(rf"^(\s*)(?:ROOT )?%{re.escape(after)} = .*$", hlo, re.M)
+    shape = re.search(rf"^\s*(?:ROOT )?%{re.escape(value)} = (\S+) ", hlo, re.M)
+    assert line and shape, (after, value)
+    planted = f"\n{line.group(1)}%planted = {shape.group(1)} negate(%{value})"
+    return hlo[:line.end()] + planted + hlo[line.end():]
 
 
 def _messages(r) -> list[str]:
@@ -131,3 +168,63 @@ def test_a_value_written_onto_a_copy_destination_inside_its_window_is_caught(tpu
     r = _check(tpu_small, "tpu", ba=_move_onto(tpu_small["ba"], victim, f"{start}{{0}}"))
     assert any(c.kind == "async" and start in c.message and c.data["b"]["value"] == victim
                for c in r.conflicts), _messages(r)
+
+
+# ---------------------------------------------------------------- the planted-fault matrix (GPU and TPU)
+
+
+def test_tpu_a_value_moved_onto_a_live_neighbours_bytes_is_an_overlap(tpu_small):
+    # fusion.5 (live 2882-2888) is defined while fusion.3 (2790-2906) is live, in the same allocation
+    _clean(tpu_small, "tpu")
+    r = _check(tpu_small, "tpu", ba=_move_onto(tpu_small["ba"], "fusion.5", "fusion.3"))
+    assert _found(r, "overlap", "fusion.3", "fusion.5", "both live, not one buffer"), _messages(r)
+
+
+def test_gpu_a_value_moved_onto_a_live_neighbours_bytes_is_an_overlap(gpu):
+    # fusion.568 (live 148-1586) is defined while fusion.566 (64-2469) is live, in the same allocation
+    _clean(gpu, "gpu")
+    r = _check(gpu, "gpu", ba=_move_onto(gpu["ba"], "fusion.568", "fusion.566"))
+    assert _found(r, "overlap", "fusion.566", "fusion.568", "both live, not one buffer"), _messages(r)
+
+
+def test_tpu_a_reader_after_an_in_place_all_reduce_is_caught(tpu_small):
+    # all-reduce.2 writes its result over fusion.848 in place, as fusion.848's last reader
+    _clean(tpu_small, "tpu")
+    r = _check(tpu_small, "tpu", hlo=_plant_read(tpu_small["hlo"], "all-reduce.2", "fusion.848"))
+    assert _found(r, "in-place", "fusion.848", "all-reduce.2", "but planted reads fusion.848"), _messages(r)
+
+
+def test_tpu_a_read_of_a_donated_parameter_after_its_bytes_are_written_is_caught(tpu_donated):
+    # param.2 is donated to output {0}; fusion.122 writes its output {0} over it, as its last reader
+    _clean(tpu_donated, "tpu")
+    r = _check(tpu_donated, "tpu", hlo=_plant_read(tpu_donated["hlo"], "fusion.122", "param.2"))
+    assert _found(r, "donation", "param.2", "fusion.122{0}", "but planted reads param.2"), _messages(r)
+
+
+def test_gpu_a_read_of_a_donated_parameter_after_its_bytes_are_written_is_caught(gpu):
+    # param (parameter 0) is donated to output {0}; copy.848 writes it after param's last read
+    _clean(gpu, "gpu")
+    r = _check(gpu, "gpu", hlo=_plant_read(gpu["hlo"], "copy.848", "param"))
+    assert _found(r, "donation", "param", "copy.848", "but planted reads param"), _messages(r)
+
+
+def test_gpu_a_value_written_inside_an_all_reduce_window_is_caught(gpu):
+    # input_transpose_fusion.35 runs at 1175, inside all-reduce-start.89's window (1170-1179): put it
+    # on the bytes the all-reduce writes in place
+    _clean(gpu, "gpu")
+    r = _check(gpu, "gpu", ba=_move_onto(gpu["ba"], "input_transpose_fusion.35", "all-reduce-start.89"))
+    assert any(c.kind == "async" and c.data["a"]["value"] == "all-reduce-start.89" and
+               c.data["b"]["value"] == "input_transpose_fusion.35" and
+               "input_transpose_fusion.35 writes input_transpose_fusion.35 at 1175 while all-reduce-start.89 "
+               "(1170-1179) writes those bytes" in c.message for c in r.conflicts), _messages(r)
+
+
+def test_gpu_a_shrunk_live_range_is_a_disagreement(gpu_live_range):
+    _clean(gpu_live_range, "gpu")
+    assert _check(gpu_live_range, "gpu").live_range_compared == 2
+    lr = re.sub(r"^(\s+copy\.1\{\}:1-)2$", r"\g<1>1", gpu_live_range["lr"], flags=re.M)
+    assert lr != gpu_live_range["lr"]
+    r = _check(gpu_live_range, "gpu", lr=lr)
+    assert r.conflicts == [] and any(d.startswith("live range: copy.1{}: compiler 1-1") for d in r.disagreements), \
+        r.disagreements
+
