@@ -228,3 +228,26 @@ def test_gpu_a_shrunk_live_range_is_a_disagreement(gpu_live_range):
     assert r.conflicts == [] and any(d.startswith("live range: copy.1{}: compiler 1-1") for d in r.disagreements), \
         r.disagreements
 
+
+def test_gpu_a_read_of_an_all_reduce_result_before_its_done_is_caught(gpu):
+    # all-reduce-start.89 (1170-1179) writes its result until all-reduce-done: a reader of the result
+    # inside the window (the done scheduled after that reader) reads bytes still being written. Missed
+    # before: the operation's own values were left out of the window's reads.
+    _clean(gpu, "gpu")
+    r = _check(gpu, "gpu", hlo=_plant_read(gpu["hlo"], "all-reduce-start.89", "all-reduce-start.89"))
+    assert _found(r, "async", "all-reduce-start.89", "all-reduce-start.89",
+                  "planted reads all-reduce-start.89 at 1171 while all-reduce-start.89 (1170-1180) writes it, "
+                  "before its done"), _messages(r)
+
+
+def test_tpu_a_read_of_a_copy_destination_before_its_done_is_caught(tpu_small):
+    # copy-start.902 copies constant.584 into {0} until its copy-done: read {0} inside the window
+    _clean(tpu_small, "tpu")
+    hlo = tpu_small["hlo"]
+    line = re.search(r"^(\s*)%copy-start\.902 = \((\S+), .*$", hlo, re.M)
+    assert line
+    planted = f"\n{line.group(1)}%planted = {line.group(2)} negate(%copy-start.902#0)"
+    r = _check(tpu_small, "tpu", hlo=hlo[:line.end()] + planted + hlo[line.end():])
+    assert _found(r, "async", "copy-start.902{0}", "copy-start.902{0}",
+                  "planted reads copy-start.902{0} at 487 while copy-start.902 (486-510) writes it, "
+                  "before its done"), _messages(r)

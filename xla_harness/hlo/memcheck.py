@@ -14,7 +14,7 @@ each value's uses and live interval, and which values are one buffer (:data:`RUL
   ``donation`` is the same for a donated entry parameter. A fusion output aliased to an operand that
   the fusion only carries through (libtpu's async collective fusions) is not a write;
 * ``async``: between an async start and its done, no other instruction writes bytes the operation
-  reads or writes, nor reads bytes it writes.
+  reads or writes, nor reads bytes it writes (its own result included: that is read after the done).
 """
 
 from __future__ import annotations
@@ -569,10 +569,11 @@ class Checker:
         lo = max(a.v.offset, b.v.offset)
         hi = min(a.v.offset + a.v.size, b.v.offset + b.v.size)
         da, db = self._describe(a), self._describe(b)
+        second = "" if a is b else (f" and {b.label} live {b.start}-{b.end} ({db['defined_by']} .. "
+                                    f"{db['last_at']}{', ' + db['source'] if db['source'] else ''})")
         msg = (f"{kind}: allocation {a.allocation} bytes [{lo}, {hi}) (color {a.v.color}): "
                f"{a.label} live {a.start}-{a.end} ({da['defined_by']} .. {da['last_at']}"
-               f"{', ' + da['source'] if da['source'] else ''}) and {b.label} live {b.start}-{b.end} "
-               f"({db['defined_by']} .. {db['last_at']}{', ' + db['source'] if db['source'] else ''}): {why}")
+               f"{', ' + da['source'] if da['source'] else ''}){second}: {why}")
         return Finding(kind, msg, {"allocation": a.allocation, "bytes": [lo, hi], "color": a.v.color,
                                    "a": da, "b": db})
 
@@ -694,7 +695,7 @@ class Checker:
     def _check_window(self, report: Report, comp: Computation, ins: Instruction, td: int,
                       at: tuple[list[list[Value]], list[list[Value]]]) -> None:
         """Between ``ins`` (an async start) and its done at ``td``: no other instruction writes bytes it
-        reads or writes, nor reads bytes it writes."""
+        reads or writes, nor reads bytes it writes (its own result included: that is read after the done)."""
         tl = self.tl
         defs, reads = at
         ts = tl.time[ins.name]
@@ -705,6 +706,7 @@ class Checker:
         read = [self.values[vid] for ref in ins.operands for idx in _indices(_shape_of(comp, ref))
                 for vid in self.at(self._operand(comp, ref, idx))]
         mine = {v.v.id for v in written + read}
+        own = {v.v.id for v in written}
         w_alloc = {v.allocation for v in written}
         r_alloc = {v.allocation for v in read}
         for t in range(ts + 1, td):
@@ -718,7 +720,11 @@ class Checker:
                             "async", y, x, f"{tl.at(t)} writes {x.label} at {t} while {ins.name} "
                                            f"({ts}-{td}) {what} those bytes"))
             for x in reads[t]:
-                if x.v.id not in mine and x.allocation in w_alloc:
+                if x.v.id in own:  # the operation's own result, read before its done
+                    report.conflicts.append(self._conflict(
+                        "async", x, x, f"{tl.at(t)} reads {x.label} at {t} while {ins.name} "
+                                       f"({ts}-{td}) writes it, before its done"))
+                elif x.v.id not in mine and x.allocation in w_alloc:
                     for y in self._met(x, t, written):
                         report.conflicts.append(self._conflict(
                             "async", y, x, f"{tl.at(t)} reads {x.label} at {t} while {ins.name} "
