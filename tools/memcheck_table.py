@@ -1,9 +1,10 @@
 """The memcheck figures on every committed compiler dump that has a buffer assignment beside it:
-results/tpu-aot/**/hlo, results/cuda-aot/**/hlo, the H100 memory-plan dumps and the H200 full-size
-compile. Writes results/cpu/memcheck/table.md (paths relative to the checkout; seconds are this
-machine's, one process).
+results/tpu-aot/**/hlo, results/cuda-aot/**/hlo, the H100 memory-plan dumps, the H200 full-size
+compile and the ahead-of-time compiles kept with the compiler's live range
+(results/*-aot/live-range). Writes results/cpu/memcheck/table.md (paths relative to the checkout;
+seconds are this machine's, one process).
 
-    python tools/memcheck_table.py [OUT]    (default: results/cpu/memcheck/table.md)
+    python tools/memcheck_table.py [OUT] (default: results/cpu/memcheck/table.md)
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ sys.path.insert(0, str(ROOT))
 
 GLOBS = ("results/tpu-aot/**/hlo/*after_optimizations.txt*", "results/cuda-aot/**/hlo/*after_optimizations.txt*",
          "results/gpu/h100-2026-11-28/memory-plan/**/*after_optimizations.txt*",
+         "results/tpu-aot/live-range/*after_optimizations.txt*",
+         "results/cuda-aot/live-range/*after_optimizations.txt*",
          "results/gpu/h200-2026-11-26/compile-only/hlo/issue-35409-full-remat.after_optimizations*.txt*")
 
 
@@ -48,8 +51,10 @@ def main() -> int:
         print(rows[-1], flush=True)
     text = ("# memcheck on the committed compiler dumps\n\n"
             "Written by `python tools/memcheck_table.py`: every module under results/tpu-aot/**/hlo, "
-            "results/cuda-aot/**/hlo,\nthe H100 memory-plan dumps and the H200 full-size compile with a "
-            "buffer assignment beside it.\nSeconds: one process on this machine (2 shared cores).\n\n"
+            "results/cuda-aot/**/hlo,\nthe H100 memory-plan dumps, the H200 full-size compile and the two "
+            "ahead-of-time compiles kept with\nthe compiler's live range (results/tpu-aot/live-range, "
+            "results/cuda-aot/live-range) "
+            "with a buffer assignment beside it.\nSeconds: one process on this machine (2 shared cores).\n\n"
             f"{len(rows)} modules, {total} conflicts.\n\n"
             "| dump | values (timed) | allocations | async windows | conflicts | live-range disagreements | s |\n"
             "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")

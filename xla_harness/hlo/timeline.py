@@ -43,6 +43,8 @@ def called_in_order(ins: Instruction) -> list[str]:
         if branches:
             return [_name(b) for b in branches.strip("{}").split(",") if b.strip()]
         return [_name(ins.attrs[k]) for k in ("true_computation", "false_computation") if k in ins.attrs]
+    if op == "async-start" and "to_apply" in ins.attrs and "calls" not in ins.attrs:
+        return []  # a natively-async op's sugar (reduce-scatter-start): its to_apply is its reducer, embedded
     if op == "call" or (op == "async-start" and ins.called):
         return list(ins.called)
     return []

@@ -133,9 +133,10 @@ def memory_plan_clause(v: TargetVerdict) -> str:
     if plan.get("conflicts"):
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(plan.get("kinds", {}).items()))
         return f"; memory plan: {plan['conflicts']} conflict(s) ({kinds}; first: {plan.get('first', '')})"
-    if plan.get("disagreements"):
-        return (f"; memory plan: {plan['disagreements']} value(s) whose live range differs from the compiler's "
-                "(xla-harness memcheck lists them)")
+    differ = plan.get("disagreements", 0)
+    if differ:
+        against = (f", its live range differing from the compiler's on {differ} of {compared} values (our model's "
+                   "error or the compiler's, not a race: xla-harness memcheck lists them)")
     return (f"; memory plan: no two live values share bytes ({plan.get('values', 0)} values, "
             f"{plan.get('async_windows', 0)} async windows{against})")
 

@@ -194,8 +194,9 @@ def _plan_cell(v: TargetVerdict) -> str:
     if plan.get("error"):
         return "not checked"
     if v.memory_conflicts:
-        return f"{plan.get('conflicts', 0)} conflict(s), {plan.get('disagreements', 0)} live-range difference(s)"
-    return f"clean ({plan.get('values', 0)} values)"
+        return f"{plan.get('conflicts', 0)} conflict(s)"
+    differ = f"; live range differs on {plan['disagreements']}" if plan.get("disagreements") else ""
+    return f"clean ({plan.get('values', 0)} values{differ})"
 
 
 def _target_rows(targets: list[TargetVerdict]) -> list[list[str]]:
