@@ -57,10 +57,15 @@ def _value_line(ba: str, name: str) -> re.Match:
     return m
 
 
+NO_LIVE_RANGE = "not checked: this jaxlib's CPU compiler dumps no live range (jaxlib 0.12's does)"
+
+
 def test_unedited_dump_is_clean_and_agrees_with_the_compilers_live_range(dump):
     r = _check(dump)
     assert r.timed == r.values > 0
     assert r.conflicts == []
+    if not dump["lr"]:
+        pytest.skip(NO_LIVE_RANGE)
     assert r.live_range_compared > 0 and r.disagreements == []
 
 
@@ -78,8 +83,12 @@ def test_moving_a_value_onto_a_live_neighbours_bytes_is_an_overlap(dump):
 def test_a_reader_after_an_in_place_write_is_caught(dump):
     hlo = dump["hlo"]
     line = re.search(r"^(\s*)%select_dynamic-update-slice_fusion = .*$", hlo, re.M)
-    assert line
-    param = re.search(r"fusion\((%[\w.\-]+#1)", line.group(0)).group(1)
+    operand = re.search(r"fusion\((%[\w.\-]+#1)", line.group(0)) if line else None
+    if operand is None and not dump["lr"]:  # an older XLA (no live range either) prints the loop otherwise
+        pytest.skip("not checked: this jaxlib's CPU compiler prints the loop's in-place fusion otherwise "
+                    "(the planted reader follows jaxlib 0.12's select_dynamic-update-slice_fusion(...#1))")
+    assert line and operand
+    param = operand.group(1)
     planted = f"\n{line.group(1)}%planted = f32[8,16]{{1,0}} negate({param})"
     r = _check(dump, hlo=hlo[:line.end()] + planted + hlo[line.end():], lr="")
     assert _found(r, "in-place", "arg_tuple.1{1}", "select_dynamic-update-slice_fusion",
@@ -136,6 +145,8 @@ def test_xla_cpu_compiles_collectives_synchronously():
 
 
 def test_a_shrunk_live_range_is_a_disagreement(dump):
+    if not dump["lr"]:
+        pytest.skip(NO_LIVE_RANGE)
     lr = re.sub(r"^(\s+x\.1\{\}:0-)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) - 2), dump["lr"], flags=re.M)
     assert lr != dump["lr"]
     r = _check(dump, lr=lr)
