@@ -29,8 +29,9 @@ def test_the_tiny_evidence_runs_every_step_and_writes_its_table(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     outcomes = {o["step"]: o for o in json.loads((out / "outcomes.json").read_text())}
     assert list(outcomes) == ["bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen",
-                              "frozen-deterministic"]
-    for name in ("bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen"):
+                              "frozen-deterministic", "memory-plan-full", "memcheck"]
+    for name in ("bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen",
+                 "memory-plan-full", "memcheck"):
         assert outcomes[name]["status"] == "ok", outcomes[name]
         assert outcomes[name]["figures"], name
         assert (out / name / "output.txt").read_text().startswith("$ ")
@@ -69,3 +70,23 @@ def test_a_bench_that_crashes_is_a_failure_and_a_finding_of_stress_is_a_measurem
     found = tool.Step("stress", "stress that found something", crash, 60, measured_exits=(0, 1))
     assert tool.run_step(bench, tmp_path, 60, gpu=False).status == "failed (exit 1)"
     assert tool.run_step(found, tmp_path, 60, gpu=False).status == "ok"
+
+
+@pytest.mark.slow
+def test_only_runs_the_named_steps_and_memcheck_reads_both_memory_plans(tmp_path):
+    out = tmp_path / "ev"
+    done = _run("--tiny", "--out", str(out), "--only", "memory-plan,memory-plan-full,memcheck", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = {o["step"]: o for o in json.loads((out / "outcomes.json").read_text())}
+    assert list(outcomes) == ["memory-plan", "memory-plan-full", "memcheck"]
+    for name in ("memory-plan", "memory-plan-full"):  # the harness keeps the compiler's live range
+        assert any(p.name.endswith("-live-range.txt") for p in (out / name / "hlo").iterdir()), name
+    checked = outcomes["memcheck"]["figures"]
+    assert len(checked) == 2 and all("0 conflicts" in f and "values compared" in f for f in checked), checked
+
+
+@pytest.mark.slow
+def test_only_names_a_step_that_does_not_exist(tmp_path):
+    done = _run("--tiny", "--out", str(tmp_path / "ev"), "--only", "memory-plan,nosuch", timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: --only: no step nosuch"), done.stderr
+    assert not (tmp_path / "ev").exists()

@@ -15,7 +15,12 @@ budget as its limit, in this order:
    per-leaf nondeterminism, with the device's autotune results written
    (``XLA_FLAGS=--xla_gpu_dump_autotune_results_to``);
 7. the frozen run again with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, the flag ``--variants
-   deterministic`` sets (one compile, without a second baseline).
+   deterministic`` sets (one compile, without a second baseline);
+8. ``stress --program issue-35409 --compile-only`` at full size: the device compiler's module, buffer
+   assignment and live range (the harness keeps all three), the full-size input of a memory-plan check;
+9. ``xla-harness memcheck`` over both memory-plan compiles (steps 4 and 8), on the device machine's CPU.
+
+``--only memory-plan,memory-plan-full,memcheck`` runs the named steps alone, in this order.
 
 The full-size #35409 compile took 303 s wall on the H200 machine (results/gpu/h200-2026-11-26), so
 in 480 s the last steps may not fit: they are listed as not run, with the budget that was left.
@@ -31,7 +36,7 @@ on a CPU the deterministic step is not run (its flag is the GPU compiler's), and
 Exit 0 when every step ran (or, on a CPU, was not run for want of a GPU), 1 when one failed or did not
 fit.
 
-    python tools/gpu_evidence.py [--out DIR] [--budget 480] [--frozen-scale 1] [--tiny]
+    python tools/gpu_evidence.py [--out DIR] [--budget 480] [--frozen-scale 1] [--only STEP,..] [--tiny]
 """
 
 from __future__ import annotations
@@ -89,6 +94,11 @@ def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
     dump = out / "memory-plan" / "dump"
     memory_plan = [py, "-m", "xla_harness.cli", "stress", "--program", "issue-35409", "--program-option",
                    "scale=0.015625" if tiny else "scale=0.03125", "--compile-only", "--out", str(out / "memory-plan")]
+    memory_plan_full = [py, "-m", "xla_harness.cli", "stress", "--program", "issue-35409", "--program-option",
+                        "scale=0.015625" if tiny else "scale=1", "--compile-only",
+                        "--out", str(out / "memory-plan-full")]
+    memcheck = [py, "-m", "xla_harness.cli", "memcheck", str(out / "memory-plan" / "hlo"),
+                str(out / "memory-plan-full" / "hlo")]
     return [
         Step("bench-100", f"the harness against a plain loop, {size}, 100 steps x 2 rounds",
              [py, "bench/stress_overhead.py", "--size", size, "--steps", "20" if tiny else "100", "--rounds",
@@ -113,6 +123,11 @@ def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
              "--variants deterministic sets)", frozen + ["--out", str(out / "frozen-deterministic")], 240,
              env={"XLA_FLAGS": f"{xla_flags} --xla_gpu_deterministic_ops=true".strip()},
              keep=r"^issue-35409|nondet|^config", gpu_only=True, measured_exits=(0, 1)),
+        Step("memory-plan-full", "#35409 at full size compiled by the device's compiler: its module, buffer "
+             "assignment and live range, the input of a memory-plan check", memory_plan_full, 420,
+             keep=r"instructions|scan"),
+        Step("memcheck", "xla-harness memcheck over both memory-plan compiles (the device compiler's live range "
+             "compared)", memcheck, 120, keep=r"conflict|live range|modules|checked", measured_exits=(0, 1)),
     ]
 
 
@@ -185,7 +200,15 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="every step at a CPU's size (tests this script)")
     ap.add_argument("--frozen-scale", type=float, default=1.0,
                     help="the #35409 frozen runs' scale (default 1, full size: about 300 s of compile on an H200)")
+    ap.add_argument("--only", default="", metavar="STEP,..",
+                    help="run only these steps (names as in the README's table), in the script's order")
     args = ap.parse_args()
+    known = [st.name for st in steps(Path("."), True)]
+    only = [name for name in args.only.split(",") if name]
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        print(f"error: --only: no step {', '.join(unknown)} (steps: {', '.join(known)})", file=sys.stderr)
+        return 2
     if not 0 < args.frozen_scale <= 1:
         print("error: --frozen-scale must be in (0, 1]", file=sys.stderr)
         return 2
@@ -201,6 +224,8 @@ def main() -> int:
     t0 = time.monotonic()
     outcomes = []
     for step in steps(out, args.tiny, args.frozen_scale):
+        if only and step.name not in only:
+            continue
         outcomes.append(run_step(step, out, args.budget - (time.monotonic() - t0), gpu))
         print(f"gpu-evidence: {step.name}: {outcomes[-1].status} ({outcomes[-1].seconds:.0f} s)", flush=True)
     spent = time.monotonic() - t0
