@@ -19,7 +19,8 @@ GLOBS = ("results/tpu-aot/**/hlo/*after_optimizations.txt*", "results/cuda-aot/*
          "results/gpu/h100-2026-11-28/memory-plan/**/*after_optimizations.txt*",
          "results/tpu-aot/live-range/*after_optimizations.txt*",
          "results/cuda-aot/live-range/*after_optimizations.txt*",
-         "results/gpu/h200-2026-11-26/compile-only/hlo/issue-35409-full-remat.after_optimizations*.txt*")
+         "results/gpu/h200-2026-11-26/compile-only/hlo/issue-35409-full-remat.after_optimizations*.txt*",
+         "results/gpu/h200-2026-11-28/memory-plan*/hlo/*after_optimizations.txt*")
 
 
 def modules() -> list[Path]:

@@ -66,7 +66,11 @@ _FORWARD = frozenset(("tuple", "get-tuple-element", "bitcast", "domain", "opt-ba
                       "send-done", "recv-done"))
 # Async instructions whose positions forward values (besides every ``*-done``).
 _ASYNC_FORWARD = frozenset(("async-update", "async-start", "copy-start", "collective-permute-start",
-                            "all-gather-start"))
+                            "all-gather-start", "all-reduce-start"))
+# Collective starts that keep their operands in their result until the done: the operands are read
+# (and stay live) until the done, as XLA's dataflow forwards them (``UpdateAsyncStartValueSet`` and
+# the collective starts' own updates).
+_OPERAND_HOLDERS = frozenset(("copy-start", "collective-permute-start", "all-gather-start", "all-reduce-start"))
 _SOURCE = re.compile(r'source_file="([^"]*)"\s+source_line=(\d+)')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
@@ -120,6 +124,7 @@ class Report:
     unprinted_ends: list[str] = field(default_factory=list)
     seconds: float = 0.0
     rules_used: dict[str, int] = field(default_factory=dict)
+    aliasing_not_taken: int = 0  # libtpu's declared aliasing the buffer assignment placed on other bytes
 
     def as_dict(self) -> dict:
         return {"module": self.module, "values": self.values, "values_timed": self.timed,
@@ -129,7 +134,7 @@ class Report:
                 "live_range_compared": self.live_range_compared,
                 "live_range_disagreements": self.disagreements,
                 "live_range_ends_at_unprinted_get_tuple_element": self.unprinted_ends, "rules_used": self.rules_used,
-                "seconds": round(self.seconds, 3)}
+                "aliasing_not_taken": self.aliasing_not_taken, "seconds": round(self.seconds, 3)}
 
 
 class _Union:
@@ -167,6 +172,7 @@ class Checker:
         self.sets: dict[Pos, frozenset[int]] = {}
         self.union = _Union()
         self.rules_used: dict[str, int] = {}
+        self.not_taken = 0  # libtpu aliasing_operands the buffer assignment did not take (other bytes)
         # the structural in-place walk (TPU modules also state the compiler's own pairs: backend-aliasing)
         self._alias_model = alias_rules.model("stock", self.backend if self.backend in alias_rules.BACKEND_RULES
                                               else "cpu")
@@ -215,14 +221,37 @@ class Checker:
             return self._forward_update(comp, ins, idx)
         if op == "async-start":
             return self._forward_start(comp, ins, idx) if idx else []
-        source = (1,) if op == "copy-start" else (0,)  # where the start keeps its operand
-        if op in ("copy-start", "collective-permute-start", "all-gather-start") and idx[:1] == source:
-            return [self._operand(comp, ops[0], idx[1:])] if ops else []
+        source = (1,) if op == "copy-start" else (0,)  # where the start keeps its operands
+        if op in _OPERAND_HOLDERS and idx[:1] == source and ops:
+            if self._holds_operand_tuple(comp, ins):  # ((operands...), outputs...): operand k at {0, k}
+                if len(idx) > 1 and idx[1] < len(ops):
+                    return [self._operand(comp, ops[idx[1]], idx[2:])]
+                return []
+            return [self._operand(comp, ops[0], idx[1:])]
         if op.endswith("-done") and ops:
             src = comp.operand(ops[0])[0]
-            inner = (0,) if op == "copy-done" else (1,) if src.shape.is_tuple and op != "all-reduce-done" else ()
+            inner = (0,) if op == "copy-done" else (1,) if self._done_reads_one(src, ins) else ()
             return [self._operand(comp, ops[0], inner + idx)]
         return None
+
+    def _holds_operand_tuple(self, comp: Computation, start: Instruction) -> bool:
+        """Whether a collective start keeps its operands as a tuple at {0} (``((f32[..]), f32[..])``, as
+        XLA prints them now) rather than its one operand itself at {0} (``(f32[..], f32[..])``)."""
+        if start.opcode == "copy-start" or not start.shape.tuple_shapes:
+            return False
+        held = start.shape.tuple_shapes[0]
+        if held.tuple_shapes is None or len(held.tuple_shapes) != len(start.operands):
+            return False
+        return len(start.operands) != 1 or _shape_of(comp, start.operands[0]) != held
+
+    @staticmethod
+    def _done_reads_one(start: Instruction, done: Instruction) -> bool:
+        """Whether a done's result is its start's {1} (the start is a tuple (operands, outputs, ..)) rather
+        than the start's whole result (an all-reduce-start whose shape is its output's)."""
+        outs = start.shape.tuple_shapes
+        if outs is None or start.shape == done.shape or len(outs) < 2:
+            return False
+        return start.opcode != "all-reduce-start" or outs[1] == done.shape
 
     def _forward_update(self, comp: Computation, ins: Instruction, idx: Index) -> list[Pos] | None:
         """libtpu's call-start() then call-update(start, operands): the update holds its operands at
@@ -312,6 +341,13 @@ class Checker:
         if rule in self.disabled:
             return
         ids = [v for p in positions for v in self.at(p)]
+        if rule == "backend-aliasing" and ids:
+            # libtpu declares what may alias (two powers of one operand both name it); one buffer only
+            # where the buffer assignment took it: the output on its operand's bytes
+            first = self.values[ids[0]]
+            taken = [o for o in ids[1:] if _bytes_meet(first, self.values[o])]
+            self.not_taken += len(ids) - 1 - len(taken)
+            ids = [ids[0]] + taken
         for other in ids[1:]:
             if self.union.find(other) != self.union.find(ids[0]):
                 self.union.union(ids[0], other)
@@ -850,6 +886,7 @@ def check_texts(hlo: str, ba_text: str, live_range: str | None = None, name: str
         report.live_range_compared, report.disagreements = chk.compare(dump)
         report.unprinted_ends = chk.unprinted
     report.rules_used = dict(sorted(chk.rules_used.items()))
+    report.aliasing_not_taken = chk.not_taken
     report.seconds = time.perf_counter() - t0
     return report
 
