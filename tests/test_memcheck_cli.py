@@ -151,3 +151,35 @@ def test_the_speed_bench_runs_on_a_real_dump():
                            "--repeat", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "memcheck: " in done.stdout and "jaxlib C++ parse of the module alone" in done.stdout
+
+
+def _unzipped(module: Path) -> Path:
+    """The dump's files as scan reads them (*.txt, not gzipped)."""
+    for f in list(module.parent.glob("*.txt.gz")):
+        f.with_suffix("").write_bytes(gzip.decompress(f.read_bytes()))
+        f.unlink()
+    return module.parent
+
+
+def test_scan_checks_the_memory_plan_beside_each_module(clean, capsys):
+    folder = _unzipped(clean)
+    rc = main(["scan", str(folder)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "  memory plan: 0 conflict(s) in 2 values, 2 allocations, 0 async windows; its live range as the " \
+           "compiler's on 2 values" in out
+    assert out.rstrip().endswith("0 memory-plan conflict(s) in 1 memory plan(s) checked")
+    assert main(["scan", "--json", str(folder)]) == 0
+    plan = _strict(capsys.readouterr().out)["modules"][0]["memory_plan"]
+    assert plan["conflicts"] == [] and plan["live_range_compared"] == 2
+
+
+def test_scan_counts_a_memory_plan_conflict_as_a_finding(clean, capsys):
+    folder = _unzipped(_planted(clean))
+    rc = main(["scan", str(folder)])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "  memory plan conflict: overlap: " in out and "1 memory-plan conflict(s) in 1 memory plan(s)" in out
+    rc = main(["scan", "--no-memcheck", str(folder)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "memory plan" not in out, out

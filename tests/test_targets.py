@@ -290,6 +290,11 @@ def test_scan_model_for_tpu(tmp_path, capsys):
     # What only libtpu prints: tiled layouts and its own aliasing decision per fusion.
     assert ":T(8,128)" in text and '"aliasing_operands"' in text
     assert "scatter" in text
+    # libtpu's memory plan checked (its buffer assignment and live range): no conflict, and ours
+    # agrees with its live range
+    plan = module["memory_plan"]
+    assert plan["conflicts"] == [] and plan["async_windows"] > 0 and plan["live_range_compared"] > 0
+    assert plan["live_range_disagreements"] == []
 
 
 @pytest.mark.slow

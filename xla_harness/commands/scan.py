@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.files import read_regular
 
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
@@ -32,12 +33,18 @@ in-place decision where the HLO states none (GPU, CPU: the fusion's output and i
 operand in one buffer slice), set against the walk; and do a hazard's output and source share an
 allocation? Without such files, any *.txt / *.hlo starting with 'HloModule' is scanned.
 
+Memory plan: each module with a buffer assignment (a dump folder, or --model compiled for a tpu:/cuda:
+target) is also checked as `xla-harness memcheck` checks it: two live values on the same bytes, a
+read after an in-place write, an async operation's bytes touched in flight (a conflict counts as a
+finding), and, where the compiler dumped its live range, ours against it (differences are listed,
+not findings). --no-memcheck leaves it out. See docs/memcheck.md.
+
 On GPU modules the instructions the GPU runs non-deterministically are listed with their source
 lines: scatters whose indices are not marked unique, applied with atomic read-modify-writes, with a
 combiner whose result depends on the order of the updates (a float add); they do not change the
 exit code.
-Exit codes: 0 nothing found, 1 at least one hazard or scatter-fused-with-data-moving-producer,
-2 a usage or parse error (bad files are reported one line each; the others are still scanned).
+Exit codes: 0 nothing found, 1 at least one hazard, scatter-fused-with-data-moving-producer or
+memory-plan conflict, 2 a usage or parse error (bad files are reported one line each; the others are still scanned).
 """
 
 
@@ -68,6 +75,8 @@ def add_arguments(p) -> None:
                    help="with --model: write the compiled HLO text (an existing file only with --force; "
                         "never a scanned file or a results file)")
     flags.add_force_argument(p, "the --save-hlo file")
+    p.add_argument("--no-memcheck", dest="memcheck", action="store_false",
+                   help="do not check the memory plan of modules with a buffer assignment (memcheck)")
     flags.add_model_arguments(p)
 
 
@@ -144,9 +153,9 @@ def _dir_targets(d: Path) -> tuple[list[tuple[Path, Path | None]], list[str]]:
     return out, errors
 
 
-def _target_model_text(args) -> tuple[str, str | None, str | None, str]:
-    """(HLO text, buffer assignment text, its values file's text, device kind) of --model compiled for
-    a tpu:/cuda: target."""
+def _target_model_text(args) -> tuple[str, str | None, str | None, str, str | None]:
+    """(HLO text, buffer assignment text, its values file's text, device kind, the compiler's live
+    range text) of --model compiled for a tpu:/cuda: target."""
     from xla_harness.commands import flags
     from xla_harness.stress.compile_only import compile_program
     from xla_harness.targets.devices import target_devices
@@ -157,12 +166,13 @@ def _target_model_text(args) -> tuple[str, str | None, str | None, str]:
     if args.program == flags.BUILTIN:
         options["devices"] = args.devices
     compiled = compile_program(args.program, options, args.target)
-    return compiled.hlo_text, compiled.buffer_assignment, compiled.buffer_values, compiled.device_kind
+    return (compiled.hlo_text, compiled.buffer_assignment, compiled.buffer_values, compiled.device_kind,
+            compiled.live_range)
 
 
-def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
+def _model_text(args) -> tuple[str, str, str, str | None, str | None, str | None]:
     """(HLO text, module label, backend rules, buffer assignment text or None, its values file's text
-    or None) of --model."""
+    or None, the compiler's live range text or None) of --model."""
     from xla_harness.commands import flags
     from xla_harness.stress.distributed import ensure_host_devices
     from xla_harness.targets.devices import prepare_environment
@@ -173,9 +183,9 @@ def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
 
     check_compiler_environment(args.target)  # XLA_FLAGS, LIBTPU_INIT_ARGS, JAX_PLATFORMS: before jax starts
     prepare_environment(args.target)
-    ba_text = values_text = None
+    ba_text = values_text = live_range = None
     if not args.target.is_host:
-        text, ba_text, values_text, kind = _target_model_text(args)
+        text, ba_text, values_text, kind, live_range = _target_model_text(args)
         where, known = f"{args.target} ({kind})", args.target.backend
     else:
         options = flags.program_options(args)  # before --devices defaults: devices= only when asked for
@@ -195,7 +205,7 @@ def _model_text(args) -> tuple[str, str, str, str | None, str | None]:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
     what = f"{args.mode}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
     label = f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {where}>"
-    return text, label, known, ba_text, values_text
+    return text, label, known, ba_text, values_text, live_range
 
 
 def _check_request(args) -> None:
@@ -258,8 +268,9 @@ def _collect_targets(paths: list[str]) -> tuple[list[tuple[Path, Path | None]], 
     return targets, errors
 
 
-def _scan_one(path: Path, ba_path: Path | None, backend: str):
-    """(module, findings, decisions, backend, buffer assignment) of one file; HarnessError when bad."""
+def _scan_one(path: Path, ba_path: Path | None, backend: str, memcheck: bool):
+    """(module, findings, decisions, backend, buffer assignment, memory plan) of one file; HarnessError
+    when bad."""
     from xla_harness.hlo import buffers
     from xla_harness.hlo.parser import parse_file, parse_module
     from xla_harness.hlo.scan import detect_backend, scan
@@ -269,7 +280,37 @@ def _scan_one(path: Path, ba_path: Path | None, backend: str):
     if backend == "auto":
         backend = detect_backend(mod, str(path))
     findings, decisions, backend = scan(mod, backend, ba)
-    return mod, findings, decisions, backend, ba
+    plan = None
+    if memcheck and ba is not None and ba_path is not None:
+        lr = ba_path.with_name(ba_path.name.replace("-buffer-assignment.txt", "-live-range.txt"))
+        plan = _memory_plan(mod, ba, read_regular(lr).decode("utf-8", errors="replace") if lr.is_file() else None,
+                            str(path), backend)
+    return mod, findings, decisions, backend, ba, plan
+
+
+def _memory_plan(mod, ba, live_range: str | None, label: str, backend: str):
+    """memcheck's report on one module (its buffer assignment, the compiler's live range where dumped)."""
+    from xla_harness.hlo.memcheck import check_module
+
+    return check_module(mod, ba, live_range, label, backend if backend in ("cpu", "gpu", "tpu") else "")
+
+
+def _plan_lines(plan) -> list[str]:
+    """What scan prints of a memory plan: one line, then each conflict (at most 5) and the count of
+    live-range differences."""
+    if plan.live_range_compared < 0:
+        lr = "no live range dumped"
+    else:
+        differ = len(plan.disagreements)
+        lr = (f"its live range as the compiler's on {plan.live_range_compared} values" if not differ else
+              f"its live range differs from the compiler's on {differ} of {plan.live_range_compared} values "
+              "(listed by `xla-harness memcheck`; not a finding)")
+    lines = [f"  memory plan: {len(plan.conflicts)} conflict(s) in {plan.values} values, {plan.allocations} "
+             f"allocations, {plan.async_windows} async windows; {lr}"]
+    lines += [f"  memory plan conflict: {c.message}" for c in plan.conflicts[:5]]
+    if len(plan.conflicts) > 5:
+        lines.append(f"  ... {len(plan.conflicts) - 5} more (xla-harness memcheck lists them all)")
+    return lines
 
 
 def _model_buffers(label: str, ba_text: str | None, values_text: str | None, target):
@@ -294,30 +335,49 @@ def _model_buffers(label: str, ba_text: str | None, values_text: str | None, tar
     return ba
 
 
-def _module_json(module, findings, decisions, backend) -> dict:
+def _module_json(module, findings, decisions, backend, plan=None) -> dict:
     """A module's findings as JSON, with the instructions it runs non-deterministically where its
-    backend is assessed (``nondeterministic``: absent otherwise)."""
+    backend is assessed (``nondeterministic``: absent otherwise) and memcheck's report where its
+    memory plan was checked (``memory_plan``: absent otherwise)."""
     from xla_harness.hlo.nondeterminism import ASSESSED, nondeterministic_ops
     from xla_harness.hlo.scan import module_json
 
     out = module_json(module, findings, decisions, backend)
     if backend in ASSESSED:
         out["nondeterministic"] = [op.to_json() for op in nondeterministic_ops(module, backend)]
+    if plan is not None:
+        out["memory_plan"] = plan.as_dict()
     return out
 
 
-def run(args) -> int:
+def _print_module(m, fs, ds, be, ba, plan, show_aliased: bool) -> None:
+    """One scanned module as text: its findings, what it runs non-deterministically, where a hazard's
+    output and source lie in the buffer assignment, and its memory plan."""
     from xla_harness.hlo import buffers
     from xla_harness.hlo.nondeterminism import format_ops, nondeterministic_ops
+    from xla_harness.hlo.scan import format_findings
+
+    print(format_findings(m, fs, show_aliased=show_aliased, decisions=ds, backend=be))
+    for line in format_ops(nondeterministic_ops(m, be), be):
+        print(line)
+    if ba is not None:
+        for f in fs:
+            if f.cls == "hazard" and f.source:
+                print("  buffers: " + buffers.compare(ba, f.fusion, tuple(f.output_index), f.source).sentence())
+    for line in _plan_lines(plan) if plan is not None else []:
+        print(line)
+
+
+def run(args) -> int:
     from xla_harness.hlo.parser import parse_module
-    from xla_harness.hlo.scan import format_findings, scan
+    from xla_harness.hlo.scan import scan
 
     _check_request(args)
     targets, errors = _collect_targets(args.paths)
-    scanned = []  # (module, findings, decisions, backend, buffer-assignment or None)
+    scanned = []  # (module, findings, decisions, backend, buffer-assignment or None, memory plan or None)
     for path, ba_path in targets:
         try:
-            scanned.append(_scan_one(path, ba_path, args.backend))
+            scanned.append(_scan_one(path, ba_path, args.backend, args.memcheck))
         except HarnessError as exc:
             sys.stderr.write(f"error: {exc}\n")
             errors += 1
@@ -325,27 +385,26 @@ def run(args) -> int:
             sys.stderr.write(f"error: {path}:1: could not be scanned ({type(exc).__name__}: {exc})\n")
             errors += 1
     if args.model:
-        text, label, model_backend, ba_text, values_text = _model_text(args)
+        text, label, model_backend, ba_text, values_text, live_range = _model_text(args)
         mod = parse_module(text, label)
         ba = _model_buffers(label, ba_text, values_text, args.target)
-        scanned.append((mod, *scan(mod, model_backend if args.backend == "auto" else args.backend, ba), ba))
-    hazards = sum(f.cls == "hazard" for _, fs, _, _, _ in scanned for f in fs)
-    n_decisions = sum(len(ds) for _, _, ds, _, _ in scanned)
+        found = scan(mod, model_backend if args.backend == "auto" else args.backend, ba)
+        plan = _memory_plan(mod, ba, live_range, label, found[2]) if args.memcheck and ba is not None else None
+        scanned.append((mod, *found, ba, plan))
+    hazards = sum(f.cls == "hazard" for _, fs, _, _, _, _ in scanned for f in fs)
+    n_decisions = sum(len(ds) for _, _, ds, _, _, _ in scanned)
+    conflicts = sum(len(plan.conflicts) for *_, plan in scanned if plan is not None)
+    plans = sum(plan is not None for *_, plan in scanned)
     if args.json:
-        print(json.dumps({"modules": [_module_json(m, fs, ds, be) for m, fs, ds, be, _ in scanned]}, indent=2))
+        print(json.dumps({"modules": [_module_json(m, fs, ds, be, plan) for m, fs, ds, be, _, plan in scanned]},
+                         indent=2))
     else:
-        for m, fs, ds, be, ba in scanned:
-            print(format_findings(m, fs, show_aliased=args.all, decisions=ds, backend=be))
-            for line in format_ops(nondeterministic_ops(m, be), be):
-                print(line)
-            if ba is not None:
-                for f in fs:
-                    if f.cls == "hazard" and f.source:
-                        print("  buffers: " + buffers.compare(ba, f.fusion, tuple(f.output_index),
-                                                             f.source).sentence())
+        for module in scanned:
+            _print_module(*module, show_aliased=args.all)
         print(f"scanned {len(scanned)} module(s): {hazards} hazard(s), {n_decisions} "
               "scatter-fused-with-data-moving-producer"
+              + (f", {conflicts} memory-plan conflict(s) in {plans} memory plan(s) checked" if plans else "")
               + (f", {errors} file(s) could not be read" if errors else ""))
     if errors:
         return 2
-    return 1 if hazards or n_decisions else 0
+    return 1 if hazards or n_decisions or conflicts else 0

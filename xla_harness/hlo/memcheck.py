@@ -869,6 +869,14 @@ def check_texts(hlo: str, ba_text: str, live_range: str | None = None, name: str
     t0 = time.perf_counter()
     module = parse_module(hlo, name)
     ba = parse_buffer_assignment(ba_text, name + " (buffer assignment)")
+    return check_module(module, ba, live_range, name, backend, disabled, t0)
+
+
+def check_module(module: HloModule, ba: BufferAssignment, live_range: str | None = None, name: str = "<string>",
+                 backend: str = "", disabled: frozenset[str] = frozenset(), t0: float | None = None) -> Report:
+    """memcheck of a parsed module and its buffer assignment (and the compiler's live-range text, where
+    dumped); ``t0``: when the work began (the report's seconds count from there)."""
+    t0 = time.perf_counter() if t0 is None else t0
     chk = Checker(module, ba, backend or backend_of(module, name), disabled)
     chk.dataflow()
     chk.group()
