@@ -58,3 +58,28 @@ def test_live_ranges_that_differ_from_the_compilers_are_said_never_a_finding():
     clause = memory_plan_clause(v)
     assert "no two live values share bytes" in clause and "differing from the compiler's on 130 of 2640" in clause
     assert _target_rows([v])[1][-2] == "clean (4224 values; live range differs on 130)"
+
+
+def _answer(plan: dict | None, tmp_path):
+    from xla_harness.triage.answer import answer
+
+    return answer({"stages": {"compile:cuda:h100": {"ok": True, "verdict": _verdict(plan).to_json()}}}, tmp_path)
+
+
+def test_a_memory_plan_that_could_not_be_checked_is_an_open_question(tmp_path):
+    """Exit 0 says every question was answered: a plan that is there but could not be read is asked and
+    not answered (exit 2, named), while a clean plan answers it (exit 0) and a conflict is a finding."""
+    clean_plan = {"values": 10, "async_windows": 0, "conflicts": 0, "kinds": {}, "first": "",
+                  "live_range_compared": 10, "disagreements": 0}
+    assert _answer(clean_plan, tmp_path).exit_code == 0
+    ans = _answer({"error": "x-buffer-assignment.txt:3: expected 'allocation N'"}, tmp_path)
+    assert ans.exit_code == 2 and ans.open_questions == [
+        "cuda:h100: memory plan not checked (x-buffer-assignment.txt:3: expected 'allocation N')"]
+    assert "Not answered: cuda:h100: memory plan not checked" in ans.paragraph
+    assert _answer({**clean_plan, "conflicts": 1, "kinds": {"overlap": 1}, "first": "overlap: a b"}, tmp_path).exit_code == 1
+
+
+def test_a_module_given_without_a_buffer_assignment_says_its_plan_was_not_checked():
+    v = _verdict(None)
+    v.target = "hlo:dump/m.after_optimizations.txt"
+    assert memory_plan_clause(v) == "; memory plan: not checked (no buffer assignment beside the module)"

@@ -1,7 +1,7 @@
 """The memcheck figures on every committed compiler dump that has a buffer assignment beside it:
-results/tpu-aot/**/hlo, results/cuda-aot/**/hlo, the H100 memory-plan dumps, the H200 full-size
-compile and the ahead-of-time compiles kept with the compiler's live range
-(results/*-aot/live-range). Writes results/cpu/memcheck/table.md (paths relative to the checkout;
+results/tpu-aot/**/hlo, results/cuda-aot/**/hlo, the H100 memory-plan dumps, the H200 compiles
+(full size, 2026-11-26; 1/32 and full size with the compiler's live range, 2026-11-28) and the
+ahead-of-time compiles kept with the compiler's live range (results/*-aot/live-range). Writes results/cpu/memcheck/table.md (paths relative to the checkout;
 seconds are this machine's, one process).
 
     python tools/memcheck_table.py [OUT] (default: results/cpu/memcheck/table.md)
@@ -52,8 +52,8 @@ def main() -> int:
         print(rows[-1], flush=True)
     text = ("# memcheck on the committed compiler dumps\n\n"
             "Written by `python tools/memcheck_table.py`: every module under results/tpu-aot/**/hlo, "
-            "results/cuda-aot/**/hlo,\nthe H100 memory-plan dumps, the H200 full-size compile and the two "
-            "ahead-of-time compiles kept with\nthe compiler's live range (results/tpu-aot/live-range, "
+            "results/cuda-aot/**/hlo,\nthe H100 memory-plan dumps, the H200's own compiles (results/gpu/h200-*) "
+            "and the two ahead-of-time compiles kept with\nthe compiler's live range (results/tpu-aot/live-range, "
             "results/cuda-aot/live-range) "
             "with a buffer assignment beside it.\nSeconds: one process on this machine (2 shared cores).\n\n"
             f"{len(rows)} modules, {total} conflicts.\n\n"

@@ -124,8 +124,9 @@ def _compiler(v: TargetVerdict) -> str:
 def memory_plan_clause(v: TargetVerdict) -> str:
     """"; memory plan: ..." for a verdict memcheck drew (docs/memcheck.md), "" when it did not run."""
     plan = v.memory_plan
-    if not plan:
-        return ""
+    if not plan:  # a module given with --hlo and no buffer assignment beside it: nothing to check
+        return "; memory plan: not checked (no buffer assignment beside the module)" if v.target.startswith("hlo:") \
+            else ""
     if plan.get("error"):
         return f"; memory plan: not checked ({plan['error']})"
     compared = plan.get("live_range_compared", -1)
@@ -225,6 +226,9 @@ def _targets(stages: dict) -> tuple[list[TargetVerdict], list[str]]:
         if name.startswith(("compile:", "hlo:")):
             if s.get("ok"):
                 targets.append(verdict_from_json(s["verdict"]))
+                plan = targets[-1].memory_plan or {}
+                if plan.get("error"):  # a memory plan that is there but could not be checked: asked, not answered
+                    errors.append(f"{targets[-1].target}: memory plan not checked ({plan['error']})")
             else:
                 errors.append(s.get("error", f"{name} failed"))
     return targets, errors

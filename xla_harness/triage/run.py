@@ -457,6 +457,8 @@ def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict
     assert verdict is not None
     if ba_path.is_file():  # the whole memory plan: two live values on the same bytes, async windows
         verdict.memory_plan = memory_plan(hlo)
+    else:  # the harness's compile keeps the buffer assignment: without it the question stays open
+        verdict.memory_plan = {"error": "the compile kept no buffer assignment"}
     return verdict
 
 
