@@ -172,11 +172,13 @@ def device() -> tuple[str, str, bool]:
     return kind, re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-"), platform in ("gpu", "cuda", "rocm")
 
 
-def readme(out: Path, outcomes: list[Outcome], kind: str, budget: float, spent: float, tiny: bool) -> str:
+def readme(out: Path, outcomes: list[Outcome], kind: str, budget: float, spent: float, tiny: bool,
+           only: str = "") -> str:
     import jax
 
+    flags = (" --tiny" if tiny else "") + (f" --only {only}" if only else "")
     lines = [f"# GPU evidence: {kind}, {datetime.date.today().isoformat()}", "",
-             f"Written by `tools/gpu_evidence.py{' --tiny' if tiny else ''}` (`make gpu-evidence`): jax "
+             f"Written by `tools/gpu_evidence.py{flags}` (`make gpu-evidence`): jax "
              f"{jax.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} host CPUs; "
              f"{spent:.0f} s of a {budget:.0f} s budget. Each folder holds the step's `output.txt` (its command "
              "first) and what it wrote.", "",
@@ -185,8 +187,9 @@ def readme(out: Path, outcomes: list[Outcome], kind: str, budget: float, spent: 
         figures = "<br>".join(f.replace("|", "/") for f in o.figures) or "-"
         lines.append(f"| [{o.step.name}]({o.step.name}/output.txt) | {o.step.what} | {o.status} | "
                      f"{o.seconds:.0f} | {figures} |")
-    lines += ["", "Then, on the development machine: `make gpu-fidelity AUTOTUNE=" +
-              f"{out.name}/frozen/autotune.txt` (the ahead-of-time compile held to this device's autotuner)."]
+    if any(o.step.name == "frozen" and o.status == "ok" for o in outcomes):
+        lines += ["", "Then, on the development machine: `make gpu-fidelity AUTOTUNE=" +
+                  f"{out.name}/frozen/autotune.txt` (the ahead-of-time compile held to this device's autotuner)."]
     if tiny:
         lines += ["", "`--tiny`: every step at a size a CPU finishes quickly; these figures test the script, "
                   "they measure nothing about a GPU."]
@@ -229,7 +232,7 @@ def main() -> int:
         outcomes.append(run_step(step, out, args.budget - (time.monotonic() - t0), gpu))
         print(f"gpu-evidence: {step.name}: {outcomes[-1].status} ({outcomes[-1].seconds:.0f} s)", flush=True)
     spent = time.monotonic() - t0
-    (out / "README.md").write_text(readme(out, outcomes, kind, args.budget, spent, args.tiny))
+    (out / "README.md").write_text(readme(out, outcomes, kind, args.budget, spent, args.tiny, args.only))
     (out / "outcomes.json").write_text(json.dumps(
         [{"step": o.step.name, "status": o.status, "seconds": round(o.seconds, 1), "figures": o.figures}
          for o in outcomes], indent=2) + "\n")
