@@ -359,3 +359,46 @@ def test_tpu_a_shrunk_live_range_is_a_disagreement():
     assert r.conflicts == [] and len(r.disagreements) == 1, r.disagreements
     assert r.disagreements[0].startswith("live range: sub.255{}: compiler 505-4000 (sub.255 .. ")
     assert r.disagreements[0].endswith("ours 505-4490 (sub.255 .. multiply_add_fusion.2)"), r.disagreements
+
+
+def test_libtpu_async_collective_fusions_are_windows(tpu_large):
+    """libtpu's async collectives are fusions: one rooted at the AsyncCollectiveStart custom-call,
+    continuation fusions carrying its buffers on (outputs aliased to the operands they take them
+    from), one rooted at AsyncCollectiveDone. Each start is paired with its done through the buffers
+    it writes (the source it carries may be shared by several collectives) and checked as a window."""
+    from xla_harness.hlo.memcheck import _fused_root_target
+
+    m = parse_module(tpu_large["hlo"])
+    chk = Checker(m, parse_buffer_assignment(tpu_large["ba"]), "tpu")
+    chk.dataflow()
+    chk.group()
+    chk.intervals()
+    starts = sum(_fused_root_target(m, ins) == "AsyncCollectiveStart" for _, ins in chk.tl.order)
+    pairs = [(s.name, d.name) for s, d in chk._collective_fusions()]
+    del chk
+    assert starts == 238 and len(pairs) == starts and len({s for s, _ in pairs}) == starts
+    assert ("async-collective-start.4", "async-collective-done.4") in pairs
+
+
+def test_a_read_of_a_gathered_buffer_before_its_collective_is_done_is_caught(tpu_large):
+    """get-tuple-element.6883 is async-collective-start.4{1}, the buffer the all-gather writes: a
+    reader that is not a continuation fusion, between the start and the done, reads it in flight."""
+    hlo = tpu_large["hlo"]
+    line = re.search(r"^(\s*)%fusion\.5518 = .*$", hlo, re.M)
+    assert line
+    planted = f"\n{line.group(1)}%planted = bf16[4096,2048]{{1,0:T(8,128)(2,1)S(1)}} negate(%get-tuple-element.6883)"
+    r = _check(tpu_large, "tpu", hlo=hlo[:line.end()] + planted + hlo[line.end():])
+    assert any(c.kind == "async" and c.data["a"]["value"] == "async-collective-start.4{1}" and
+               "planted reads async-collective-start.4{1}" in c.message and
+               "while the async collective async-collective-start.4 .. async-collective-done.4" in c.message
+               for c in r.conflicts), _messages(r)
+
+
+def test_a_value_written_onto_a_gathered_buffer_inside_its_collective_is_caught(tpu_large):
+    """fusion.9 (written at 1154) moved onto the bytes async-collective-start.4 gathers into, inside its
+    window (1062-1194): the collective still holds them."""
+    r = _check(tpu_large, "tpu", ba=_move_onto(tpu_large["ba"], "fusion.9", "async-collective-start.4{1}"))
+    assert any(c.kind == "async" and c.data["b"]["value"] == "fusion.9" and
+               "fusion.9 writes fusion.9 at 1154 while the async collective async-collective-start.4 .. "
+               "async-collective-done.4 (1062-1194) holds those bytes" in c.message for c in r.conflicts), \
+        _messages(r)

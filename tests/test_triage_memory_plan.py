@@ -76,7 +76,8 @@ def test_a_memory_plan_that_could_not_be_checked_is_an_open_question(tmp_path):
     assert ans.exit_code == 2 and ans.open_questions == [
         "cuda:h100: memory plan not checked (x-buffer-assignment.txt:3: expected 'allocation N')"]
     assert "Not answered: cuda:h100: memory plan not checked" in ans.paragraph
-    assert _answer({**clean_plan, "conflicts": 1, "kinds": {"overlap": 1}, "first": "overlap: a b"}, tmp_path).exit_code == 1
+    found = {**clean_plan, "conflicts": 1, "kinds": {"overlap": 1}, "first": "overlap: a b"}
+    assert _answer(found, tmp_path).exit_code == 1
 
 
 def test_a_module_given_without_a_buffer_assignment_says_its_plan_was_not_checked():

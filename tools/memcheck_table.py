@@ -1,8 +1,9 @@
 """The memcheck figures on every committed compiler dump that has a buffer assignment beside it:
 results/tpu-aot/**/hlo, results/cuda-aot/**/hlo, the H100 memory-plan dumps, the H200 compiles
 (full size, 2026-11-26; 1/32 and full size with the compiler's live range, 2026-11-28) and the
-ahead-of-time compiles kept with the compiler's live range (results/*-aot/live-range). Writes results/cpu/memcheck/table.md (paths relative to the checkout;
-seconds are this machine's, one process).
+ahead-of-time compiles kept with the compiler's live range (results/*-aot/live-range). Writes
+results/cpu/memcheck/table.md (paths relative to the checkout; seconds are this machine's, one
+process).
 
     python tools/memcheck_table.py [OUT] (default: results/cpu/memcheck/table.md)
 """

@@ -732,6 +732,87 @@ class Checker:
             if ins.opcode in ASYNC_STARTS and ins.name in dones:
                 report.async_windows += 1
                 self._check_window(report, comp, ins, tl.time[dones[ins.name]], (defs, reads))
+        for start, done in self._collective_fusions():
+            report.async_windows += 1
+            self._check_collective_window(report, start, done, (defs, reads))
+
+    # libtpu's async collectives: a fusion whose root is the AsyncCollectiveStart custom-call starts
+    # it, continuation fusions carry its buffers on (each output aliased to the operand it takes them
+    # from), and a fusion whose root is AsyncCollectiveDone ends it.
+
+    def _collective_fusions(self) -> list[tuple[Instruction, Instruction]]:
+        """(start fusion, done fusion) of each libtpu async collective, paired through the buffers the
+        done takes (their values are in the start's output buffers)."""
+        owner: dict[int, Instruction] = {}  # buffer (union root) -> the start fusion whose output it is
+        out = []
+        for comp, ins in self.tl.order:
+            marker = _fused_root_target(self.module, ins)
+            if marker == "AsyncCollectiveStart":  # its written buffers (the source it carries may be shared)
+                for idx in _indices(ins.shape):
+                    for vid in self.at((ins.name, idx)):
+                        if vid not in self._carried():
+                            owner.setdefault(self.union.find(vid), ins)
+            elif marker == "AsyncCollectiveDone":
+                starts = {owner[g].name: owner[g] for ref in ins.operands for idx in _indices(_shape_of(comp, ref))
+                          for vid in self.at(self._operand(comp, ref, idx))
+                          if (g := self.union.find(vid)) in owner}
+                if len(starts) == 1:
+                    out.append((next(iter(starts.values())), ins))
+        return out
+
+    def _check_collective_window(self, report: Report, start: Instruction, done: Instruction,
+                                 at: tuple[list[list[Value]], list[list[Value]]]) -> None:
+        """Between a libtpu async collective's start and done fusions: only the fusions carrying its
+        buffers on read what it writes (the gathered result, its flags), and no other instruction
+        writes bytes of any of its buffers."""
+        tl = self.tl
+        defs, reads = at
+        ts, td = tl.time[start.name], tl.time[done.name]
+        carried = self._carried()
+        mine = [self.values[vid] for idx in _indices(start.shape) for vid in self.at((start.name, idx))]
+        groups = {self.union.find(v.v.id) for v in mine}
+        in_flight = {self.union.find(v.v.id) for v in mine if v.v.id not in carried}
+        held: dict[int, list[Value]] = {}  # allocation -> the values of the collective's buffers in it
+        for v in self._members(groups):
+            held.setdefault(v.allocation, []).append(v)
+        for t in range(ts + 1, td):
+            ins = tl.order[t][1]
+            if self._carries(tl.order[t][0], ins, groups):
+                continue
+            for x in reads[t]:
+                if self.union.find(x.v.id) in in_flight:
+                    report.conflicts.append(self._conflict(
+                        "async", x, x, f"{tl.at(t)} reads {x.label} at {t} while the async collective "
+                                       f"{start.name} .. {done.name} ({ts}-{td}) writes it, before its done"))
+            for x in defs[t]:
+                if self.union.find(x.v.id) in groups:
+                    continue
+                for y in self._met(x, t, held.get(x.allocation, [])):
+                    report.conflicts.append(self._conflict(
+                        "async", y, x, f"{tl.at(t)} writes {x.label} at {t} while the async collective "
+                                       f"{start.name} .. {done.name} ({ts}-{td}) holds those bytes"))
+
+    def _members(self, groups: set[int]) -> list[Value]:
+        """The values of the buffers ``groups`` (union roots)."""
+        if not hasattr(self, "_members_cache"):
+            by_root: dict[int, list[Value]] = {}
+            for vid, v in self.values.items():
+                by_root.setdefault(self.union.find(vid), []).append(v)
+            self._members_cache = by_root
+        return [v for g in groups for v in self._members_cache.get(g, [])]
+
+    def _carries(self, comp: Computation, ins: Instruction, groups: set[int]) -> bool:
+        """Whether ``ins`` carries one of the collective's buffers on: an output aliased to an operand
+        whose value is in one of them (a continuation fusion), or the done itself."""
+        if _fused_root_target(self.module, ins) == "AsyncCollectiveDone":
+            return True
+        if "output_to_operand_aliasing" not in ins.attr_text:
+            return False
+        for _, k, oi in ins.output_to_operand_aliasing():
+            if k < len(ins.operands) and any(self.union.find(vid) in groups
+                                             for vid in self.at(self._operand(comp, ins.operands[k], oi))):
+                return True
+        return False
 
     def _check_window(self, report: Report, comp: Computation, ins: Instruction, td: int,
                       at: tuple[list[list[Value]], list[list[Value]]]) -> None:
@@ -797,6 +878,16 @@ def _passes_through(fused: Computation, idx: Index, k: int) -> bool:
         readers = [u for u in fused.instructions if any(split_ref(o)[0] == params[0].name for o in u.operands)]
         return bool(readers) and all(u.opcode == "all-gather" for u in readers)
     return False
+
+
+def _fused_root_target(module: HloModule, ins: Instruction) -> str:
+    """The custom-call target at the root of fusion ``ins``'s computation ("" for anything else)."""
+    if ins.opcode != "fusion" or not ins.called:
+        return ""
+    fused = module.by_name.get(ins.called[0])
+    if fused is None or fused.root is None or fused.root.opcode != "custom-call":
+        return ""
+    return fused.root.attrs.get("custom_call_target", "").strip('"')
 
 
 def _shape_of(comp: Computation, ref: str) -> Shape:
