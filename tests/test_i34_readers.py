@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from xla_harness.cli import main
-from xla_harness.hlo.parser import XLA_OPCODES, HloParseError, parse_module
+from xla_harness.hlo.parser import HloParseError, parse_module
+from xla_harness.hlo.validate import XLA_OPCODES
 
 from .bad_input_cases import BAD_HLO, SMALL_HLO
 
