@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from scan_speed import unscheduled  # noqa: E402
 
 from xla_harness.errors import HarnessError  # noqa: E402
-from xla_harness.hlo import alias, shapes  # noqa: E402
+from xla_harness.hlo import alias, bitcast, shapes  # noqa: E402
 from xla_harness.hlo.memcheck import check_files, read_text  # noqa: E402
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser  # noqa: E402
 
@@ -60,6 +60,7 @@ def main() -> int:
             return 2
         for _ in range(args.repeat):
             shapes.clear_caches()
+            bitcast.clear_caches()
             alias.clear_caches()
             c0 = time.process_time()
             check_files(module)

@@ -15,7 +15,7 @@ import pytest
 from xla_harness import jaxcompat
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.hlo import alias, buffers
+from xla_harness.hlo import alias, bitcast, buffers
 from xla_harness.hlo.parser import HloParseError, parse_file, parse_module
 from xla_harness.hlo.scan import detect_backend, format_findings, module_json, scan, scan_module
 from xla_harness.hlo.shapes import Shape, parse_shape
@@ -231,7 +231,7 @@ def test_transpose_bitcast_matches_brute_force():
         arr = np.arange(int(np.prod(dims))).reshape(dims)
         res = np.transpose(arr, perm)  # HLO transpose: result dim i is operand dim perm[i]
         truth = _memory_order(arr, m_in) == _memory_order(res, m_out)
-        got = alias.transpose_is_bitcast(Shape("f32", dims, m_in), Shape("f32", res.shape, m_out), perm)
+        got = bitcast.transpose_is_bitcast(Shape("f32", dims, m_in), Shape("f32", res.shape, m_out), perm)
         assert got == truth, (dims, perm, m_in, m_out)
         checked += got
         degenerate_moves += got and 1 in dims and list(m_in) != [perm[d] for d in m_out]
@@ -258,7 +258,7 @@ def test_reshape_bitcast_matches_brute_force():
         m_out = tuple(rng.sample(range(len(dout)), len(dout)))
         arr = np.arange(n).reshape(din)
         truth = _memory_order(arr, m_in) == _memory_order(arr.reshape(dout), m_out)
-        got = alias.reshape_is_bitcast(Shape("f32", din, m_in), Shape("f32", dout, m_out))
+        got = bitcast.reshape_is_bitcast(Shape("f32", din, m_in), Shape("f32", dout, m_out))
         assert got == truth, (din, m_in, dout, m_out)
         seen.add(truth)
     assert seen == {True, False}
@@ -267,14 +267,14 @@ def test_reshape_bitcast_matches_brute_force():
 def test_tiled_layouts_by_their_bytes():
     a = Shape("f32", (8, 128), (1, 0), layout_extra="T(8,128)")
     flat = Shape("f32", (1024,), (0,), layout_extra="T(1024)")
-    assert alias.reshape_is_bitcast(a, flat)  # one whole tile: the same bytes (tests/test_i24_tiled_layouts.py)
-    assert not alias.reshape_is_bitcast(Shape("f32", (4, 256), (1, 0), layout_extra="T(8,128)"), flat)
-    assert alias.reshape_is_bitcast(Shape("f32", (8, 128), (1, 0)), Shape("f32", (1024,), (0,)))
+    assert bitcast.reshape_is_bitcast(a, flat)  # one whole tile: the same bytes (tests/test_i24_tiled_layouts.py)
+    assert not bitcast.reshape_is_bitcast(Shape("f32", (4, 256), (1, 0), layout_extra="T(8,128)"), flat)
+    assert bitcast.reshape_is_bitcast(Shape("f32", (8, 128), (1, 0)), Shape("f32", (1024,), (0,)))
     t_in = Shape("f32", (128, 8), (0, 1), layout_extra="T(8,128)")
-    assert alias.transpose_is_bitcast(t_in, a, (1, 0))  # same physical dims, same tiles
+    assert bitcast.transpose_is_bitcast(t_in, a, (1, 0))  # same physical dims, same tiles
     # other tiles: the same bytes while rows are one tile wide, not with two tiles a row
-    assert alias.transpose_is_bitcast(Shape("f32", (128, 8), (0, 1), layout_extra="T(2,128)"), a, (1, 0))
-    assert not alias.transpose_is_bitcast(Shape("f32", (256, 8), (0, 1), layout_extra="T(2,128)"),
+    assert bitcast.transpose_is_bitcast(Shape("f32", (128, 8), (0, 1), layout_extra="T(2,128)"), a, (1, 0))
+    assert not bitcast.transpose_is_bitcast(Shape("f32", (256, 8), (0, 1), layout_extra="T(2,128)"),
                                           Shape("f32", (8, 256), (1, 0), layout_extra="T(8,128)"), (1, 0))
 
 

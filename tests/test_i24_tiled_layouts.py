@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from xla_harness.hlo import alias
+from xla_harness.hlo import bitcast
 from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.scan import scan
 from xla_harness.hlo.shapes import Shape, parse_shape
@@ -106,7 +106,7 @@ def test_transpose_predicate_equals_oracle_exhaustively():
         operand = _shape("f32", dims, m_in, t_in)
         result = _shape("f32", tuple(dims[p] for p in perm), m_out, t_out)
         truth = same_bytes(operand, result, lambda i, perm=perm: tuple(i[p] for p in perm))
-        assert alias.transpose_is_bitcast(operand, result, perm) == truth, (operand, result, perm)
+        assert bitcast.transpose_is_bitcast(operand, result, perm) == truth, (operand, result, perm)
         checked[truth] += 1
     assert len(cases) > 20000 and min(checked.values()) > 500, checked
 
@@ -160,7 +160,7 @@ def test_reshape_predicate_equals_oracle_exhaustively():
                                                          repeat=2):
                         operand, result = _shape("f32", din, m_in, t_in), _shape("f32", dout, m_out, t_out)
                         truth = _reshape_oracle(operand, result)
-                        assert alias.reshape_is_bitcast(operand, result) == truth, (operand, result)
+                        assert bitcast.reshape_is_bitcast(operand, result) == truth, (operand, result)
                         checked[truth] += 1
     assert min(checked.values()) > 500 and sum(checked.values()) > 50000, checked
 
@@ -174,7 +174,7 @@ def test_copy_predicate_equals_oracle_exhaustively():
                     operand = _shape("bf16", dims, m_in, t_in + s_in)
                     result = _shape("bf16", dims, m_out, t_out + s_out)
                     truth = same_bytes(operand, result, lambda i: i)
-                    assert alias.copy_is_bitcast(operand, result) == truth, (operand, result)
+                    assert bitcast.copy_is_bitcast(operand, result) == truth, (operand, result)
                     checked[truth] += 1
     assert min(checked.values()) > 500, checked
 
@@ -194,17 +194,17 @@ def _p(text: str) -> Shape:
     ("bf16[16,128]{1,0:T(8,128)(2,1)}", "bf16[128,16]{0,1:T(8,128)}", (1, 0), False),
 ])
 def test_tpu_sized_transposes(operand, result, perm, expected):
-    assert alias.transpose_is_bitcast(_p(operand), _p(result), perm) is expected
+    assert bitcast.transpose_is_bitcast(_p(operand), _p(result), perm) is expected
 
 
 def test_tpu_sized_reshapes_and_copies():
-    assert alias.reshape_is_bitcast(_p("f32[8,128]{1,0:T(8,128)}"), _p("f32[1024]{0:T(1024)}"))
-    assert alias.reshape_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[2048]{0:T(1024)}"))
-    assert not alias.reshape_is_bitcast(_p("f32[4,256]{1,0:T(8,128)}"), _p("f32[1024]{0:T(1024)}"))  # padded rows
-    assert not alias.copy_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[16,128]{1,0:T(8,128)S(1)}"))
-    assert not alias.copy_is_bitcast(_p("f32[16,256]{1,0:T(8,128)}"), _p("f32[16,256]{1,0:T(2,128)}"))
-    assert alias.copy_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[16,128]{1,0:T(2,128)}"))  # rows of 128
-    assert alias.copy_is_bitcast(_p("bf16[16,128]{1,0:T(8,128)(2,1)}"), _p("bf16[16,128]{1,0:T(16,128)(2,1)}"))
+    assert bitcast.reshape_is_bitcast(_p("f32[8,128]{1,0:T(8,128)}"), _p("f32[1024]{0:T(1024)}"))
+    assert bitcast.reshape_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[2048]{0:T(1024)}"))
+    assert not bitcast.reshape_is_bitcast(_p("f32[4,256]{1,0:T(8,128)}"), _p("f32[1024]{0:T(1024)}"))  # padded rows
+    assert not bitcast.copy_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[16,128]{1,0:T(8,128)S(1)}"))
+    assert not bitcast.copy_is_bitcast(_p("f32[16,256]{1,0:T(8,128)}"), _p("f32[16,256]{1,0:T(2,128)}"))
+    assert bitcast.copy_is_bitcast(_p("f32[16,128]{1,0:T(8,128)}"), _p("f32[16,128]{1,0:T(2,128)}"))  # rows of 128
+    assert bitcast.copy_is_bitcast(_p("bf16[16,128]{1,0:T(8,128)(2,1)}"), _p("bf16[16,128]{1,0:T(16,128)(2,1)}"))
 
 
 def test_unread_tilings_are_conservative():
@@ -212,10 +212,10 @@ def test_unread_tilings_are_conservative():
     splits, '*' dims) parse and are never called bitcasts, even where the bytes agree."""
     odd = _p("f32[8,6]{1,0:T(4,6)(1,4)}")
     assert odd.layout_extra == "T(4,6)(1,4)"
-    assert not alias.copy_is_bitcast(odd, odd)
+    assert not bitcast.copy_is_bitcast(odd, odd)
     assert same_bytes(odd, odd, lambda i: i)  # what the oracle says: the predicate errs on the safe side
     star = _p("f32[8,6]{1,0:T(2,*)}")
-    assert not alias.copy_is_bitcast(star, star)
+    assert not bitcast.copy_is_bitcast(star, star)
 
 
 TILED_TRANSPOSE = """HloModule tiled

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo import alias, compiler_alias
+from xla_harness.hlo import alias, bitcast, compiler_alias
 from xla_harness.hlo.buffers import BufferAssignment
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 from xla_harness.hlo.parser import parse_module
@@ -334,7 +334,7 @@ def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, bac
 def _moves_data(ins: Instruction, comp: Computation) -> bool:
     """Physically, under the layouts (whatever a backend's alias rule calls a no-op)."""
     if ins.opcode in ("transpose", "reshape", "copy"):  # a copy moves data when it changes the layout,
-        return not alias.is_bitcast_equivalent(ins, comp)  # the tiles or the memory space
+        return not bitcast.is_bitcast_equivalent(ins, comp)  # the tiles or the memory space
     return ins.opcode == "reverse"
 
 
