@@ -399,8 +399,8 @@ def run(args) -> int:
         print(json.dumps({"modules": [_module_json(m, fs, ds, be, plan) for m, fs, ds, be, _, plan in scanned]},
                          indent=2))
     else:
-        for module in scanned:
-            _print_module(*module, show_aliased=args.all)
+        for m, fs, ds, be, ba, plan in scanned:
+            _print_module(m, fs, ds, be, ba, plan, show_aliased=args.all)
         print(f"scanned {len(scanned)} module(s): {hazards} hazard(s), {n_decisions} "
               "scatter-fused-with-data-moving-producer"
               + (f", {conflicts} memory-plan conflict(s) in {plans} memory plan(s) checked" if plans else "")
