@@ -248,3 +248,34 @@ def test_blast_radius_without_modules_is_one_error(tmp_path, capsys):
     assert xlatest.main(["blast-radius", "--xla-src", str(tmp_path), "--modules", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no pre-fusion modules (*.before_fusion.txt" in err[0]
+
+
+def test_blast_radius_takes_another_source_to_set_against_stock():
+    args = xlatest.build_parser().parse_args(["blast-radius", "--xla-src", "x", "--modules", "m",
+                                              "--sources-from", "out/gpu-rule"])
+    assert args.sources_from == "out/gpu-rule"
+
+
+def _gpu_rule_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("xla_gpu_rule_source", ROOT / "tools" / "xla_gpu_rule_source.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@pytest.mark.slow
+def test_the_gpu_rule_source_replaces_0001s_data_moving_check(tmp_path, capsys):
+    """tools/xla_gpu_rule_source.py on a tree with 0001 applied: its data-moving check becomes GPU's
+    rule (nothing fuses into the in-place operand); a tree without it is refused, one error line."""
+    tool = _gpu_rule_tool()
+    tree = tmp_path / "tree"
+    for patch in DEFAULT_XLA:  # the files 0001 touches, as small as it applies to
+        preimage_tree(patch.read_text(), tree)
+    subprocess.run(["git", "apply", *map(str, DEFAULT_XLA)], cwd=tree, check=True, capture_output=True)
+    assert tool.main([str(tree), str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / tool.SOURCE).read_text()
+    assert tool.GPU_RULE in text and "FindDataMovingOp(producer" not in text
+    assert tool.main([str(tmp_path / "out"), str(tmp_path / "again")]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "again").exists()

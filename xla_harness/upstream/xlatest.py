@@ -671,6 +671,8 @@ def cmd_blast(args: argparse.Namespace) -> int:
         raise HarnessError("the default series does not patch xla/service/instruction_fusion.cc")
     for line in describe(Path(args.xla_src), "default", [p.file for p in patches], tc.wheel_lib_dir, False):
         print("xla-blast-radius: " + line)
+    if args.sources_from:
+        print(f"xla-blast-radius: the patched side is {unit.source} from {args.sources_from}, not the series")
     log = lambda s: print(s, flush=True)  # noqa: E731
     stock_dir = work / "stock" / Path(unit.source).parent
     stock_dir.mkdir(parents=True, exist_ok=True)
@@ -722,8 +724,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "tree's XLA commit, else the series' own files")
         if name == "test":
             p.add_argument("--series", default="default", help="default | experimental")
+        if name in ("test", "blast-radius"):
             p.add_argument("--sources-from", default="", metavar="DIR",
-                           help="take the patched non-test sources from DIR (same relative paths) instead")
+                           help="take the patched non-test sources from DIR (same relative paths) instead "
+                                "(blast-radius: the decisions of that source against stock)")
+        if name == "test":
             p.add_argument("--stock-sources", action="store_true",
                            help="keep the non-test sources stock (patched tests over stock code)")
             p.add_argument("--filter", default="", help="gtest filter")
