@@ -382,7 +382,8 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     assert mbox.startswith("From ") and "\nSubject: [PATCH] [XLA] Do not fuse a data-moving producer" in mbox
     assert "\nDate: " in mbox and "diff --git a/xla/service/instruction_fusion.cc" in mbox
     assert "EXPERIMENTAL" not in mbox  # experimental patches are not sent
-    desc = (out / "PR.md").read_text()
+    assert "## What this refuses, and why" in (out / "PR.md").read_text()  # tests/test_pr_xla.py has the rest
+    desc = (out / "APPENDIX.md").read_text()  # the evidence, in the long form
     for heading in ("## Problem", "## Root cause", "## Why this fix and not the reported one",
                     "## Tests added", "## Evidence", "## Risk", "## How to reproduce"):
         assert heading in desc
@@ -410,8 +411,9 @@ def test_pr_without_patches_and_without_evidence(tmp_path, capsys):
     empty = tmp_path / "results"
     empty.mkdir()
     assert main(["pr", "--target", "xla", "--out", str(tmp_path / "p"), "--results", str(empty)]) == 0
-    desc = (tmp_path / "p" / "PR.md").read_text()
+    desc = (tmp_path / "p" / "APPENDIX.md").read_text()
     assert "Not recorded (these runs are missing" in desc and "results/xla/183fa00cb5/xla-test.log" in desc
+    assert "- not recorded" in (tmp_path / "p" / "PR.md").read_text()  # no blast radius: said so
 
 
 @pytest.mark.slow

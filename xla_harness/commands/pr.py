@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 NAME = "pr"
-HELP = "prepare out/pr/<target>/: series.mbox, PR.md, CHECKLIST.md from series.toml and results/"
+HELP = "prepare out/pr/<target>/: series.mbox, PR.md, CHECKLIST.md (xla: APPENDIX.md) from series.toml and results/"
 DESCRIPTION = """\
 Write the default patches of TARGET as an mbox (git format-patch layout, for `git am`),
 a PR description generated from series.toml, the patches' commit messages and the
