@@ -11,7 +11,8 @@ DESCRIPTION = """\
 Write the default patches of TARGET as an mbox (git format-patch layout, for `git am`),
 a PR description generated from series.toml, the patches' commit messages and the
 evidence under results/ (scanner findings, stress tables with environment lines), and the
-upstream contribution checklist. Missing evidence is stated as missing.
+upstream contribution checklist. For xla, PR.md is what a reviewer reads (under 1,200 words) and
+APPENDIX.md holds the evidence. Missing evidence is stated as missing.
 """
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -512,7 +513,7 @@ def _GPU_RULE_BASE(results_dir: Path) -> str:  # noqa: N802 - the base the GPU-r
     return found[-1].parent.name if found else ""
 
 
-def xla_pr_lines(title: str, patches: list, texts: list[str], up: Upstream, results_dir: Path) -> list[str]:
+def xla_pr_lines(title: str, patches: Sequence, texts: list[str], up: Upstream, results_dir: Path) -> list[str]:
     """PR.md for XLA: what is refused and why, what it changes (the blast radius), why not GPU's rule,
     the change, its tests and limits; the evidence is in APPENDIX.md."""
     ctx = CONTEXT["xla"]
