@@ -38,8 +38,8 @@ def test_xla_pr_evidence_sections(tmp_path):
     # the committed blast radius over the TPU's and GPU's pre-fusion modules is cited, with its verdict
     assert "Not measured: pre-fusion modules" not in evidence
     for target in ("tpu", "cuda"):
-        assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`" in evidence.split("Other pre-fusion")[1]
-        assert f"/xla/183fa00cb5/xla-blast-radius-{target}.log`: xla-blast-radius: " in evidence
+        assert f"/xla/131bf41acb/xla-blast-radius-{target}.log`" in evidence.split("Other pre-fusion")[1]
+        assert f"/xla/131bf41acb/xla-blast-radius-{target}.log`: xla-blast-radius: " in evidence
     limits = evidence.split("### Known limits")[1].split("###")[0]
     assert "reads a larger buffer" in limits and "inside a nested fusion" in limits
     # a test that passes on stock and under every mutant is named a regression test, never evidence
