@@ -290,7 +290,7 @@ def test_patches_check_without_tree_is_not_a_pass(capsys):
 def test_patch_that_does_not_apply_names_patch_and_hunk(tmp_path, capsys):
     tree = _tree_for(tmp_path, P0)
     cc = tree / "xla/service/instruction_fusion.cc"
-    cc.write_text(cc.read_text().replace("dus_ops.empty()", "dus_ops_renamed.empty()"))
+    cc.write_text(cc.read_text().replace("non-elementwise ops, bailing", "non-elementwise ops, renamed"))
     assert main(["patches-check", "--xla-src", str(tree)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
