@@ -378,7 +378,7 @@ def test_prepare_refuses_a_dirty_tree(world, capsys):
 def test_patch_that_does_not_apply_leaves_no_tree(world, capsys):
     xla_dir = world["tmp"] / "xla-src" / f"xla-{COMMIT}"
     cc = xla_dir / "xla/service/instruction_fusion.cc"
-    cc.write_text(cc.read_text().replace("dus_ops.empty()", "renamed.empty()"))
+    cc.write_text(cc.read_text().replace("non-elementwise ops, bailing", "non-elementwise ops, renamed"))
     with tarfile.open(world["tarball"], "w:gz") as tf:
         tf.add(xla_dir, arcname=f"xla-{COMMIT}")
     sha = hashlib.sha256(world["tarball"].read_bytes()).hexdigest()

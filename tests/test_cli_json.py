@@ -56,7 +56,7 @@ def test_patches_check_json_applies_and_fails(tmp_path, capsys):
          "xla/0003-experimental-trace-all-transpose-reshape.patch"]
     bad = _tree_for(tmp_path / "bad", P0)
     cc = bad / "xla/service/instruction_fusion.cc"
-    cc.write_text(cc.read_text().replace("dus_ops.empty()", "dus_ops_renamed.empty()"))
+    cc.write_text(cc.read_text().replace("non-elementwise ops, bailing", "non-elementwise ops, renamed"))
     assert main(["patches-check", "--json", "--xla-src", str(bad)]) == 2  # the text mode's exit code
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
@@ -72,7 +72,7 @@ def test_pr_json(tmp_path, capsys):
     assert main(["pr", "--target", "xla", "--out", str(out), "--json"]) == 0
     doc = _json(capsys)
     assert doc["target"] == "xla" and doc["folder"] == str(out)
-    assert [p.rsplit("/", 1)[1] for p in doc["files"]] == ["series.mbox", "PR.md", "CHECKLIST.md"]
+    assert [p.rsplit("/", 1)[1] for p in doc["files"]] == ["series.mbox", "PR.md", "APPENDIX.md", "CHECKLIST.md"]
     assert all((out / p.rsplit("/", 1)[1]).is_file() for p in doc["files"])
 
 
