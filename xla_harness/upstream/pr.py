@@ -463,6 +463,8 @@ def _blast_lines(results_dir: Path) -> tuple[list[str], dict[str, str]]:
     rows: list[tuple[int, str, str]] = []
     counts = {"ours": "?", "gpu_rule": "?"}
     order = list(_BLAST_KIND)
+    gpu_rule = sorted(results_dir.glob("xla/*/xla-blast-radius-gpu-rule.log")) if results_dir.is_dir() else []
+    compared_at = gpu_rule[-1].parent.name if gpu_rule else ""  # the base GPU's rule was measured on
     for f in sorted(results_dir.glob("xla/*/xla-blast-radius*.log")) if results_dir.is_dir() else []:
         kind = f.name.removeprefix("xla-blast-radius").removesuffix(".log")
         m = _BLAST.search(f.read_text(encoding="utf-8", errors="replace"))
@@ -470,14 +472,9 @@ def _blast_lines(results_dir: Path) -> tuple[list[str], dict[str, str]]:
             continue
         verdict = f"{m.group(3)} of {m.group(2)} decisions change ({m.group(1)} modules)"
         rows.append((order.index(kind), f.parent.name, f"- {_BLAST_KIND[kind]}, base {f.parent.name}: {verdict}"))
-        if kind in ("", "-gpu-rule") and f.parent.name == _GPU_RULE_BASE(results_dir):
+        if kind in ("", "-gpu-rule") and f.parent.name == compared_at:
             counts["ours" if kind == "" else "gpu_rule"] = f"{m.group(3)} of {m.group(2)}"
     return [line for _, _, line in sorted(rows)], counts
-
-
-def _GPU_RULE_BASE(results_dir: Path) -> str:  # noqa: N802 - the base the GPU-rule comparison was made on
-    found = sorted(results_dir.glob("xla/*/xla-blast-radius-gpu-rule.log"))
-    return found[-1].parent.name if found else ""
 
 
 def xla_pr_lines(title: str, patches: Sequence, texts: list[str], up: Upstream, results_dir: Path) -> list[str]:
