@@ -14,18 +14,17 @@ One ``error:`` line and exit 2 when the tree is not patched as expected.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 SOURCE = "xla/service/instruction_fusion.cc"
-DATA_MOVING = '''        if (const HloInstruction* moving =
-                FindDataMovingOp(producer, alias_info)) {
-          return FusionDecision::Forbid(absl::StrCat(
-              "Producer op ", moving->name(),
-              " moves data: fused into the in-place operand of the ",
-              HloOpcodeString(in_place_op->opcode()),
-              " of the consumer, that op could not run in place."));
-        }'''
+# 0001's check of the producer of the in-place operand: from its `if` to the brace that closes it
+# at the same indentation (its body may log and word its reason as it likes).
+DATA_MOVING = re.compile(
+    r"^(?P<indent> +)if \(const HloInstruction\* moving =\s+FindDataMovingOp\(producer, alias_info\)\) \{\n"
+    r"(?:.*\n)*?(?P=indent)\}$",
+    re.MULTILINE)
 GPU_RULE = '''        // GPU's rule (CanEmitInputFusedScatter), generically: nothing fuses
         // into the in-place operand.
         return FusionDecision::Forbid("do not fuse into the in-place operand");'''
@@ -41,13 +40,14 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"error: {tree / SOURCE}: {exc.strerror}", file=sys.stderr)
         return 2
-    if text.count(DATA_MOVING) != 1:
+    found = list(DATA_MOVING.finditer(text))
+    if len(found) != 1:
         print(f"error: {tree / SOURCE}: 0001's data-moving check is not there once (is the series applied?)",
               file=sys.stderr)
         return 2
     dest = out / SOURCE
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(text.replace(DATA_MOVING, GPU_RULE), encoding="utf-8")
+    dest.write_text(text[:found[0].start()] + GPU_RULE + text[found[0].end():], encoding="utf-8")
     print(f"wrote {dest}")
     return 0
 
