@@ -402,3 +402,51 @@ def test_a_value_written_onto_a_gathered_buffer_inside_its_collective_is_caught(
                "fusion.9 writes fusion.9 at 1154 while the async collective async-collective-start.4 .. "
                "async-collective-done.4 (1062-1194) holds those bytes" in c.message for c in r.conflicts), \
         _messages(r)
+
+
+# XLA:GPU (the CUDA plugin, ahead of time, 2 devices): collectives printed as async-start wrapping an
+# all-gather / reduce-scatter / all-reduce computation, get-tuple-elements printed as 'x#k'
+GPU_WRAPPED = "results/cuda-aot/live-range-async-wrapped/*.after_optimizations.txt.gz"
+
+
+@pytest.fixture(scope="module")
+def gpu_wrapped() -> dict[str, str]:
+    return _files(GPU_WRAPPED)
+
+
+def _timed(files: dict[str, str]) -> Checker:
+    chk = Checker(parse_module(files["hlo"]), parse_buffer_assignment(files["ba"]), "gpu")
+    chk.dataflow()
+    chk.group()
+    chk.intervals()
+    return chk
+
+
+def test_async_starts_wrapping_a_collective_agree_with_xlas_live_range(gpu_wrapped):
+    """`async-start(...), calls=%async_computation` wrapping a collective: all 256 values the compiler
+    times agree with its live range. Each of three rules is needed (without it: disagreements):
+    a wrapped root's tuple table is its own buffer, not the start's {1} (3); a value of the wrapped
+    computation is live from the async start, as XLA times it (16); a tuple's operand printed 'x#k'
+    is read by a get-tuple-element, which keeps x's tuple table live (8)."""
+    r = _check(gpu_wrapped, "gpu")
+    assert r.conflicts == [] and r.live_range_compared == 256
+    assert r.disagreements == [], r.disagreements[:3]
+    chk = _timed(gpu_wrapped)
+    table, start_out = chk.by_pos[("all-gather.16", ())], chk.by_pos[("all-gather-start.2", (1,))]
+    apart = chk.union.find(table) != chk.union.find(start_out)
+    rs = chk.values[chk.by_pos[("reduce-scatter.9", ())]]
+    live_from = chk.tl.at(rs.start)
+    fused = chk.values[chk.by_pos[("loop_add_fusion.8", ())]]
+    read_by = chk.tl.at(fused.end)
+    del chk
+    assert apart  # two allocations in the buffer assignment: not one buffer
+    assert live_from == "reduce-scatter-start"  # not where the wrapped computation is flattened
+    assert read_by == "tuple.38"  # loop_add_fusion.8#0 .. #2 are read for the root tuple
+
+
+def test_a_value_written_onto_a_wrapped_collectives_output_in_flight_is_caught(gpu_wrapped):
+    """Planted: partition-id.3, which runs between all-gather-start.2 and its done, put on the bytes of
+    all-gather.16{1} (the wrapped all-gather's output, written until the done): an async conflict."""
+    r = _check(gpu_wrapped, "gpu", ba=_move_onto(gpu_wrapped["ba"], "partition-id.3", "all-gather.16{1}"))
+    assert any(c.kind == "async" and "all-gather-start.2" in c.message and c.data["b"]["value"] == "partition-id.3"
+               for c in r.conflicts), _messages(r)

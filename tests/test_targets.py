@@ -424,6 +424,11 @@ def test_scan_model_for_cuda_reads_the_compilers_values_file(tmp_path, monkeypat
     said = {f[0]: f[3:] for f in _verdicts(model)}
     assert "input_scatter_fusion" in said and len(said) == 4
     assert set(said.values()) == {("aliased", "buffer assignment", "agree")}
+    # The memory plan of the compile (collectives as async-start wrapping a computation): no conflict,
+    # and our live range is the compiler's on every value it times (24 of 256 differed before).
+    plan = model["memory_plan"]
+    assert plan["conflicts"] == [] and plan["live_range_compared"] > 200
+    assert plan["live_range_disagreements"] == [], plan["live_range_disagreements"][:3]
 
 
 @pytest.mark.slow

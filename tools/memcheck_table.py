@@ -20,6 +20,7 @@ GLOBS = ("results/tpu-aot/**/hlo/*after_optimizations.txt*", "results/cuda-aot/*
          "results/gpu/h100-2026-11-28/memory-plan/**/*after_optimizations.txt*",
          "results/tpu-aot/live-range/*after_optimizations.txt*",
          "results/cuda-aot/live-range/*after_optimizations.txt*",
+         "results/cuda-aot/live-range-async-wrapped/*after_optimizations.txt*",
          "results/gpu/h200-2026-11-26/compile-only/hlo/issue-35409-full-remat.after_optimizations*.txt*",
          "results/gpu/h200-2026-11-28/memory-plan*/hlo/*after_optimizations.txt*")
 
@@ -54,8 +55,8 @@ def main() -> int:
     text = ("# memcheck on the committed compiler dumps\n\n"
             "Written by `python tools/memcheck_table.py`: every module under results/tpu-aot/**/hlo, "
             "results/cuda-aot/**/hlo,\nthe H100 memory-plan dumps, the H200's own compiles (results/gpu/h200-*) "
-            "and the two ahead-of-time compiles kept with\nthe compiler's live range (results/tpu-aot/live-range, "
-            "results/cuda-aot/live-range) "
+            "and the three ahead-of-time compiles kept with\nthe compiler's live range (results/tpu-aot/live-range, "
+            "results/cuda-aot/live-range, results/cuda-aot/live-range-async-wrapped) "
             "with a buffer assignment beside it.\nSeconds: one process on this machine (2 shared cores).\n\n"
             f"{len(rows)} modules, {total} conflicts.\n\n"
             "| dump | values (timed) | allocations | async windows | conflicts | live-range disagreements | s |\n"

@@ -373,8 +373,9 @@ class Checker:
                     self._join(op, [(ins.name, idx)] + [(r.name, idx) for c in called_in_order(ins)
                                                          if (r := _root(m, c)) is not None])
             elif op == "async-start" and ins.called and (r := _root(m, ins.called[0])) is not None:
-                for idx in _indices(r.shape):
-                    self._join("async", [(ins.name, (1,) + idx), (r.name, idx)])
+                for idx in _indices(r.shape):  # a tuple's table is each instruction's own
+                    if not r.shape.subshape(idx).is_tuple:
+                        self._join("async", [(ins.name, (1,) + idx), (r.name, idx)])
             self._in_place(comp, ins)
         self._donation()
 
@@ -446,14 +447,17 @@ class Checker:
                 v.end = max([end] + [t for t, _ in v.uses])
 
     def _runs_from(self, comp_name: str) -> int:
-        """An async computation whose start takes no operands (libtpu's ``call-start()``) runs once an
-        async-update has given them: its values are written no earlier than that update."""
+        """An async computation's values are written no earlier than its async start, as XLA times
+        them (flattened just before the start, they become live with it); one whose start takes no
+        operands (libtpu's ``call-start()``) runs once an async-update has given them: no earlier
+        than that update."""
         t = -1
         c = comp_name
         for _ in range(1000):
             start = self.tl.async_context.get(c)
             if start is None or c not in self.tl.caller:
                 break
+            t = max(t, self.tl.time.get(start, -1))
             update = self._deferred().get(start)
             if update is not None:
                 t = max(t, self.tl.time.get(update.name, -1))
@@ -488,7 +492,9 @@ class Checker:
                 for j in range(1, len(k) + 1):
                     first.setdefault((base, k[:j]), tl.time[ins.name])
         for comp, ins in tl.order:
-            if ins.opcode in ("tuple", "domain"):
+            if ins.opcode in ("tuple", "domain"):  # not a use; but a printed 'x#k' operand is a read
+                for ref in ins.operands:             # of x's tuple table by a get-tuple-element
+                    self._use_tuple_tables(ins, ref, first)
                 continue
             use_t, read_t, real = self._use_times(comp, ins)
             top_only = ins.opcode in ("get-tuple-element", "copy")
@@ -520,11 +526,7 @@ class Checker:
         src = comp.by_name.get(base)
         if src is None:
             return
-        t = self.tl.time[ins.name]
-        for j in range(len(k)):  # a printed 'x#1' is a get-tuple-element reading x's tuple table,
-            gte_t = first.get((base, k[:j + 1]), t)  # one, before the first of its users
-            for vid in self.at((base, k[:j])):
-                self.values[vid].uses.append((gte_t, self.tl.at(gte_t)))
+        self._use_tuple_tables(ins, ref, first)
         try:
             sub = src.shape.subshape(k)
         except IndexError:
@@ -536,6 +538,16 @@ class Checker:
                     v.uses.append((use_t, ins.name))
                 if real and not (sub.subshape(idx).is_tuple):
                     v.reads.append((read_t, ins.name))
+
+    def _use_tuple_tables(self, ins: Instruction, ref: str, first: dict[Pos, int]) -> None:
+        """A printed 'x#1' is a get-tuple-element reading x's tuple table, one, before the first of
+        its users."""
+        base, k = split_ref(ref)
+        t = self.tl.time[ins.name]
+        for j in range(len(k)):
+            gte_t = first.get((base, k[:j + 1]), t)
+            for vid in self.at((base, k[:j])):
+                self.values[vid].uses.append((gte_t, self.tl.at(gte_t)))
 
     # ------------------------------------------------------------------ the compiler's live range
 
