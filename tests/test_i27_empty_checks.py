@@ -81,6 +81,8 @@ def test_mutants_with_a_guard_in_a_file_without_a_unit_test(tmp_path, monkeypatc
     (tmp_path / "xla" / "b.cc").write_text("keep();\n")
 
     class Series:
+        patches = [argparse.Namespace(file="xla/0001.patch")]
+
         def upstream(self, name):
             return self
 

@@ -64,10 +64,27 @@ def test_xla_test_files_for_the_variant(capsys):
     assert len(err) == 1 and err[0].startswith("error: series.toml has no xla series for jax-v0.9.2")
 
 
+def test_the_variants_guards_are_the_series_guards_spelled_as_at_its_base():
+    guards, absent = xlatest.guards_for_base(xlatest.load_guards(), XLA, "jax-v0.9.0.1")
+    assert xlatest.check_guards_cover(guards, [V0901]) == [] and {g.patch for g in guards} == {V0901}
+    assert len(guards) == 21
+    # the guards of a backend's no-op hook (its exemption and its order) are listed as absent there, with why
+    assert sorted(g.name.split(":")[0] for g, _ in absent) == ["exemption", "hook order", "hook order"]
+    assert all("no backend no-op hook at this base" in why for _, why in absent)
+    # four guards are spelled otherwise there (no alias_info); the rest are the series' own text
+    own = {g.name: g for g in xlatest.load_guards()}
+    respelled = sorted(g.name for g in guards if g.find != own[g.name].find)
+    assert len(respelled) == 4 and all("alias_info" not in g.find + g.replace for g in guards)
+    # the variants that use the series' own file take its guards as written
+    for ref in ("jax-v0.10.2", "jax-v0.11.0"):
+        same, none = xlatest.guards_for_base(xlatest.load_guards(), XLA, ref)
+        assert none == [] and [(g.patch, g.name, g.find, g.replace) for g in same] == [
+            (g.patch, g.name, g.find, g.replace) for g in xlatest.load_guards()]
+
+
 @pytest.mark.slow
 def test_every_guard_of_the_variant_is_in_its_patched_file_once(tmp_path):
-    guards = [g for g in xlatest.load_guards() if g.patch == V0901]
-    assert xlatest.check_guards_cover(xlatest.load_guards(), [V0901]) == [] and len(guards) == 15
+    guards, _ = xlatest.guards_for_base(xlatest.load_guards(), XLA, "jax-v0.9.0.1")
     text = (ROOT / "patches" / V0901).read_text()
     tree = tmp_path / "tree"
     preimage_tree(text, tree)

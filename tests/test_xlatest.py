@@ -13,7 +13,7 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.upstream import xlatest
 from xla_harness.upstream.patchfile import preimage_tree
-from xla_harness.upstream.series import load_series
+from xla_harness.upstream.series import Patch, Upstream, Variant, load_series
 
 ROOT = Path(__file__).resolve().parent.parent
 SERIES = load_series()
@@ -132,6 +132,7 @@ def test_every_guard_is_in_its_patch_once_and_every_default_patch_has_guards(tmp
     guards = xlatest.load_guards()
     files = [p.file for p in SERIES.upstream("xla").select("default")]
     assert xlatest.check_guards_cover(guards, files) == []
+    assert {g.patch for g in guards} <= {p.file for p in SERIES.upstream("xla").patches}  # variants: [guard.at]
     tree = _patched_default_tree(tmp_path)
     for g in (g for g in guards if g.patch in files):  # a variant's guards: tests/test_xla_variants.py
         text = (tree / g.file).read_text()
@@ -160,6 +161,47 @@ def test_guards_file_errors(tmp_path):
     f.write_text("[[guard]\n")
     with pytest.raises(HarnessError, match="malformed TOML"):
         xlatest.load_guards(f)
+    head = '[[guard]]\npatch = "p"\nfile = "f"\nname = "n"\nfind = "x"\n'
+    for at, why in (('at = "v"\n', "must be a table"),
+                    ('[guard.at."v"]\nfind = "y"\nabsent = "z"\n', "not both"),
+                    ('[guard.at."v"]\nreplace = "y"\n', "needs either"),
+                    ('[guard.at."v"]\nabsent = "z"\nreplace = ""\n', "not both"),
+                    ('[guard.at."v"]\nfinds = "y"\n', "takes find and replace, or absent"),
+                    ('[guard.at."v"]\nfind = 1\n', "are strings")):
+        f.write_text(head + at)
+        with pytest.raises(HarnessError, match=why):
+            xlatest.load_guards(f)
+    f.write_text(head + '[guard.at."v"]\nfind = "y"\nreplace = "w"\n\n[[guard]]\npatch = "p"\nfile = "f"\n'
+                 'name = "m"\nfind = "x"\n[guard.at."v"]\nabsent = "why"\n')
+    first, second = xlatest.load_guards(f)
+    assert first.at_base("v") == xlatest.GuardAt("y", "w", "") and first.at_base("u") is None
+    assert second.at_base("v") == xlatest.GuardAt(absent="why")
+
+
+def test_guards_for_base_spells_each_guard_as_at_the_variants_base():
+    patches = (Patch("xla/0001-a.patch", "", "default", ""), Patch("xla/0002-b.patch", "", "experimental", ""))
+    up = Upstream("xla", "", "", "own", patches=patches, variants=(
+        Variant("old", ("xla/old/0001-a.patch", ""), ""), Variant("same", ("xla/0001-a.patch", ""), "")))
+    keep = xlatest.Guard("xla/0001-a.patch", "a.cc", "kept", "k;", "")
+    respelled = xlatest.Guard("xla/0001-a.patch", "a.cc", "respelled", "f(x, info);", "",
+                              (("old", xlatest.GuardAt("f(x);", "g(x);")),))
+    gone = xlatest.Guard("xla/0001-a.patch", "a.cc", "hook", "hook();", "",
+                         (("old", xlatest.GuardAt(absent="no hook")),))
+    exp = xlatest.Guard("xla/0002-b.patch", "b.cc", "experimental", "e;", "")
+    guards = [keep, respelled, gone, exp]
+    assert xlatest.guards_for_base(guards, up, None) == (guards, [])
+    chosen, absent = xlatest.guards_for_base(guards, up, "old")
+    assert [(g.patch, g.name, g.find, g.replace) for g in chosen] == [
+        ("xla/old/0001-a.patch", "kept", "k;", ""), ("xla/old/0001-a.patch", "respelled", "f(x);", "g(x);")]
+    assert absent == [(gone, "no hook")]  # listed with its reason, not dropped; 0002 has no file there
+    chosen, absent = xlatest.guards_for_base(guards, up, "same")
+    assert [(g.patch, g.find) for g in chosen] == [("xla/0001-a.patch", "k;"), ("xla/0001-a.patch", "f(x, info);"),
+                                                  ("xla/0001-a.patch", "hook();")] and absent == []
+    with pytest.raises(HarnessError, match="not a patch of the series"):
+        xlatest.guards_for_base([xlatest.Guard("xla/old/0001-a.patch", "a.cc", "g", "k;", "")], up, "old")
+    with pytest.raises(HarnessError, match="at.older is not a variant of the series"):
+        xlatest.guards_for_base([xlatest.Guard("xla/0001-a.patch", "a.cc", "g", "k;", "",
+                                               (("older", xlatest.GuardAt("x;")),))], up, None)
 
 
 @pytest.mark.parametrize("command", ["test", "mutants"])

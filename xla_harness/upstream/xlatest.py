@@ -19,6 +19,7 @@ separate from the I/O at the bottom of this module.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import re
@@ -217,12 +218,45 @@ def unit_verdict(results: list[TestResult], returncode: int) -> str:
 
 
 @dataclass(frozen=True)
+class GuardAt:
+    """A guard as it is at a variant's base: its own ``find``/``replace`` (the variant spells the
+    guarded code otherwise), or ``absent``, why the guarded code has no counterpart there."""
+
+    find: str = ""
+    replace: str = ""
+    absent: str = ""
+
+
+@dataclass(frozen=True)
 class Guard:
     patch: str  # file of the patch, as in series.toml
     file: str  # patched source file the guard lives in
     name: str
     find: str  # exact text in the patched file
     replace: str  # what it becomes in the mutant
+    at: tuple[tuple[str, GuardAt], ...] = ()  # (base_ref of a variant, the guard there)
+
+    def at_base(self, base_ref: str) -> GuardAt | None:
+        return dict(self.at).get(base_ref)
+
+
+def _guard_at(g: dict, where: str) -> tuple[tuple[str, GuardAt], ...]:
+    at = g.get("at", {})
+    if not isinstance(at, dict):
+        raise HarnessError(f"{where}: 'at' must be a table of [guard.at.\"<base_ref>\"] tables")
+    out = []
+    for ref, spec in at.items():
+        if not isinstance(spec, dict) or set(spec) - {"find", "replace", "absent"}:
+            raise HarnessError(f"{where}: at.{ref} takes find and replace, or absent (why the guard has no "
+                               "counterpart at that base)")
+        if any(not isinstance(v, str) for v in spec.values()):
+            raise HarnessError(f"{where}: at.{ref}: find, replace and absent are strings")
+        absent, find = spec.get("absent", ""), spec.get("find", "")
+        if bool(absent) == bool(find) or (absent and "replace" in spec):
+            raise HarnessError(f"{where}: at.{ref} needs either a non-empty find (with its replace) or a "
+                               "non-empty absent, not both")
+        out.append((ref, GuardAt(find, spec.get("replace", ""), absent)))
+    return tuple(out)
 
 
 def load_guards(path: Path = GUARDS_FILE) -> list[Guard]:
@@ -234,8 +268,44 @@ def load_guards(path: Path = GUARDS_FILE) -> list[Guard]:
         missing = [k for k in ("patch", "file", "name", "find") if not isinstance(g.get(k), str) or not g.get(k)]
         if missing or not isinstance(g.get("replace", ""), str):
             raise HarnessError(f"{path.name}: guard[{i}] needs non-empty strings patch, file, name, find")
-        guards.append(Guard(g["patch"], g["file"], g["name"], g["find"], g.get("replace", "")))
+        guards.append(Guard(g["patch"], g["file"], g["name"], g["find"], g.get("replace", ""),
+                            _guard_at(g, f"{path.name}: guard[{i}] ({g['name']})")))
     return guards
+
+
+def guards_for_base(guards: list[Guard], up: Upstream,
+                    base_ref: str | None) -> tuple[list[Guard], list[tuple[Guard, str]]]:
+    """The guards to mutate for the default series at ``base_ref`` (None: the series' own files),
+    spelled as there, and the guards that have no counterpart there, each with its reason.
+
+    A guard is written for a patch of the series. At a variant's base it guards the variant's file
+    for that patch: as written, or with the ``find``/``replace`` of its [guard.at."<base_ref>"]
+    table, whose ``absent`` instead says why that base has no such code (the guard is then listed,
+    not mutated). A variant that uses the series' own file takes its guards as written."""
+    variant = up.variant(base_ref) if base_ref else None
+    own = [p.file for p in up.patches]
+    chosen: list[Guard] = []
+    absent: list[tuple[Guard, str]] = []
+    for g in guards:
+        if g.patch not in own:
+            raise HarnessError(f"guard {g.name!r} names {g.patch}, which is not a patch of the series "
+                               "(a variant's guard is written for the series' patch, with [guard.at.\"<base_ref>\"])")
+        unknown = [ref for ref, _ in g.at if ref not in up.base_refs() or ref == up.base_ref]
+        if unknown:
+            raise HarnessError(f"guard {g.name!r}: at.{unknown[0]} is not a variant of the series")
+        if variant is None:
+            chosen.append(g)
+            continue
+        file = variant.files[own.index(g.patch)]
+        if not file:
+            continue
+        at = g.at_base(variant.base_ref)
+        if at is not None and at.absent:
+            absent.append((g, at.absent))
+            continue
+        find, replace = (at.find, at.replace) if at is not None else (g.find, g.replace)
+        chosen.append(dataclasses.replace(g, patch=file, find=find, replace=replace, at=()))
+    return chosen, absent
 
 
 def mutate(text: str, guard: Guard) -> str:
@@ -620,7 +690,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     series = load_series()
     args.series = "default"
     _resolve_base(args, series)
-    guards = load_guards()
+    guards, absent = guards_for_base(load_guards(), series.upstream("xla"), args.base_ref)
     patches = [p.file for p in series.upstream("xla").select("default", args.base_ref)]
     uncovered = check_guards_cover(guards, patches)
     if uncovered:
@@ -628,6 +698,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     tc, _, units, support_cc, work = _setup(args, series)
     for line in describe(Path(args.xla_src), "default", patches, tc.wheel_lib_dir, False):
         print("xla-mutants: " + line)
+    if absent:  # listed, not skipped in silence: the guarded code does not exist at this base
+        print(f"xla-mutants: {len(absent)} guards of the series have no counterpart at {args.base_ref} "
+              "(patches/xla/guards.toml says why); not mutated:")
+        for g, why in absent:
+            print(f"  absent  {g.name}: {why}")
     pristine = {f: (tc.tree / f).read_text() for f in {g.file for g in guards}}
     rows = []
     for g in guards:
@@ -650,7 +725,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     if not rows:
         raise HarnessError("no guard of the default series' patches was mutated: nothing checked")
     survivors = sum(r[2] == "SURVIVED" for r in rows)
-    print(f"xla-mutants: {len(rows)} mutants, {len(rows) - survivors} killed, {survivors} survived")
+    print(f"xla-mutants: {len(rows)} mutants, {len(rows) - survivors} killed, {survivors} survived"
+          + (f"; {len(absent)} guards absent at this base (listed above)" if absent else ""))
     return 1 if survivors else 0
 
 
