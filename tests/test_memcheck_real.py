@@ -426,8 +426,9 @@ def test_async_starts_wrapping_a_collective_agree_with_xlas_live_range(gpu_wrapp
     """`async-start(...), calls=%async_computation` wrapping a collective: all 256 values the compiler
     times agree with its live range. Each of three rules is needed (without it: disagreements):
     a wrapped root's tuple table is its own buffer, not the start's {1} (3); a value of the wrapped
-    computation is live from the async start, as XLA times it (16); a tuple's operand printed 'x#k'
-    is read by a get-tuple-element, which keeps x's tuple table live (8)."""
+    computation is live from the async start, as XLA times it (16, and a false in-place conflict:
+    the wrapped all-reduce.32 writing over wrapped_concatenate, which its own start reads); a tuple's
+    operand printed 'x#k' is read by a get-tuple-element, which keeps x's tuple table live (8)."""
     r = _check(gpu_wrapped, "gpu")
     assert r.conflicts == [] and r.live_range_compared == 256
     assert r.disagreements == [], r.disagreements[:3]

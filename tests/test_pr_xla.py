@@ -101,5 +101,9 @@ def test_the_pr_a_reviewer_reads_is_short_and_says_what_it_refuses(tmp_path):
         if kind != "-tpu-aot":
             assert f", base {log.parent.name}: " in blast, log
     assert "CPU, GPU's scatter rule applied generically instead of this change, base 131bf41acb: 24 of 83" in blast
+    # each line says what it was measured over, as its log's header does (the CPU and TPU program sets differ)
+    assert "CPU (XLA's own pipeline), base 131bf41acb: 2 of 83 decisions change (53 modules of 18 JAX programs)" \
+        in blast
+    assert "(95 modules of 19 JAX programs)" in blast and "18 JAX programs:" not in blast
     assert "changes 24 of 83 decisions against this change's 2 of 83" in desc
     assert "## Problem" in _pr(tmp_path / "again", results)  # the appendix keeps the long form

@@ -689,12 +689,10 @@ class Checker:
                 writer = self.tl.at(b.start)
                 if not self._written(b):
                     continue
-                # a writer inside an async computation is that async op: its start's reads are its own
-                own = {writer, self.tl.async_context.get(self.tl.order[b.start][0].name, writer)}
                 for a in vs:
                     if a is b or a.start >= b.start or not _bytes_meet(a, b):
                         continue
-                    late = [(t, who) for t, who in a.reads if t >= b.start and who not in own]
+                    late = [(t, who) for t, who in a.reads if t >= b.start and who != writer]
                     if late:
                         t, who = max(late)
                         kind = "donation" if a.v.name in entry_params else "in-place"

@@ -318,6 +318,7 @@ _XLA_BASE_LOGS = (
 )
 _TEST_VERDICT = re.compile(r"^== \S+: (passed|failed|crashed|no tests): (\d+) tests, (\d+) failed", re.M)
 _MUTANTS = re.compile(r"^xla-mutants: (\d+) mutants, (\d+) killed, (\d+) survived", re.M)
+_PROGRAMS = re.compile(r"^prefusion: (\d+) programs compiled", re.M)
 _BLAST = re.compile(r"^xla-blast-radius: (\d+) pre-fusion modules .*?(\d+) pairs evaluated, (\d+) decisions changed",
                     re.M)
 _FAILED_TEST = re.compile(r"^  (?:FAILED|CRASHED) +(\S+)$", re.M)
@@ -467,17 +468,20 @@ def _blast_lines(results_dir: Path) -> tuple[list[str], dict[str, str]]:
     compared_at = gpu_rule[-1].parent.name if gpu_rule else ""  # the base GPU's rule was measured on
     for f in sorted(results_dir.glob("xla/*/xla-blast-radius*.log")) if results_dir.is_dir() else []:
         kind = f.name.removeprefix("xla-blast-radius").removesuffix(".log")
-        m = _BLAST.search(f.read_text(encoding="utf-8", errors="replace"))
+        text = f.read_text(encoding="utf-8", errors="replace")
+        m = _BLAST.search(text)
         if kind not in _BLAST_KIND or m is None:
             continue
-        verdict = f"{m.group(3)} of {m.group(2)} decisions change ({m.group(1)} modules)"
+        programs = _PROGRAMS.search(text)
+        of = f"{m.group(1)} modules" + (f" of {programs.group(1)} JAX programs" if programs else "")
+        verdict = f"{m.group(3)} of {m.group(2)} decisions change ({of})"
         rows.append((order.index(kind), f.parent.name, f"- {_BLAST_KIND[kind]}, base {f.parent.name}: {verdict}"))
         if kind in ("", "-gpu-rule") and f.parent.name == compared_at:
             counts["ours" if kind == "" else "gpu_rule"] = f"{m.group(3)} of {m.group(2)}"
     return [line for _, _, line in sorted(rows)], counts
 
 
-def xla_pr_lines(title: str, patches: Sequence, texts: list[str], up: Upstream, results_dir: Path) -> list[str]:
+def xla_pr_lines(title: str, patches: Sequence, texts: list[str], results_dir: Path) -> list[str]:
     """PR.md for XLA: what is refused and why, what it changes (the blast radius), why not GPU's rule,
     the change, its tests and limits; the evidence is in APPENDIX.md."""
     ctx = CONTEXT["xla"]
@@ -487,7 +491,7 @@ def xla_pr_lines(title: str, patches: Sequence, texts: list[str], up: Upstream, 
     lines = [f"# {title}", "", ctx["review"], "", "## What this refuses, and why", "", ctx["refuses"], "",
              ctx["reason"], "", "## What it changes", "", ctx["changes"], "",
              "Blast radius: the stock and patched `ShouldFuseInPlaceOp` over every (producer, in-place "
-             "consumer) pair of pre-fusion modules (18 JAX programs: embedding and segment-sum gradients, "
+             "consumer) pair of pre-fusion modules (JAX programs: embedding and segment-sum gradients, "
              "scatter-adds, scans, cache updates, the #35409 program); it counts generic decisions, not "
              "changed kernels:", "", *(blast or ["- not recorded"]), "",
              "## Why not GPU's rule", "", ctx["not_gpu_rule"].format(gpu_rule=counts["gpu_rule"], ours=counts["ours"]),
@@ -580,7 +584,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
         appendix.write_text("\n".join([f"# Appendix to \"{title}\": the evidence", "",
                                        "The runs behind PR.md, with the environment of each.", "",
                                        *lines[2:]]), encoding="utf-8")
-        lines = xla_pr_lines(title, patches, texts, up, results_dir)
+        lines = xla_pr_lines(title, patches, texts, results_dir)
         written.append(appendix)
     desc.write_text("\n".join(lines), encoding="utf-8")
 
