@@ -99,3 +99,15 @@ def xla_hlo_reads_structure() -> bool:
         return False
     comp, ins = getattr(module, "HloComputation", None), getattr(module, "HloInstruction", None)
     return hasattr(comp, "instructions") and all(hasattr(ins, a) for a in ("shape", "operands", "opcode", "name"))
+
+
+def enable_x64():
+    """A context manager turning float64 on: ``jax.enable_x64(True)`` (jax >= 0.12), else the
+    experimental one (jax <= 0.11)."""
+    import jax
+
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64 as experimental_enable_x64
+
+    return experimental_enable_x64()

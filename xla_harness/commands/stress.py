@@ -13,6 +13,8 @@ from xla_harness.stress.distributed import ensure_host_devices, init_distributed
 from xla_harness.stress.progress import Progress
 from xla_harness.stress.stopping import STOP_GRACE_S, StopFlag
 
+DEFAULT_MAX_STEPS = 3  # --explain-max (xla_harness.stress.explain.DEFAULT_MAX_STEPS)
+DEFAULT_REPLAYS = 8  # --explain-replays (xla_harness.origin.classify.DEFAULT_REPLAYS)
 PROTOCOLS = ("train", "frozen")
 COMMITS = ("block", "step")
 DEFAULT_OUT = Path("out/stress")
@@ -98,6 +100,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-every", type=flags.positive, default=1, metavar="N",
                    help="with --reference: check every N'th step only; the table says how many were checked "
                         "(default 1: every step)")
+    p.add_argument("--explain", action="store_true",
+                   help="after each configuration's steps, say whose each of its first failing steps' NaN is: "
+                        "input (a non-finite batch or state before the step), race (a replay from the same "
+                        "state and batch is finite or bit-different), program (op by op in float32 and float64 "
+                        "both non-finite: the equation and your file:line), precision (float64 finite), compiler "
+                        "(op by op finite, every replay non-finite) or unknown (why); one 'origin' line per step "
+                        "in the results file. Nothing measured changes: the state before a failing step is the "
+                        "one its rollback rebuilds, copied to OUT/origins/ (default off)")
+    p.add_argument("--explain-max", type=flags.positive, default=DEFAULT_MAX_STEPS, metavar="N",
+                   help="with --explain: the first N failing steps of each configuration get an origin (frozen: "
+                        f"one per seed); each costs up to N replays and about 10 eager steps (default "
+                        f"{DEFAULT_MAX_STEPS})")
+    p.add_argument("--explain-replays", type=flags.positive, default=DEFAULT_REPLAYS, metavar="N",
+                   help=f"with --explain: replays of the compiled step from the state before a failing step "
+                        f"(default {DEFAULT_REPLAYS})")
     p.add_argument("--commit", choices=COMMITS, default="block",
                    help="train protocol; both count a step by its first execution from a finite state and "
                         "roll back a step whose new state is not finite. block feeds the step's outputs "
@@ -201,6 +218,7 @@ def _check_compile_only(args) -> None:
     if args.resume and args.out is None:
         raise HarnessError("--resume needs --out with --compile-only (the folder whose records it continues)")
     for flag, given in (("--plot", args.plot is not None), ("--reference", args.reference),
+                        ("--explain", args.explain),
                         ("--inject-rate", args.inject_rate > 0), ("--fail-on-nonfinite", args.fail_on_nonfinite),
                         ("--distributed", args.distributed or args.coordinator or args.num_processes)):
         if given:
@@ -261,6 +279,22 @@ def _check_outputs(args) -> None:
                            "results; a stress run writes to a folder of its own")
 
 
+def _print_results(args, table, fingerprints: dict, path: Path) -> None:
+    """The table (--json: as JSON), after the fingerprints; with --explain, whose each explained
+    failing step's NaN is."""
+    from xla_harness.stress import report
+
+    origins = report.load_origins([path.parent]) if args.explain else None
+    if args.json:
+        print(report.dumps(table, fingerprints=fingerprints, origins=origins))
+        return
+    for line in format_fingerprints(fingerprints):
+        print(line)
+    print(report.format_table(table))
+    if origins is not None:
+        print(report.format_origins(origins, table.total_nonfinite))
+
+
 def run(args) -> int:
     _check_compile_only(args)
     _check_outputs(args)
@@ -278,6 +312,7 @@ def run(args) -> int:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
     ensure_host_devices(args.devices // nproc)
     from xla_harness.stress import report
+    from xla_harness.stress.explain import ExplainSpec
     from xla_harness.stress.runner import run_matrix
 
     spec = spec_from_args(args)
@@ -293,8 +328,17 @@ def run(args) -> int:
     stop = StopFlag(args.stop_grace, results=lambda: str(Path(args.out) / name))
     stop.install()
     bar = Progress("off" if args.quiet else "lines" if args.progress else "auto")
+    explain = ExplainSpec(args.explain_max, args.explain_replays) if args.explain else None
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            bar.close()
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
     try:
-        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name)
+        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name,
+                          explain=explain, log=log)
     finally:
         stop.restore()
         bar.close()
@@ -304,12 +348,7 @@ def run(args) -> int:
     table = report.load_table([path.parent])
     for w in table.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    if args.json:
-        print(report.dumps(table, fingerprints=bar.fingerprints))
-    else:
-        for line in format_fingerprints(bar.fingerprints):
-            print(line)
-        print(report.format_table(table))
+    _print_results(args, table, bar.fingerprints, path)
     if args.plot:
         report.plot(table, args.plot)
     sys.stdout.flush()

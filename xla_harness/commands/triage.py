@@ -11,6 +11,7 @@ from pathlib import Path
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
+EXPLAIN_MAX = 3  # xla_harness.triage.run.EXPLAIN_MAX (this module imports no jax-heavy code at start-up)
 NAME = "triage"
 HELP = "every verdict about a step, per compiler, in one report (compile, scan, frozen, train, variants, bisect)"
 DESCRIPTION = """\
@@ -23,17 +24,23 @@ One command for a step that turns NaN, or a fix that must be shown to work:
    gradient named) with its producers and source line; --hlo FILE adds a compiled module you have
    (a TPU dump, say) to the scan;
 2. run the step on this machine's backend: the frozen protocol (the same inputs every call:
-   non-finite calls, nondeterminism localized to leaves), the train protocol (the non-finite rate
-   with its exact bound) and every workaround variant the program takes and every compiler-flag
-   variant for the backend against the baseline. Each runs in rounds and stops once its question
-   is answered (a failure seen, nondeterminism seen, the exact 95% upper bound below
-   --rate-of-interest, a variant significantly different from the baseline) or its share of
-   --budget is spent; progress and the time left go to stderr;
-3. when a step failed here: bisect the compiler's passes and write a repro bundle (OUT/repro.tar.gz);
-4. write OUT/report.md and a self-contained OUT/report.html (figures inline; no network), the answer
-   first in one paragraph, which is printed with where each seed of the frozen and train stages
-   failed (its non-finite steps, the first bad value of each, its loss along the run) and what to
-   run next (exact commands). `xla-harness report OUT` prints that answer again from OUT/triage.json;
+   non-finite calls, nondeterminism localized to leaves) and the train protocol (the non-finite
+   rate with its exact bound). Each runs in rounds and stops once its question is answered (a
+   failure seen, nondeterminism seen, the exact 95% upper bound below --rate-of-interest) or its
+   share of --budget is spent; progress and the time left go to stderr;
+3. say whose each failing step's NaN is, from the state before it and its batch (the first
+   --explain-max of each stage; stress --explain): input (a non-finite batch or state), race (a
+   replay from the same state is finite or differs), program (op by op in float32 and float64 both
+   non-finite: the equation and your file:line), precision (float64 finite), compiler (op by op
+   finite, every replay not) or unknown (why);
+4. only when a failing step is the compiler's or a race's: every workaround variant the program
+   takes and every compiler-flag variant for the backend against the baseline (until one differs
+   significantly), pass bisection and a repro bundle (OUT/repro.tar.gz);
+5. write OUT/report.md and a self-contained OUT/report.html (figures inline; no network), the answer
+   first in one paragraph (whose the NaN is, then each compiler's verdict), which is printed with
+   where each seed of the frozen and train stages failed (its non-finite steps, the first bad value
+   and the origin of each, its loss along the run) and what to run next (exact commands).
+   `xla-harness report OUT` prints that answer again from OUT/triage.json;
    `xla-harness report OUT --html` draws the report again.
 
 Every stage runs as a child xla-harness process in its own folder under OUT/stages; after an
@@ -62,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --inject-rate: the fault stress plants in the step's outputs (proves the detector)")
     p.add_argument("--inject-rate", type=flags.rate, default=0.0, metavar="P",
                    help="plant --inject faults with probability P per step in the local runs (default 0: none)")
+    p.add_argument("--explain-max", type=flags.positive, default=EXPLAIN_MAX, metavar="N",
+                   help="the first N failing steps of the frozen and of the train stage get their origin "
+                        f"(each: up to 8 replays and about 10 eager steps) (default {EXPLAIN_MAX})")
     p.add_argument("--out", type=flags.folder, required=True, help="the triage folder (new, or with --resume its own)")
     p.add_argument("--resume", action="store_true", help="continue the triage in --out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -129,7 +139,7 @@ def run(args) -> int:
     spec = TriageSpec(program=args.program, options=list(args.program_option), targets=_targets(args.target),
                       hlo=[str(p) for p in args.hlo], budget_s=budget_s,
                       rate_of_interest=args.rate_of_interest, inject=args.inject if args.inject_rate else None,
-                      inject_rate=args.inject_rate)
+                      inject_rate=args.inject_rate, explain_max=args.explain_max)
 
     def log(line: str) -> None:
         if not args.quiet:

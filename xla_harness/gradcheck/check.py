@@ -16,22 +16,15 @@ import numpy as np
 from xla_harness.errors import HarnessError
 from xla_harness.gradcheck.cases import REGISTRY, Case
 from xla_harness.gradcheck.frameworks.jax_adapter import MODES, bind, gradient
+from xla_harness.jaxcompat import enable_x64
 from xla_harness.table import format_rows
 
 RTOL, ATOL = 2e-3, 1e-5  # float32 gradients vs float64 references
 FD_STEP = 1e-6
 
 
-def _enable_x64():
-    if hasattr(jax, "enable_x64"):
-        return jax.enable_x64(True)
-    from jax.experimental import enable_x64
-
-    return enable_x64()
-
-
 def finite_differences(case: Case, x: np.ndarray) -> np.ndarray:
-    with _enable_x64():
+    with enable_x64():
         F = jax.vmap(bind(case))
         xs = jnp.asarray(x, jnp.float64)
         h = jnp.asarray(FD_STEP * np.maximum(np.abs(x), 1e-3))  # relative step, float64
@@ -44,7 +37,7 @@ def transpose_consistency(case: Case, x: np.ndarray, seed: int = 0) -> float:
         return 0.0
     rng = np.random.default_rng(seed)
     u, v = rng.normal(size=x.shape), rng.normal(size=x.shape)
-    with _enable_x64():
+    with enable_x64():
         F = jax.vmap(bind(case))
         xs = jnp.asarray(x, jnp.float64)
         jv = np.asarray(jax.jvp(F, (xs,), (jnp.asarray(v),))[1])

@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import jax
 import numpy as np
@@ -57,6 +58,8 @@ from xla_harness.stress.restore import (
 from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
+# (seed, step, the step's record, params before it, optimizer state before it)
+OnRollback = Callable[[int, int, dict, Any, Any], None]
 TRIES = 3  # recomputes from the block's restore point before the older one is tried
 
 @dataclass
@@ -245,8 +248,9 @@ class _Blocks:
 
     def __init__(self, h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                  should_stop: Callable[[], bool], checkpointer: Checkpointer | None,
-                 line_cost: Callable[[], float], size: BlockSize) -> None:
+                 line_cost: Callable[[], float], size: BlockSize, on_rollback: OnRollback | None = None) -> None:
         self.h, self.seed, self.state, self.steps, self.planned = h, seed, state, steps, planned
+        self.on_rollback = on_rollback
         self.should_stop, self.checkpointer, self.line_cost = should_stop, checkpointer, line_cost
         self.size = size
         multi = jax.process_count() > 1
@@ -425,6 +429,8 @@ class _Blocks:
         size.observe(len(records), failed, 0.0, 0.0)
         if rebuilt.ok:
             last = rebuilt.tries[-1]
+            if self.on_rollback is not None:  # the state before the failed step, before the loop donates it
+                self.on_rollback(self.seed, poisoned, records[-1], last.params, last.opt_state)
             state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
         else:
             self.dead = True  # never continue from a state that is not finite: the seed stops
@@ -466,10 +472,13 @@ def new_block_size(spec) -> BlockSize:
 
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                should_stop: Callable[[], bool], checkpointer: Checkpointer | None = None,
-               line_cost: Callable[[], float] = lambda: 0.0, size: BlockSize | None = None) -> Iterator[BlockResult]:
+               line_cost: Callable[[], float] = lambda: 0.0, size: BlockSize | None = None,
+               on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
     """Steps [state.next_step, steps) of one (configuration, seed) under the block protocol (see the
     module docstring), one BlockResult per block, in order. ``line_cost``: the CPU seconds a block's
     results line costs its consumer (part of a block's fixed cost, for the block size). ``size``: the
-    block sizer (:func:`new_block_size` when not given)."""
+    block sizer (:func:`new_block_size` when not given). ``on_rollback(seed, step, record, params,
+    opt_state)``: told the rebuilt state before each rolled-back step (``stress --explain`` keeps a
+    host copy), before the loop goes on from it."""
     size = size if size is not None else new_block_size(h.spec)
-    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, size).run()
+    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, size, on_rollback).run()

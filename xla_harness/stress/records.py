@@ -11,7 +11,9 @@ A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
   were recorded has none: its settings are unknown, its fingerprint is the one it always had, and
   it pools only with runs that lack them too;
 * every later line, a :class:`Block` of consecutive steps of one (configuration, seed), each
-  step a :class:`Step`.
+  step a :class:`Step`, or a :class:`StepOrigin`: whose a failing step's NaN is
+  (:mod:`xla_harness.origin`; ``stress --explain``), written after the measurement beside the block
+  that recorded the step.
 
 ``parse_record`` turns one decoded JSON value into a record or raises :class:`RecordError`
 with a sentence saying what is wrong; readers prefix it with ``FILE:LINE:``. A JSON boolean is
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xla_harness.origin.classify import Origin
 from xla_harness.programs.interface import BUILTIN_PROGRAM, label
 
 SCHEMA = 1
@@ -156,7 +159,24 @@ class Block:
                 **({"built_with": self.built_with} if self.built_with is not None else {})}
 
 
-Record = Header | Block
+@dataclass(frozen=True)
+class StepOrigin:
+    """The origin of one failing step (:class:`xla_harness.origin.classify.Origin`), decided after the
+    measurement from the state before the step; ``seconds``: what deciding it cost."""
+
+    label: str
+    seed: int
+    step: int
+    origin: Origin
+    seconds: float
+    time: str
+
+    def to_json(self) -> dict:
+        return {"kind": "origin", "label": self.label, "seed": self.seed, "step": self.step,
+                "origin": self.origin.to_json(), "seconds": self.seconds, "time": self.time}
+
+
+Record = Header | Block | StepOrigin
 
 
 # ----------------------------------------------------------------------------- validation
@@ -358,8 +378,31 @@ def check_block_in_spec(block: Block, spec: Mapping[str, Any]) -> None:
         raise RecordError(f"block ends at step {block.end}, past its header's spec steps ({spec['steps']})")
 
 
+def parse_origin(obj: Mapping) -> StepOrigin:
+    what = "origin"
+    try:
+        origin = Origin.from_json(obj.get("origin"))
+    except ValueError as exc:
+        raise RecordError(f"{what}: {exc}") from None
+    seconds = _need(obj, "seconds", (int, float), what)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise RecordError(f"{what} seconds must be a finite number >= 0")
+    return StepOrigin(_need(obj, "label", str, what), _int(obj, "seed", what, hi=2**31),
+                      _int(obj, "step", what), origin, float(seconds), _need(obj, "time", str, what))
+
+
+def check_origin_in_spec(rec: StepOrigin, spec: Mapping[str, Any]) -> None:
+    """An origin names a configuration, seed and step its file's header runs."""
+    if rec.label not in spec_labels(spec):
+        raise RecordError(f"origin label {rec.label!r} is not a configuration its header's spec runs")
+    if rec.seed not in spec["seeds"]:
+        raise RecordError(f"origin seed {rec.seed} is not one of its header's spec seeds")
+    if rec.step >= spec["steps"]:
+        raise RecordError(f"origin step {rec.step} is past its header's spec steps ({spec['steps']})")
+
+
 def parse_record(obj: Any) -> Record:
-    """A decoded JSON value as a Header or a Block; RecordError says what is wrong."""
+    """A decoded JSON value as a Header, a Block or a StepOrigin; RecordError says what is wrong."""
     if not isinstance(obj, dict):
         raise RecordError(f"not a results record (a JSON {type(obj).__name__}, not an object)")
     kind = obj.get("kind")
@@ -367,7 +410,10 @@ def parse_record(obj: Any) -> Record:
         return parse_header(obj)
     if kind == "block":
         return parse_block(obj)
-    raise RecordError(f"not a results record (kind {json.dumps(kind)[:30]}, expected \"header\" or \"block\")")
+    if kind == "origin":
+        return parse_origin(obj)
+    raise RecordError(f"not a results record (kind {json.dumps(kind)[:30]}, expected \"header\", \"block\" or "
+                      "\"origin\")")
 
 
 def _reject_constant(name: str) -> float:

@@ -10,21 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xla_harness.jaxcompat import enable_x64
 from xla_harness.programs.interface import TrainProgram
 from xla_harness.stress.leaves import leaf_names
 
 # Relative tolerance of the float64 reference check per floating dtype: whole leaf (2-norm) and per row.
 REFERENCE_RTOL = {"float32": 2e-2, "bfloat16": 0.3, "float16": 0.1, "float64": 1e-6}
 ROW_RTOL = {"float32": 0.5, "bfloat16": 0.75, "float16": 0.6, "float64": 1e-3}
-
-
-def _enable_x64():
-    """Context manager enabling float64: ``jax.enable_x64`` (new) or the experimental one (jax <= 0.11)."""
-    if hasattr(jax, "enable_x64"):
-        return jax.enable_x64(True)
-    from jax.experimental import enable_x64
-
-    return enable_x64()
 
 
 def _to64(x):
@@ -86,7 +78,7 @@ def reference_check(program: TrainProgram, params_before, opt_before, batch, par
     """Recompute one step in float64 on the CPU (same state, same batch) and compare per leaf and row."""
     cpu = jax.devices("cpu")[0]
     names = leaf_names(params_before)
-    with jax.default_device(cpu), _enable_x64():
+    with jax.default_device(cpu), enable_x64():
         p64 = jax.tree_util.tree_map(_to64, params_before)
         o64 = jax.tree_util.tree_map(_to64, opt_before)
         b64 = jax.tree_util.tree_map(jnp.asarray, batch)

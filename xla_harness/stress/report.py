@@ -204,11 +204,17 @@ def check_specs(files: list[results.Results]) -> None:
 
 def check_blocks_in_spec(res: results.Results) -> None:
     """Every block of a file agrees with its header's spec (FILE:LINE and why, if not: block k is line k+1)."""
-    for lineno, b in enumerate(res.blocks, start=2):
+    lines = res.block_lines or list(range(2, len(res.blocks) + 2))
+    for lineno, b in zip(lines, res.blocks, strict=True):
         try:
             records.check_block_in_spec(b, res.header.spec)
         except records.RecordError as exc:
             raise HarnessError(f"{res.path}:{lineno}: {exc}") from None
+    for o in res.origins:
+        try:
+            records.check_origin_in_spec(o, res.header.spec)
+        except records.RecordError as exc:
+            raise HarnessError(f"{res.path}: {exc}") from None
 
 
 def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:
@@ -411,11 +417,49 @@ def table_json(t: Table) -> dict:
     }
 
 
-def dumps(t: Table, fingerprints: dict | None = None) -> str:
+def dumps(t: Table, fingerprints: dict | None = None, origins: list[dict] | None = None) -> str:
     data = table_json(t)
     if fingerprints is not None:
         data["fingerprints"] = fingerprints
+    if origins is not None:
+        data["origins"] = origins
     return json.dumps(data, indent=2, sort_keys=True)
+
+
+def load_origins(folders: list[Path]) -> list[dict]:
+    """Every failing step's origin recorded in the folders' results files (``stress --explain``), as
+    ``{"config", "seed", "step", "class", "summary", "where", "evidence", "seconds"}``, by
+    configuration, seed and step; a step recorded twice counts once, as first read."""
+    found: dict[tuple[str, int, int], dict] = {}
+    for folder in folders:
+        for path in results.results_files(Path(folder)):
+            for o in results.read_results(path).origins:
+                found.setdefault((o.label, o.seed, o.step), {"config": o.label, "seed": o.seed, "step": o.step,
+                                                             **o.origin.to_json(), "seconds": o.seconds})
+    return [found[k] for k in sorted(found)]
+
+
+def origin_counts(origins: list[dict]) -> dict[str, int]:
+    """How many explained steps each origin class holds, in the order of the classes."""
+    from xla_harness.origin.classify import CLASSES
+
+    counts = {c: 0 for c in CLASSES}
+    for o in origins:
+        counts[o["class"]] += 1
+    return {c: n for c, n in counts.items() if n}
+
+
+def format_origins(origins: list[dict], nonfinite: int) -> str:
+    """Whose NaN each explained step is: a count per class, then one line per step."""
+    if not origins:
+        return ("whose NaN: no failing step to explain" if not nonfinite else
+                f"whose NaN: none of the {nonfinite} non-finite steps was explained (planted by --inject, or "
+                "stopped before its explanation)")
+    counts = ", ".join(f"{n} {c}" for c, n in origin_counts(origins).items())
+    lines = [f"whose NaN: {len(origins)} of {nonfinite} non-finite steps explained: {counts}"]
+    for o in origins:
+        lines.append(f"  {o['config']} seed {o['seed']} step {o['step']}: {o['class']}: {o['summary']}")
+    return "\n".join(lines)
 
 
 def plot(t: Table, path: Path) -> Path:

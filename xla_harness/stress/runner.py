@@ -47,8 +47,9 @@ import jax
 
 from xla_harness.stress import records
 from xla_harness.stress import store as results
-from xla_harness.stress.blocks import BlockSize, new_block_size, run_blocks
+from xla_harness.stress.blocks import BlockSize, OnRollback, new_block_size, run_blocks
 from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from xla_harness.stress.explain import Explainer, ExplainSpec
 from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.harness import (
     BlockResult,
@@ -99,7 +100,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
                should_stop: Callable[[], bool] = lambda: False,
                checkpointer: Checkpointer | None = None,
                line_cost: Callable[[], float] = lambda: 0.0,
-               block_size: BlockSize | None = None) -> Iterator[BlockResult]:
+               block_size: BlockSize | None = None, on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
@@ -111,12 +112,14 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     ``--resume`` checkpoints, written where the loop has nothing in flight. ``line_cost``: what the
     consumer's results line costs, in CPU seconds (the block sizer counts it). ``block_size``: the
     block commit's sizer, carried from seed to seed by the caller (a new one when not given).
+    ``on_rollback``: the block commit's hook at each rollback (:func:`~xla_harness.stress.blocks.run_blocks`).
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
     if spec.protocol == "train" and spec.commit == "block":
-        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, block_size)
+        yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, block_size,
+                              on_rollback)
         return
     if spec.protocol == "train" and state.backup is None:
         state.backup = h.copy((state.params, state.opt_state))
@@ -220,7 +223,7 @@ def _replay_gap(h: Harnessed, seed: int, state: RunState, start: int) -> None:
 
 def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: Path, env: dict,
              should_stop: Callable[[], bool] = lambda: False,
-             block_size: BlockSize | None = None) -> Iterator[BlockResult]:
+             block_size: BlockSize | None = None, on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
     """Run one (config, seed) to its end: every block appended to ``store`` (the results sink);
     train protocol: a checkpoint for --resume every ``checkpoint_seconds`` and when stopped early (a
     finished seed needs none), written after ``store`` has drained; the block sizer (``block_size``,
@@ -230,7 +233,7 @@ def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: P
         checkpointer = Checkpointer(h, checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
                                     store.drain)
     for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer,
-                            line_cost=store.line_cpu_seconds, block_size=block_size):
+                            line_cost=store.line_cpu_seconds, block_size=block_size, on_rollback=on_rollback):
         store.append(block_line(block, h, env))
         yield block
 
@@ -238,11 +241,14 @@ def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: P
 def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                should_stop: Callable[[], bool] = lambda: False,
                on_event: Callable[[Event], None] | None = None,
-               results_name: str = RESULTS_NAME) -> Path:
+               results_name: str = RESULTS_NAME, explain: ExplainSpec | None = None,
+               log: Callable[[str], None] = lambda line: None) -> Path:
     """Run (or continue) the whole matrix, appending to ``out/results_name``. Returns the path.
 
     Before a configuration runs, the step the harness will call is proven equal to a plain
-    ``jax.jit`` of the user's step and compiled once (HarnessError if they differ).
+    ``jax.jit`` of the user's step and compiled once (HarnessError if they differ). ``explain``: once
+    a configuration's seeds have run, the origin of its first failing steps
+    (:mod:`~xla_harness.stress.explain`), appended to the same file; ``log`` gets its progress lines.
     """
     out = Path(out)
     path = out / results_name
@@ -257,9 +263,11 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
         emit = on_event or (lambda e: None)
         if store.header is None:  # written by the sink's thread, the first line, while step 0 compiles and runs
             sink.append(store.new_header(spec.to_dict(), env))
+        explainer = Explainer(explain, out, store.origins, store.blocks, log) if explain is not None else None
         for options, program in zip(spec.configs(), programs, strict=True):
             label = spec.label(options)
             h = None
+            keep = explainer.keeper(label) if explainer is not None else None
             for seed in spec.seeds:
                 start = done.get((label, seed), 0)
                 if start >= spec.steps or should_stop():
@@ -275,14 +283,31 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
                                fingerprint={**fp, "donate_argnums": list(h.donate)}))
                 _replay_gap(h, seed, state, start)
-                for block in run_seed(h, seed, state, sink, out, env, should_stop, block_size):
+                for block in run_seed(h, seed, state, sink, out, env, should_stop, block_size, keep):
+                    if explainer is not None:
+                        explainer.note_block(block)
                     nonfinite += block.nonfinite
                     done_steps += block.end - block.start
                     emit(Event("block", label, seed, done_steps, total, nonfinite, block.end == spec.steps,
                                block=block))
+            if explainer is not None and not should_stop() and explainer.pending(label):
+                # every seed done before (--resume): the measured step, proven again
+                explainer.explain(h or _proven(spec, options, program), sink.append, should_stop)
             if should_stop():
                 break
     return path
+
+
+def _proven(spec: StressSpec, options: dict, program) -> Harnessed:
+    """A configuration's step prepared and proven as a run does before its first step (for explaining
+    failures a finished run recorded)."""
+    h = prepare(spec, options, program)
+    seed = spec.seeds[0]
+    state = initial_state(h, seed)
+    batch = state.batch if state.batch is not None else first_batch(h, seed)
+    check_step_outputs(h, state.params, state.opt_state, batch)
+    check_same_program(h, state.params, state.opt_state, batch)
+    return h
 
 
 def compile_train_step(options: dict | None = None, program: str = BUILTIN, protocol: str = "train"):

@@ -169,11 +169,14 @@ def now() -> str:
 
 @dataclass
 class Results:
-    """A results file read and validated: its header and its blocks."""
+    """A results file read and validated: its header, its blocks (and the line of each) and the
+    origins of its failing steps (``stress --explain``)."""
 
     path: Path
     header: records.Header
     blocks: list[records.Block] = field(default_factory=list)
+    origins: list[records.StepOrigin] = field(default_factory=list)
+    block_lines: list[int] = field(default_factory=list)  # the line number of each block (1: the header)
 
 
 def _lines(data: bytes) -> tuple[list[bytes], bytes | None]:
@@ -202,14 +205,30 @@ def _header(path: Path, first: bytes | None) -> records.Header:
     return rec
 
 
-def _blocks(path: Path, lines: list[bytes], first_lineno: int) -> list[records.Block]:
-    blocks = []
+@dataclass
+class _Body:
+    """The lines after a header, parsed: blocks with their line numbers, and origins."""
+
+    blocks: list[records.Block] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    origins: list[records.StepOrigin] = field(default_factory=list)
+
+    def add(self, rec: records.Record, lineno: int) -> None:
+        if isinstance(rec, records.StepOrigin):
+            self.origins.append(rec)
+        elif isinstance(rec, records.Block):
+            self.blocks.append(rec)
+            self.lines.append(lineno)
+
+
+def _body(path: Path, lines: list[bytes], first_lineno: int) -> _Body:
+    body = _Body()
     for lineno, raw in enumerate(lines, first_lineno):
         rec = _parse(path, lineno, raw)
         if isinstance(rec, records.Header):
             raise HarnessError(f"{path}:{lineno}: a second header line")
-        blocks.append(rec)
-    return blocks
+        body.add(rec, lineno)
+    return body
 
 
 def read_results(path: Path) -> Results:
@@ -227,7 +246,8 @@ def read_results(path: Path) -> Results:
         except records.RecordError:
             pass
     header = _header(path, lines[0] if lines else None)
-    return Results(path, header, _blocks(path, lines[1:], 2))
+    body = _body(path, lines[1:], 2)
+    return Results(path, header, body.blocks, body.origins, body.lines)
 
 
 def spec_difference(old: dict, new: dict) -> str | None:
@@ -250,10 +270,12 @@ class RunWriter:
     (a line is written under ``self.writing``, which :func:`settle_open_writers` takes before a
     process ends itself from another thread)."""
 
-    def __init__(self, path: Path, lock_fh, header: records.Header | None, blocks: list[records.Block]):
+    def __init__(self, path: Path, lock_fh, header: records.Header | None, blocks: list[records.Block],
+                 origins: list[records.StepOrigin] | None = None):
         self.path = path
         self.header = header
         self.blocks = blocks
+        self.origins = origins or []  # the origins the file held when opened (--resume)
         self._lock = lock_fh
         self._fh = None
         self.writing = threading.Lock()
@@ -364,8 +386,8 @@ def _lock(path: Path):
     return fh
 
 
-def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.Block | None:
-    """Complete a valid last block lacking its newline (returned), or cut a tail that does not parse."""
+def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.Block | records.StepOrigin | None:
+    """Complete a valid last record lacking its newline (returned), or cut a tail that does not parse."""
     try:
         rec = records.parse_line(tail)
     except records.RecordError:
@@ -418,14 +440,14 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
         diff = spec_difference(header.spec, spec)
         if diff:
             raise HarnessError(f"{path} was written by a different run ({diff}); use a new --out or the same options")
-        blocks = _blocks(path, lines[1:], 2)
+        body = _body(path, lines[1:], 2)
         if tail is not None and lines:
             last = _repair_tail(path, data, tail, len(lines) + 1)
             if last is not None:
-                blocks.append(last)
+                body.add(last, len(lines) + 1)
         elif tail is not None:  # the header itself lacks its newline
             _repair_tail_header(path)
-        return RunWriter(path, lock, header, blocks)
+        return RunWriter(path, lock, header, body.blocks, body.origins)
     except BaseException:
         lock.close()
         raise

@@ -14,6 +14,7 @@ from pathlib import Path
 from xla_harness.errors import HarnessError
 from xla_harness.stress import stats
 from xla_harness.stress.report import Table, baseline_comparisons, load_table
+from xla_harness.triage import whose
 from xla_harness.triage.compiled import TargetVerdict, verdict_from_json
 from xla_harness.triage.where import SeedTrace, traces
 
@@ -90,6 +91,8 @@ class Answer:
                 "local": {name: _local_json(run) for name, run in self.local.items()},
                 "interval": BOUND_NOTE,
                 "where": [t.to_json() for t in self.where],
+                "origins": {"counts": whose.counts(self.where), "lead": whose.lead(self.where),
+                            "compiler_suspected": whose.compiler_suspected(self.where)},
                 "next": [{"why": why, "command": command} for why, command in self.next_steps],
                 "report": {"markdown": str(out / "report.md"), "html": str(out / "report.html")},
                 "triage": state}
@@ -257,14 +260,21 @@ def _here(backend: str, local: dict[str, LocalRun]) -> str:
 def _after(stages: dict) -> list[str]:
     """The sentences of the bisection and the bundle, and of a variants stage skipped for a reason."""
     variants = stages.get("variants") or {}
-    out = [f"workaround variants: {variants['skipped']}"] if variants.get("skipped") else []
     bisect = stages.get("bisect") or {}
-    if bisect.get("ok"):
+    if variants.get("skipped") and variants.get("skipped") == bisect.get("skipped"):  # one reason, said once
+        out = [f"workaround variants and pass bisection: {variants['skipped']}"]
+    else:
+        out = [f"workaround variants: {variants['skipped']}"] if variants.get("skipped") else []
+        if bisect.get("skipped"):
+            out.append(f"pass bisection: {bisect['skipped']}")
+    if bisect.get("skipped"):
+        pass
+    elif bisect.get("ok"):
         out.append(f"pass bisection: {_bisect_text(bisect.get('result') or {})}")
     elif bisect.get("error"):
         out.append(f"pass bisection: not concluded ({bisect['error']})")
     bundle = stages.get("bundle") or {}
-    if bundle.get("ok"):
+    if bundle.get("ok") and bundle.get("bundle"):
         out.append(f"repro bundle: {bundle['bundle']}")
     elif bundle.get("error"):
         out.append(f"repro bundle: not written ({bundle['error']})")
@@ -296,7 +306,7 @@ def _check_stage(name: str, s) -> None:
     for r in s.get("rounds", []):
         if Path(r).is_absolute() or ".." in Path(r).parts:
             raise ValueError(f"stages.{name}.rounds names {r!r}, not a folder inside the triage's")
-    for key in ("error", "answer", "skipped"):
+    for key in ("error", "answer", "skipped", "bundle"):
         if s.get(key) is not None and not isinstance(s[key], str):
             raise ValueError(f"stages.{name}.{key} is {type(s[key]).__name__}, not text")
 
@@ -310,6 +320,9 @@ def answer(state: dict, out: Path) -> Answer:
     sentences = [target_sentence(v) for v in targets]
     findings = [target_sentence(v) for v in targets if v.found]
     here = _here(str(state.get("backend") or ""), local)
+    where = [t for name in ("frozen", "train") if name in local for t in traces(name, local[name].rounds, out)]
+    lead = whose.lead(where)  # whose NaN it is first: the question a user asks
+    sentences = [f"{here}: {s}" for s in lead] + sentences
     parts = []
     for name in ("frozen", "train"):
         run = local.get(name)
@@ -332,7 +345,6 @@ def answer(state: dict, out: Path) -> Answer:
     # 0 only when every question asked was answered and nothing was found; a partial answer is not a
     # clean bill (exit 2, naming what remains), a finding is a finding however much remains (exit 1)
     code = 1 if findings else 0 if measured and not open_questions else 2
-    where = [t for name in ("frozen", "train") if name in local for t in traces(name, local[name].rounds, out)]
     ans = Answer(paragraph, code, findings, targets, local, errors, where)
     ans.open_questions = open_questions
     ans.next_steps = next_steps(state, out, ans)

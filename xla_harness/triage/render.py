@@ -331,7 +331,8 @@ def _closing_blocks(state: dict, ans: Answer, folder: Path | None = None) -> lis
         s = stages.get(name)
         if s:
             out += [Block("heading", {"bisect": "Pass bisection", "bundle": "Repro bundle"}[name]),
-                    Block("paragraph", json.dumps(s.get("result") or s.get("bundle") or s.get("error"), default=str))]
+                    Block("paragraph", s["skipped"] if s.get("skipped") else
+                          json.dumps(s.get("result") or s.get("bundle") or s.get("error"), default=str))]
     out.append(Block("heading", "Commands"))
     made = triage_command(state, folder) if folder is not None else ""
     out.append(Block("code", "\n".join(([f"# the triage itself (again, or --resume to continue it)\n{made}"]
@@ -364,6 +365,7 @@ def blocks(state: dict, ans: Answer, figures: bool = True, folder: Path | None =
                                                            else "nothing measured" if not ans.measured
                                                            else "partial: open: " + "; ".join(ans.open_questions)
                                                            if ans.exit_code == 2 else "nothing found") + ".")]
+    out += _whose_blocks(ans)
     if ans.local:
         out.append(Block("paragraph", f"Rates: {BOUND_NOTE}."))
     out += _where_blocks(ans)
@@ -375,6 +377,27 @@ def blocks(state: dict, ans: Answer, figures: bool = True, folder: Path | None =
         if name in ans.local:
             out += _local_blocks(name, ans.local[name], stages.get(name, {}).get("commands", []), figures)
     return out + _closing_blocks(state, ans, folder=folder)
+
+
+def _whose_blocks(ans: Answer) -> list[Block]:
+    """Whose NaN each failing step is (its origin, decided from the state before it): the first table,
+    since it decides whether anything about the compiler needs reading at all."""
+    rows = [["stage", "seed", "step", "origin", "where", "what"]]
+    for t in ans.where:
+        for s, _, planted in t.bad:
+            o = t.origin_of(s, planted)
+            w = (o or {}).get("where") or {}
+            at = f"{w['file']}:{w['line']}" if w.get("file") else "-"
+            rows.append([t.stage, str(t.seed), str(s), o["class"] if o else "not explained", at,
+                         (o or {}).get("summary", "past --explain-max: not explained")])
+    if len(rows) == 1:
+        return []
+    return [Block("heading", "Whose NaN"),
+            Block("paragraph", "Each failing step's origin, decided after the run from the state before it and its "
+                               "batch (docs/triage.md): input (a non-finite batch or state), race (a replay from the "
+                               "same state differs), program or precision (op by op in float32; float64 on the CPU "
+                               "decides which), compiler (op by op finite, every replay not), unknown (why)."),
+            Block("table", rows=rows)]
 
 
 def _where_blocks(ans: Answer) -> list[Block]:

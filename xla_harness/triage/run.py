@@ -32,6 +32,9 @@ from xla_harness.triage.plan import Stage
 STATE = "triage.json"
 NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could fail less than the baseline "
                       "(the variants stage runs when one of them fails)")
+NOT_THE_COMPILER = ("not run: no failing step is the compiler's or a race's ({}), so no compiler pass or "
+                    "workaround is a suspect (variants and pass bisection run only for those)")
+EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
 STRESS_GRACE_S = 60.0  # after its SIGTERM at the budget, for a stress round to finish its step and flush
@@ -50,11 +53,14 @@ class TriageSpec:
     rate_of_interest: float = 0.05
     inject: str | None = None
     inject_rate: float = 0.0
+    explain_max: int = EXPLAIN_MAX  # failing steps of each local stage whose origin is decided
 
     def to_json(self) -> dict:
         return {"program": self.program, "options": self.options, "targets": self.targets, "hlo": self.hlo,
                 "budget_s": self.budget_s, "rate_of_interest": self.rate_of_interest, "inject": self.inject,
-                "inject_rate": self.inject_rate}
+                "inject_rate": self.inject_rate,
+                # a triage begun before the field, or with the default, resumes with the default
+                **({"explain_max": self.explain_max} if self.explain_max != EXPLAIN_MAX else {})}
 
 
 def _interrupted(where: str) -> None:
@@ -233,7 +239,7 @@ class Triage:
             steps = max(steps, MIN_ROUND_STEPS)
             folder = self.stage_dir(stage) / f"round-{r + 1}"
             argv = ["stress", *self._program_args(), *extra, "--seeds", str(r + 1), "--steps", str(steps),
-                    "--progress", "--out", str(folder), *self._inject_args()]
+                    "--progress", "--out", str(folder), *self._inject_args(), *self._explain_args(stage, rounds)]
             if (folder / "stress.jsonl").is_file():
                 argv.append("--resume")
             self._progress(f"{stage.name}: round {r + 1}, {steps} steps x {configs} configuration(s) (seed {r + 1})")
@@ -315,6 +321,17 @@ class Triage:
             return {"ok": False, "error": f"bundle: {self._child_error(stage, 'bundle')}"}
         return {"ok": True, "bundle": path.name}
 
+    def _explain_args(self, stage: Stage, rounds: list[str]) -> list[str]:
+        """``--explain`` for a frozen or train round while fewer than :data:`EXPLAIN_MAX` of the stage's
+        failing steps have an origin (the rounds before it decided the rest)."""
+        if stage.kind not in ("frozen", "train"):
+            return []
+        from xla_harness.triage.where import traces
+
+        explained = sum(len(t.origins) for t in traces(stage.kind, rounds, self.out))
+        left = self.spec.explain_max - explained
+        return ["--explain", "--explain-max", str(left)] if left > 0 else []
+
     def _inject_args(self) -> list[str]:
         if not self.spec.inject_rate:
             return []
@@ -332,10 +349,11 @@ class Triage:
         backend = _local_backend(self.out, summaries)
         failing = [s for s in ("frozen", "train") if summaries.get(s, {}).get("answer") == "fails"]
         measured = [s for s in ("frozen", "train") if summaries.get(s, {}).get("rounds")]
+        innocent = self._not_the_compiler(summaries, failing)
         for stage in self.stages:
             if stage.kind == "variants":
-                if measured and not failing and self._done(stage) is None:  # only a failing baseline can improve
-                    skipped = NOTHING_TO_COMPARE.format(" and ".join(measured))
+                skipped = NOTHING_TO_COMPARE.format(" and ".join(measured)) if measured and not failing else innocent
+                if skipped and self._done(stage) is None:  # only a compiler's failing baseline can improve
                     self._progress(f"{stage.name}: {skipped}")
                     summaries[stage.name] = self._finish(stage, {"ok": True, "skipped": skipped}, 0.0)
                     continue
@@ -343,10 +361,28 @@ class Triage:
         if failing:
             for stage in self.stages:
                 if stage.kind in ("bisect", "bundle"):
+                    if innocent and self._done(stage) is None:
+                        self._progress(f"{stage.name}: {innocent}")
+                        summaries[stage.name] = self._finish(stage, {"ok": True, "skipped": innocent}, 0.0)
+                        continue
                     summaries[stage.name] = self._stage(stage, summaries, failing=failing)
         state = self._state(summaries, backend)
         _write_json(self.state_path, state)
         return state, answer(state, self.out)
+
+    def _not_the_compiler(self, summaries: dict, failing: list[str]) -> str | None:
+        """Why variants and pass bisection do not run (:data:`NOT_THE_COMPILER`): the failing stages'
+        explained steps are all input, program, precision or unknown; None when some is a race or the
+        compiler's, or none was explained (then the compiler stays a suspect)."""
+        from xla_harness.triage import whose
+        from xla_harness.triage.where import traces
+
+        found = [t for s in failing for t in traces(s, summaries[s].get("rounds", []), self.out)]
+        counted = whose.counts(found)
+        explained = {k: n for k, n in counted.items() if k not in ("unexplained", "planted")}
+        if not explained or whose.compiler_suspected(found):
+            return None
+        return NOT_THE_COMPILER.format(", ".join(f"{n} {k}" for k, n in counted.items()))
 
     def _stage(self, stage: Stage, summaries: dict, backend: str = "", failing: list[str] | None = None) -> dict:
         done = self._done(stage)

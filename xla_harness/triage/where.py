@@ -1,6 +1,7 @@
 """Where a local stage of a triage failed: per configuration and seed, the non-finite steps (with the
-first bad value each record names), and a compact loss trajectory; read from the stage's rounds'
-``stress*.jsonl`` (each round runs one seed), nothing else.
+first bad value each record names and, where ``stress --explain`` decided it, whose NaN it is: its
+origin), and a compact loss trajectory; read from the stage's rounds' ``stress*.jsonl`` (each round
+runs one seed), nothing else.
 """
 
 from __future__ import annotations
@@ -26,6 +27,28 @@ class SeedTrace:
     steps: int = 0
     bad: list[tuple[int, str | None, bool]] = field(default_factory=list)  # (step, first_bad, planted)
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) of every step with a finite loss
+    # step -> its origin (Origin.to_json() and the "step" it was decided at)
+    origins: dict[int, dict] = field(default_factory=dict)
+
+    def origin_of(self, step: int, planted: bool = False) -> dict | None:
+        """The origin of a non-finite ``step``: its own; under the frozen protocol (every call the same
+        inputs) the seed's explained call's; ``planted`` for a step --inject corrupted; None when it
+        was not explained (past --explain-max)."""
+        if planted:
+            return {"class": "planted", "summary": "planted by --inject", "where": None, "evidence": {}}
+        if step in self.origins:
+            return self.origins[step]
+        if self.stage == "frozen" and self.origins:
+            return next(iter(self.origins.values()))
+        return None
+
+    def origin_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s, _, planted in self.bad:
+            o = self.origin_of(s, planted)
+            key = o["class"] if o else "unexplained"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     @property
     def first_bad_step(self) -> int | None:
@@ -36,8 +59,11 @@ class SeedTrace:
         ``shown`` of them and the count when there are more."""
         if not self.bad:
             return "none"
-        parts = [f"{s} ({first or 'not named'}{', planted' if planted else ''})" for s, first, planted in
-                 self.bad[:shown]]
+        parts = []
+        for s, first, planted in self.bad[:shown]:
+            o = self.origin_of(s, planted)
+            whose = f"; {o['class']}" if o and not planted else ""
+            parts.append(f"{s} ({first or 'not named'}{', planted' if planted else ''}{whose})")
         more = f", ... ({len(self.bad)} in all)" if len(self.bad) > shown else ""
         return ", ".join(parts) + more
 
@@ -59,7 +85,8 @@ class SeedTrace:
         values = [v for _, v in self.losses]
         return {"stage": self.stage, "config": self.label, "seed": self.seed, "round": self.round,
                 "steps": self.steps, "nonfinite": len(self.bad),
-                "nonfinite_steps": [{"step": s, "first_bad": first, "planted": planted}
+                "nonfinite_steps": [{"step": s, "first_bad": first, "planted": planted,
+                                     "origin": self.origin_of(s, planted)}
                                     for s, first, planted in self.bad],
                 "loss": {"first": _point(self.losses[0]) if self.losses else None,
                          "last_finite": _point(self.losses[-1]) if self.losses else None,
@@ -82,7 +109,11 @@ def traces(stage: str, rounds: list[str], out: Path) -> list[SeedTrace]:
     seen: set[tuple[str, int, int]] = set()
     for folder in rounds:
         for path in store.results_files(out / folder):
-            for block in store.read_results(path).blocks:
+            res = store.read_results(path)
+            for o in res.origins:
+                trace = found.setdefault((o.label, o.seed), SeedTrace(stage, o.label, o.seed, folder))
+                trace.origins.setdefault(o.step, {**o.origin.to_json(), "step": o.step})
+            for block in res.blocks:
                 trace = found.setdefault((block.label, block.seed), SeedTrace(stage, block.label, block.seed, folder))
                 for s in block.steps:
                     if (block.label, block.seed, s.step) in seen:

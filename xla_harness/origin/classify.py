@@ -1,0 +1,477 @@
+"""Whose NaN is it: one failing step's origin, decided from the state before it and its batch.
+
+In this order, cheapest first, and stopping at the first that decides (blame last):
+
+``input``
+    a non-finite value in the batch or in the state before the step (init, a checkpoint): the leaf
+    path and its first indices; nothing is replayed or evaluated.
+``race``
+    the compiled step, replayed ``replays`` times from that same state and batch, is finite or
+    bit-different on some replay: the failure does not replay, as a race's does not.
+``program``
+    every replay non-finite and bit-identical, the step's jaxpr evaluated op by op in float32 non-finite,
+    and the same on the CPU in float64: the math itself makes it; the first equation that made a
+    non-finite value and the user's file:line that traced it (:mod:`~xla_harness.origin.eager`).
+``precision``
+    eager float32 non-finite, float64 finite: float32's range; the equation that overflowed or
+    underflowed and the value float64 gives there.
+``compiler``
+    eager float32 finite, compiled non-finite on every replay: only now is the compiler the suspect.
+``unknown``
+    anything the above cannot decide (no replay possible, eager evaluation raised), with the reason.
+
+Pure of I/O: the caller passes the step function, host copies of the state and batch, and a
+``replay`` function running the compiled executable once; :mod:`xla_harness.stress.explain` does that
+for a stress run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xla_harness.origin import eager
+from xla_harness.origin.eager import Birth, Evaluation, Site
+
+CLASSES = ("input", "race", "program", "precision", "compiler", "unknown", "planted")
+SUSPECTS = frozenset({"race", "compiler"})  # the classes for which variants and pass bisection run
+DEFAULT_REPLAYS = 8
+CHECKED_AUX = ("loss", "grads", "updates")  # what the harness checks of a step's aux (besides the new state)
+SHOWN_LEAVES = 4
+
+
+@dataclass(frozen=True)
+class Origin:
+    """One failing step's origin: its class, one sentence for the user, where (file:line, primitive;
+    None for ``input``/``race``/``compiler``/``unknown``), and the evidence it rests on."""
+
+    cls: str
+    summary: str
+    where: dict | None = None
+    evidence: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.cls not in CLASSES:
+            raise ValueError(f"origin class {self.cls!r} is not one of {', '.join(CLASSES)}")
+
+    def to_json(self) -> dict:
+        return {"class": self.cls, "summary": self.summary, "where": self.where, "evidence": self.evidence}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Origin:
+        """An origin as :meth:`to_json` wrote it; ValueError saying what is wrong otherwise."""
+        if not isinstance(obj, dict):
+            raise ValueError("an origin is a JSON object")
+        kind, summary, where, evidence = obj.get("class"), obj.get("summary"), obj.get("where"), obj.get("evidence")
+        if not isinstance(kind, str) or kind not in CLASSES:
+            raise ValueError(f"origin class {str(kind)[:30]!r} is not one of {', '.join(CLASSES)}")
+        if not isinstance(summary, str):
+            raise ValueError("an origin's summary is a string")
+        if where is not None and not (isinstance(where, dict) and isinstance(where.get("file"), str)
+                                      and isinstance(where.get("line"), int) and not isinstance(where["line"], bool)):
+            raise ValueError("an origin's where is null or {\"file\": ..., \"line\": ...}")
+        if not isinstance(evidence, dict):
+            raise ValueError("an origin's evidence is a JSON object")
+        return cls(kind, summary, where, evidence)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One replay of the compiled step: whether its checked outputs were finite, and a digest of the
+    bytes of each output leaf (bitwise equality across replays)."""
+
+    finite: bool
+    digests: tuple[str, ...]
+    names: tuple[str, ...] = ()  # the output leaves' paths, for naming the ones that differ
+
+
+# ----------------------------------------------------------------------------- leaves
+
+
+def _paths(tree) -> list[tuple[str, Any]]:
+    import jax
+
+    return [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def nonfinite_leaves(tree, prefix: str) -> list[dict]:
+    """Every floating leaf of ``tree`` holding a non-finite value: its path (``prefix`` + keystr),
+    the first such element's index and kind, and how many there are."""
+    found = []
+    for path, x in _paths(tree):
+        a = np.asarray(x)
+        if not eager.inexact(a.dtype) or bool(np.isfinite(a).all()):
+            continue
+        index, kind, count = eager._first_bad(a)
+        found.append({"leaf": prefix + path, "index": list(index), "kind": kind, "count": count, "size": int(a.size)})
+    return found
+
+
+def checked_outputs(out_tree) -> list[bool]:
+    """Which flat outputs of ``step(...) -> (params, opt_state, aux)`` the harness checks: every
+    leaf of the new params and optimizer state, and ``aux``'s loss, grads and updates."""
+    flags = []
+    for path, _ in _paths_of_shapes(out_tree):
+        top = path[0] if path else None
+        key = getattr(path[1], "key", None) if len(path) > 1 else None
+        flags.append(getattr(top, "idx", None) in (0, 1) or (getattr(top, "idx", None) == 2 and key in CHECKED_AUX))
+    return flags
+
+
+def _paths_of_shapes(tree) -> list[tuple[tuple, Any]]:
+    import jax
+
+    return list(jax.tree_util.tree_flatten_with_path(tree)[0])
+
+
+def _element_text(leaf: dict) -> str:
+    index = ", ".join(str(i) for i in leaf["index"])
+    value = {"nan": "NaN", "inf": "inf", "-inf": "-inf"}[leaf["kind"]]
+    at = f"{leaf['leaf']}[{index}]" if leaf["index"] else leaf["leaf"]
+    more = f" ({leaf['count']} of {leaf['size']} elements non-finite)" if leaf["count"] > 1 else ""
+    return f"{at} is {value}{more}"
+
+
+# ----------------------------------------------------------------------------- source lines
+
+
+def _library(path: str) -> bool:
+    """A frame in an installed package (site-packages) or in the harness itself (step_from_loss)."""
+    parts = path.replace("\\", "/").split("/")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return "site-packages" in parts or "dist-packages" in parts or os.path.abspath(path).startswith(here + os.sep)
+
+
+def _within(path: str, folders: Sequence[str]) -> bool:
+    p = os.path.realpath(path)
+    return any(p == f or p.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
+
+
+def locate(site: Site, user_folders: Sequence[str] = ()) -> dict:
+    """``{"file", "line", "function", "primitive", "library"}`` of an equation: the innermost frame in
+    the user's own files (under ``user_folders`` when given, else any frame outside installed
+    packages and the harness), and where the equation itself lies in a library (optax, flax), that
+    library frame too. A site with no such frame names its innermost frame, or none."""
+    folders = [os.path.realpath(f) for f in user_folders]
+    frames = site.frames
+    user = next((f for f in frames if (_within(f.file, folders) if folders else not _library(f.file))), None)
+    if user is None and folders:
+        user = next((f for f in frames if not _library(f.file)), None)
+    inner = frames[0] if frames else None
+    library = inner.to_json() if inner is not None and inner != user and _library(inner.file) else None
+    chosen = user or inner
+    if chosen is None:
+        return {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
+    return {**chosen.to_json(), "primitive": site.primitive, "library": library}
+
+
+def _where_text(where: dict | None) -> str:
+    if not where or where.get("file") is None:
+        return "no source line recorded"
+    text = f"{where['file']}:{where['line']}"
+    lib = where.get("library")
+    if lib:
+        text += f" (in {_short(lib['file'])}:{lib['line']}, {lib['function']})"
+    return text
+
+
+def _short(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) + 1:])
+    return path
+
+
+# ----------------------------------------------------------------------------- known classes
+
+
+def _value(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x:.4g}"
+
+
+def known_class(first: Birth, where: dict, ev: Evaluation) -> tuple[str | None, str | None]:
+    """(name, fix) of a bug class the first birth is an instance of, else (None, None)."""
+    masked = next((b for b in ev.births if b.masked_by is not None), None)
+    prim = first.site.primitive
+    ops = [o.value for o in first.operands]
+    lib = (where.get("library") or {}).get("file", "") if where else ""
+    if masked is not None:
+        return ("where-gradient-trap",
+                "the branch a jnp.where masks out has an infinite derivative there, and the where's zero "
+                "cotangent times it is 0 * inf = NaN: keep the masked branch finite (jnp.where(mask, x, safe) "
+                "inside it), or use jax with the zero-cotangent masking patch (jax_zero_cotangent_masking)")
+    if prim == "div" and len(ops) == 2 and ops[0] == 0.0 and ops[1] == 0.0:
+        if "optax" in lib:
+            return ("adaptive-optimizer-eps-0",
+                    "an Adam/RMSProp-style update m / (sqrt(v) + eps) with eps = 0 on a zero gradient is 0/0: "
+                    "give the optimizer eps > 0")
+        return "zero-over-zero", "0/0 (a mean over nothing, a norm of zero): guard the denominator"
+    if prim == "div" and len(ops) == 2 and ops[1] == 0.0:
+        return "division-by-zero", "x/0: guard the denominator"
+    if prim == "log" and ops and ops[0] is not None and ops[0] <= 0.0:
+        return ("log-of-zero" if ops[0] == 0.0 else "log-of-negative",
+                "log of a value <= 0: clamp its argument (jnp.log(jnp.maximum(x, tiny))) or work in log space")
+    if prim in ("sqrt", "rsqrt") and ops and ops[0] is not None and ops[0] < 0.0:
+        return "sqrt-of-negative", "sqrt of a negative value: clamp its argument at 0"
+    if prim == "rsqrt" and ops and ops[0] == 0.0:
+        return "rsqrt-of-zero", "1/sqrt(0): add an epsilon under the root"
+    if prim == "exp" and first.kind == "inf":
+        return "exp-overflow", "exp overflows float32 above 88.7: subtract the maximum first or work in log space"
+    return None, None
+
+
+# ----------------------------------------------------------------------------- the decision
+
+
+def _trace(step: Callable, args: tuple):
+    import jax
+
+    closed = jax.make_jaxpr(step)(*args)
+    out_tree = jax.eval_shape(step, *args)
+    return closed, checked_outputs(out_tree)
+
+
+def _to_device(tree, dtype64: bool = False):
+    import jax
+    import jax.numpy as jnp
+
+    def put(x):
+        a = np.asarray(x)
+        if dtype64 and eager.inexact(a.dtype) and not np.iscomplexobj(a):
+            a = a.astype(np.float64)
+        return jnp.asarray(a)
+
+    return jax.tree_util.tree_map(put, tree)
+
+
+def eager_float32(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]] = (),
+                  should_stop: Callable[[], bool] = lambda: False) -> Evaluation:
+    """The step's jaxpr on ``args`` as they are (float32), one equation at a time on the default device."""
+    import jax
+
+    dev = _to_device(args)
+    closed, checked = _trace(step, dev)
+    return eager.evaluate(closed, jax.tree_util.tree_leaves(dev), checked, capture, should_stop)
+
+
+def eager_float64(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]] = (),
+                  should_stop: Callable[[], bool] = lambda: False) -> Evaluation:
+    """The step traced again with every floating leaf in float64 and evaluated op by op on the CPU
+    (TPUs have no float64; on a GPU the host holds it too)."""
+    import jax
+
+    from xla_harness.jaxcompat import enable_x64
+
+    with enable_x64(), jax.default_device(jax.devices("cpu")[0]):
+        dev = _to_device(args, dtype64=True)
+        closed, checked = _trace(step, dev)
+        return eager.evaluate(closed, jax.tree_util.tree_leaves(dev), checked, capture, should_stop)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return type(exc).__name__ + (f": {text}" if text else "")
+
+
+def _replays(replay: Callable[[], Replayed] | None, n: int, should_stop: Callable[[], bool],
+             seconds: dict) -> list[Replayed] | Origin:
+    """``n`` replays (none without ``replay``), or the origin they decide: ``race``, or ``unknown`` when
+    the executable raised."""
+    if replay is None or n <= 0:
+        return []
+    t = time.perf_counter()
+    out = []
+    try:
+        for _ in range(n):
+            if should_stop():
+                raise KeyboardInterrupt
+            out.append(replay())
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's executable: a reason, never a crash
+        return Origin("unknown", f"the compiled step could not be replayed: {_describe(exc)}", None,
+                      {"reason": "replay-failed", "error": _describe(exc)})
+    seconds["replays"] = round(time.perf_counter() - t, 3)
+    return _race_origin(out, seconds) or out
+
+
+def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], Replayed] | None, *,
+              replays: int = DEFAULT_REPLAYS, user_folders: Sequence[str] = (),
+              should_stop: Callable[[], bool] = lambda: False,
+              masking: Callable[[], Any] | None = None) -> Origin:
+    """The origin of one failing step (see the module docstring). ``step(params, opt_state, batch)`` is
+    the user's step function (traced here for the op-by-op evaluation); ``state_before`` is
+    ``(params, opt_state)`` before the step, ``batch`` its batch (host or device arrays); ``replay()``
+    runs the compiled step once from fresh copies of them (None: it cannot run here, e.g. compiled
+    ahead of time for a device not present). ``user_folders``: where the user's program lives, so
+    the line named is theirs. ``masking``: a context manager factory turning jax's zero-cotangent
+    masking on (a patched jax), used to confirm a where-gradient trap."""
+    params, opt_state = state_before
+    seconds: dict[str, float] = {}
+    found = _input_origin(batch, params, opt_state)
+    if found is not None:
+        return found
+    replayed = _replays(replay, replays, should_stop, seconds)
+    if isinstance(replayed, Origin):
+        return replayed
+    runs = replayed
+    # 3. the program, op by op, float32
+    args = (params, opt_state, batch)
+    t = time.perf_counter()
+    try:
+        ev32 = eager_float32(step, args, should_stop=should_stop)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a custom kernel, a primitive without an eager rule
+        return Origin("unknown", f"the step could not be evaluated op by op: {_describe(exc)}", None,
+                      {"reason": "eager-failed", "error": _describe(exc), "replays": len(runs), "seconds": seconds})
+    seconds["eager_float32"] = round(time.perf_counter() - t, 3)
+    replay_text = f"{len(runs)}/{len(runs)} replays non-finite and bit-identical" if runs else "not replayed"
+    base = {"replays": len(runs), "nonfinite": len(runs), "equations": ev32.equations, "seconds": seconds}
+    if ev32.finite:
+        if not runs:
+            return Origin("unknown", "eager float32 is finite, but the compiled step could not be replayed here "
+                                     "to show it fails on every run (compiler or race cannot be told apart)", None,
+                          {**base, "reason": "no-replay", "eager_float32": "finite"})
+        return Origin("compiler", f"the compiler's: the step evaluated op by op in float32 is finite, the compiled "
+                                  f"step non-finite on every replay ({replay_text})", None,
+                      {**base, "eager_float32": "finite"})
+    first = ev32.first
+    if first is None:  # non-finite outputs with no birth among them: cannot happen with finite inputs
+        return Origin("unknown", "eager float32 is non-finite but no equation could be named", None,
+                      {**base, "reason": "no-birth"})
+    # 4. float64 on the CPU: program or precision
+    t = time.perf_counter()
+    try:
+        ev64 = eager_float64(step, args, capture=[first.site.path], should_stop=should_stop)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return Origin("unknown", f"eager float32 is non-finite, but the float64 run failed: {_describe(exc)}",
+                      locate(first.site, user_folders), {**base, "reason": "float64-failed", "error": _describe(exc)})
+    seconds["eager_float64"] = round(time.perf_counter() - t, 3)
+    return _program_or_precision(ev32, ev64, first, base, replay_text, user_folders, masking, step, args,
+                                 should_stop)
+
+
+def _input_origin(batch, params, opt_state) -> Origin | None:
+    """``input`` when the batch or the state before the step holds a non-finite value."""
+    bad = nonfinite_leaves(batch, "batch") + nonfinite_leaves(params, "params") + \
+        nonfinite_leaves(opt_state, "opt_state")
+    if not bad:
+        return None
+    what = "your batch" if bad[0]["leaf"].startswith("batch") else "the state before the step"
+    shown = "; ".join(_element_text(b) for b in bad[:SHOWN_LEAVES])
+    more = f" (and {len(bad) - SHOWN_LEAVES} more leaves)" if len(bad) > SHOWN_LEAVES else ""
+    return Origin("input", f"non-finite input in {what}: {shown}{more}", None, {"leaves": bad, "replayed": 0})
+
+
+def _race_origin(runs: list[Replayed], seconds: dict) -> Origin | None:
+    """``race`` when some replay is finite or the replays differ bitwise."""
+    finite = sum(r.finite for r in runs)
+    distinct = len({r.digests for r in runs})
+    if not finite and distinct <= 1:
+        return None
+    differ = _differing(runs)
+    k = len(runs) - finite
+    text = (f"a race or other nondeterminism: replayed {len(runs)} times from the same state and batch, "
+            f"{k}/{len(runs)} replays non-finite")
+    if differ:
+        text += f"; outputs differ bitwise in {', '.join(differ[:3])}"
+        text += f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return Origin("race", text, None, {"replays": len(runs), "nonfinite": k, "distinct": distinct,
+                                       "differing_leaves": differ, "seconds": seconds})
+
+
+def _differing(runs: list[Replayed]) -> list[str]:
+    if not runs:
+        return []
+    first = runs[0]
+    names = first.names or tuple(f"output {i}" for i in range(len(first.digests)))
+    return [names[i] for i in range(len(first.digests)) if any(r.digests[i] != first.digests[i] for r in runs[1:])]
+
+
+def _at(ev: Evaluation, birth: Birth) -> dict | None:
+    """float64's value where float32's birth happened (its result and operands at the birth's index),
+    when the float64 program has the same equation at that path."""
+    got = ev.captured.get(birth.site.path)
+    if got is None:
+        return None
+    operands, results = got
+    if birth.output >= len(results):
+        return None
+    out = results[birth.output]
+    value = eager._element(out, birth.index, tuple(out.shape))
+    return {"value": eager._json_float(value),
+            "operands": [eager._json_float(eager._element(o, birth.index, tuple(out.shape))) for o in operands]}
+
+
+def _program_or_precision(ev32: Evaluation, ev64: Evaluation, first: Birth, base: dict, replay_text: str,
+                          user_folders: Sequence[str], masking, step, args, should_stop) -> Origin:
+    where = locate(first.site, user_folders)
+    name, fix = known_class(first, where, ev32)
+    op_text = ", ".join(_value(o.value) for o in first.operands)
+    made = f"{first.site.primitive}({op_text}) = {first.kind.replace('nan', 'NaN')}"
+    evidence = {**base, "eager_float32": "non-finite", "first": first.to_json(),
+                "eager_float64": "finite" if ev64.finite else "non-finite"}
+    if name:
+        evidence["known_class"], evidence["fix"] = name, fix
+    masked = next((b for b in ev32.births if b.masked_by is not None), None)
+    if masked is not None and masked.masked_by is not None:
+        evidence["where_select"] = locate(masked.masked_by, user_folders)
+        evidence["nan_at"] = {**locate(masked.site, user_folders), "birth": masked.to_json()}
+        if masking is not None:
+            evidence["masking_rerun"] = _masking_rerun(masking, step, args, should_stop)
+    nan = ev32.first_nan
+    if nan is not None and nan is not first and "nan_at" not in evidence:
+        evidence["nan_at"] = {**locate(nan.site, user_folders), "birth": nan.to_json()}
+    if ev64.finite:
+        f64 = _at(ev64, first)
+        evidence["float64_at_first"] = f64
+        should = f"; float64 gives {f64['value']} there" if f64 and f64.get("value") is not None else ""
+        return Origin("precision", f"float32's range: eager float32 is non-finite and float64 on the CPU is "
+                                   f"finite; first non-finite value made by {made} at {_where_text(where)}{should}"
+                                   + (f" ({fix})" if fix else ""), where, evidence)
+    trap = ""
+    if masked is not None and masked.masked_by is not None:
+        trap = f"; the jnp.where at {_where_text(evidence['where_select'])} masks it: {fix}"
+        confirmed = evidence.get("masking_rerun")
+        if confirmed == "finite":
+            trap += " (confirmed: finite with jax_zero_cotangent_masking on)"
+    elif fix:
+        trap = f" ({fix})"
+    return Origin("program", f"the program's own math ({replay_text}; eager float32 and float64 both non-finite): "
+                             f"first non-finite value made by {made} at {_where_text(where)}{trap}", where, evidence)
+
+
+def _masking_rerun(masking: Callable[[], Any], step, args, should_stop) -> str:
+    """"finite"/"non-finite": the step evaluated op by op again with zero-cotangent masking on."""
+    try:
+        with masking():
+            ev = eager_float32(step, args, should_stop=should_stop)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return f"failed: {_describe(exc)}"
+    return "finite" if ev.finite else "non-finite"
+
+
+def masking_flag() -> Callable[[], Any] | None:
+    """The context manager turning ``jax_zero_cotangent_masking`` on, where this jax has the option
+    (the patched jax of this project's series); None on a stock jax."""
+    try:
+        from jax._src import config as jax_config
+    except ImportError:  # pragma: no cover
+        return None
+    flag = getattr(jax_config, "zero_cotangent_masking", None)
+    if flag is None or not callable(flag):
+        return None
+    return lambda: flag(True)

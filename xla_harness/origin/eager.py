@@ -1,0 +1,387 @@
+"""A step's jaxpr evaluated one equation at a time, and where its non-finite values are born.
+
+What ``jax_debug_nans`` does for one jitted call (rerun it op by op, stop at the first primitive
+that made a NaN), done after the fact on a state and a batch the run already holds, without the flag
+and without changing the measured program, and with two differences that decide whose NaN it is:
+
+* an **inf** counts (``exp`` overflowing float32 is where the step went wrong, not the ``mul`` that
+  later made ``inf * 0 = NaN`` of it);
+* the equation named is the earliest **birth** among the *ancestors of the step's non-finite
+  outputs*: a non-finite value made from finite operands, or a NaN made from operands that held none.
+  A ``-inf`` a program uses on purpose (an attention mask) and absorbs again (``exp(-inf) = 0``) is
+  never named, because no non-finite output descends from it.
+
+Call-like equations (``jit``/``pjit``, ``custom_jvp_call``, ``custom_vjp_call``, ``checkpoint``,
+``closed_call``) are entered, so an equation of the user's inside a jitted helper is named; loops and
+conditionals (``scan``, ``while``, ``cond``) run as one equation each, and a birth inside one names the
+loop. Each equation's place is its :class:`Site`: the path of equation indices through the nesting, the
+primitive and the source lines jax recorded for it (jax's own frames left out), innermost first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Call-like primitives whose body is evaluated equation by equation: primitive -> the parameter that
+# holds the body (a ClosedJaxpr or a Jaxpr whose inputs are the equation's operands, in order).
+CALL_BODIES = {
+    "pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "checkpoint": "jaxpr", "remat": "jaxpr", "remat2": "jaxpr",
+}
+# How far back from a NaN-making product its zero operand is followed to the select that made it.
+MASK_SEARCH_DEPTH = 8
+# Primitives a cotangent passes through unchanged in its zeros on its way from a select to a product.
+ZERO_PRESERVING = frozenset({
+    "convert_element_type", "broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "copy",
+    "copy_p", "neg", "mul", "reduce_sum", "add_any", "pjit", "jit", "reduce_precision", "select_n",
+})
+MAX_BIRTHS = 10_000  # births remembered per evaluation (a program that masks with -inf makes many)
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """One frame of the Python stack that traced an equation."""
+
+    file: str
+    line: int
+    function: str
+
+    def text(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Site:
+    """An equation: its path of indices through the nesting, its primitive, its source lines."""
+
+    path: tuple[int, ...]
+    primitive: str
+    frames: tuple[SourceLine, ...]  # innermost first; jax's own and the standard library's left out
+
+
+@dataclass
+class Operand:
+    """An operand of a birth, at the first non-finite element of the birth's output."""
+
+    finite: bool
+    value: float | None  # the operand's element there (a scalar operand's value; None: shapes differ)
+    producer: Site | None  # the equation that made it (None: an input of the step, a literal)
+    literal: bool = False
+
+    def to_json(self) -> dict:
+        return {"finite": self.finite, "value": _json_float(self.value), "literal": self.literal,
+                "producer": {"primitive": self.producer.primitive, "path": list(self.producer.path)}
+                if self.producer is not None else None}
+
+
+@dataclass
+class Birth:
+    """Where a non-finite value first appeared along one chain: an equation's output that is not
+    finite although its operands are (or that holds a NaN although its operands hold none)."""
+
+    order: int  # position in evaluation order
+    site: Site
+    kind: str  # "nan", "inf" or "-inf": the first non-finite element's
+    index: tuple[int, ...]  # of that element in the output
+    count: int  # non-finite elements in the output
+    size: int  # elements in the output
+    operands: list[Operand]
+    output: int = 0  # which result of a multi-result equation
+    nan_from_inf: bool = False  # a NaN made of infinities (inf - inf, 0 * inf), not of finite numbers
+    masked_by: Site | None = None  # the select whose zero cotangent met an infinite derivative
+
+    def to_json(self) -> dict:
+        return {"primitive": self.site.primitive, "path": list(self.site.path), "kind": self.kind,
+                "index": list(self.index), "count": self.count, "size": self.size,
+                "operands": [o.to_json() for o in self.operands], "nan_from_inf": self.nan_from_inf}
+
+
+@dataclass
+class Evaluation:
+    """What one op-by-op evaluation found."""
+
+    outputs: list  # the step's flat outputs (host arrays)
+    nonfinite: list[int]  # indices of the checked outputs that are not finite
+    births: list[Birth]  # the births the non-finite checked outputs descend from, in evaluation order
+    captured: dict[tuple[int, ...], tuple[list, list]] = field(default_factory=dict)  # path -> (operands, results)
+    equations: int = 0  # equations evaluated (entered bodies counted equation by equation)
+
+    @property
+    def finite(self) -> bool:
+        return not self.nonfinite
+
+    @property
+    def first(self) -> Birth | None:
+        return self.births[0] if self.births else None
+
+    @property
+    def first_nan(self) -> Birth | None:
+        """The earliest birth of a NaN (``0 * inf``, ``0 / 0``), where it differs from :attr:`first`."""
+        return next((b for b in self.births if b.kind == "nan"), None)
+
+
+def inexact(dtype) -> bool:
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+def source_lines(eqn) -> tuple[SourceLine, ...]:
+    """The frames jax recorded for ``eqn`` that are not jax's own or the standard library's, innermost
+    first (``start_line`` from jax 0.4.36, ``line_num`` before)."""
+    from jax._src import source_info_util
+
+    tb = getattr(eqn.source_info, "traceback", None)
+    out = []
+    for f in source_info_util.user_frames(tb):
+        line: Any = getattr(f, "start_line", None)
+        if line is None:
+            line = getattr(f, "line_num", 0)
+        out.append(SourceLine(str(f.file_name), int(line or 0), str(f.function_name)))
+    return tuple(out)
+
+
+def _json_float(x: float | None):
+    if x is None:
+        return None
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+def _host(x) -> np.ndarray:
+    return np.asarray(x)
+
+
+def _first_bad(a: np.ndarray) -> tuple[tuple[int, ...], str, int]:
+    """(index, kind, count) of the first non-finite element of ``a`` (C order)."""
+    bad = ~np.isfinite(a)
+    flat = int(np.argmax(bad.reshape(-1))) if a.ndim else 0
+    index = tuple(int(i) for i in np.unravel_index(flat, a.shape)) if a.ndim else ()
+    v = a[index] if a.ndim else a[()]
+    if np.iscomplexobj(v):
+        v = v.real if not np.isfinite(v.real) else v.imag
+    kind = "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    return index, kind, int(bad.sum())
+
+
+def _element(a: np.ndarray, index: tuple[int, ...], shape: tuple[int, ...]) -> float | None:
+    if a.ndim == 0:
+        v = a[()]
+    elif a.shape == shape:
+        v = a[index]
+    else:
+        return None
+    try:
+        return float(np.real(v))
+    except (TypeError, ValueError):
+        return None
+
+
+class _Stop(Exception):
+    pass
+
+
+@dataclass
+class _Walk:
+    """One evaluation's bookkeeping: ancestry of non-finite values, births, captures."""
+
+    capture: frozenset
+    order: int = 0
+    births: dict[int, Birth] = field(default_factory=dict)
+    captured: dict[tuple[int, ...], tuple[list, list]] = field(default_factory=dict)
+    should_stop: Callable[[], bool] = lambda: False
+
+
+def _body(eqn):
+    """(jaxpr, consts) of a call-like equation's body, or None to bind the equation whole."""
+    key = CALL_BODIES.get(eqn.primitive.name)
+    body = eqn.params.get(key) if key else None
+    if body is None:
+        return None
+    jaxpr = getattr(body, "jaxpr", body)
+    consts = list(getattr(body, "consts", []) or [])
+    if not hasattr(jaxpr, "eqns") or len(jaxpr.invars) != len(eqn.invars) or len(jaxpr.outvars) != len(eqn.outvars):
+        return None
+    if len(getattr(jaxpr, "constvars", [])) != len(consts):
+        return None
+    return jaxpr, consts
+
+
+def _bind(eqn, invals: list) -> list:
+    got = eqn.primitive.get_bind_params(eqn.params)  # jax >= 0.12: the params; before: (subfuns, params)
+    subfuns, params = (got if isinstance(got, tuple) else ([], got))
+    ctx = getattr(getattr(eqn, "ctx", None), "manager", None)
+    if ctx is not None:
+        with ctx:
+            out = eqn.primitive.bind(*subfuns, *invals, **params)
+    else:
+        out = eqn.primitive.bind(*subfuns, *invals, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
+         arg_ancestry: list[frozenset], arg_sites: list[Site | None],
+         outer: tuple[SourceLine, ...] = ()) -> tuple[list, list[frozenset], list]:
+    """Evaluate ``jaxpr`` on ``args``; returns its outputs, their ancestries and, per output, the
+    (site, equation) that made it inside (None: an input or a literal passed through). An equation
+    whose trace recorded no frame of the user's (a body jax traced once and cached) takes ``outer``,
+    the lines of the call that entered the body."""
+    from jax._src.core import Literal
+
+    env: dict[Any, Any] = {}
+    anc: dict[Any, frozenset] = {}
+    made: dict[Any, tuple[Site, Any]] = {}  # var -> (site, eqn) of the equation that made it
+    entry_sites: dict[Any, Site | None] = {}
+    for v, x in zip(jaxpr.constvars, consts, strict=True):
+        env[v] = x
+    for v, x, a, s in zip(jaxpr.invars, args, arg_ancestry, arg_sites, strict=True):
+        env[v], anc[v], entry_sites[v] = x, a, s
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    def site_of(v) -> Site | None:
+        if isinstance(v, Literal):
+            return None
+        if v in made:
+            return made[v][0]
+        return entry_sites.get(v)
+
+    for i, eqn in enumerate(jaxpr.eqns):
+        if walk.should_stop():
+            raise _Stop
+        path = (*prefix, i)
+        site = Site(path, eqn.primitive.name, source_lines(eqn) or outer)
+        invals = [read(v) for v in eqn.invars]
+        in_anc = [frozenset() if isinstance(v, Literal) else anc.get(v, frozenset()) for v in eqn.invars]
+        body = _body(eqn)
+        inner: list = [None] * len(eqn.outvars)
+        if body is not None:
+            outs, out_anc, inner = _run(walk, body[0], body[1], invals, path, in_anc,
+                                        [site_of(v) for v in eqn.invars], site.frames)
+        else:
+            outs = _bind(eqn, invals)
+            out_anc = _ancestry(walk, eqn, site, invals, in_anc, outs, [site_of(v) for v in eqn.invars],
+                                made)
+        walk.order += 1
+        if path in walk.capture:
+            walk.captured[path] = ([_host(x) for x in invals], [_host(x) for x in outs])
+        for v, x, a, m in zip(eqn.outvars, outs, out_anc, inner, strict=True):
+            env[v], anc[v] = x, a
+            made[v] = m if m is not None else (site, eqn)  # a body's output: the equation inside that made it
+    out_vals = [read(v) for v in jaxpr.outvars]
+    out_anc = [frozenset() if isinstance(v, Literal) else anc.get(v, frozenset()) for v in jaxpr.outvars]
+    return out_vals, out_anc, [None if isinstance(v, Literal) else made.get(v) for v in jaxpr.outvars]
+
+
+def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset], outs: list,
+              in_sites: list[Site | None], made: dict) -> list[frozenset]:
+    """Each output's births: none where it is finite; its non-finite operands' where it descends from
+    them; itself where it is a birth (non-finite from finite operands, a NaN from NaN-free ones)."""
+    from jax._src.core import Literal
+
+    hosts = None
+    result: list[frozenset] = []
+    for k, out in enumerate(outs):
+        dtype = getattr(out, "dtype", None)
+        if dtype is None or not inexact(dtype):
+            result.append(frozenset())
+            continue
+        a = _host(out)
+        if bool(np.isfinite(a).all()):
+            result.append(frozenset())
+            continue
+        if hosts is None:
+            hosts = [_host(x) for x in invals]
+        floats = [h for h in hosts if inexact(h.dtype)]
+        operands_finite = all(bool(np.isfinite(h).all()) for h in floats)
+        operands_nan = any(bool(np.isnan(h).any()) for h in floats)
+        inherited = frozenset().union(*in_anc) if in_anc else frozenset()
+        index, kind, count = _first_bad(a)
+        born = operands_finite or (kind == "nan" and not operands_nan) or \
+            (bool(np.isnan(a).any()) and not operands_nan)
+        if not born:
+            result.append(inherited)
+            continue
+        if kind != "nan" and np.isnan(a).any() and not operands_nan:  # the NaN is what is new here
+            flat = int(np.argmax(np.isnan(a).reshape(-1)))
+            index = tuple(int(i) for i in np.unravel_index(flat, a.shape)) if a.ndim else ()
+            kind = "nan"
+        operands = []
+        for v, h, s in zip(eqn.invars, hosts, in_sites, strict=True):
+            finite = bool(np.isfinite(h).all()) if inexact(h.dtype) else True
+            operands.append(Operand(finite, _element(h, index, a.shape), s, isinstance(v, Literal)))
+        birth = Birth(walk.order, site, kind, index, count, int(a.size), operands, k,
+                      nan_from_inf=kind == "nan" and not operands_finite)
+        if birth.nan_from_inf:
+            birth.masked_by = _masking_select(eqn, operands, made)
+        if len(walk.births) < MAX_BIRTHS:
+            walk.births[walk.order] = birth
+        result.append(inherited | {walk.order})
+    return result
+
+
+def _masking_select(eqn, operands: list[Operand], made: dict) -> Site | None:
+    """For ``0 * inf`` (or ``0 / 0``-like products) made of a zero operand and an infinite one: the
+    ``select_n`` the zero came from (a ``jnp.where`` whose transpose routed a zero cotangent into a
+    branch whose derivative is infinite), followed back through at most :data:`MASK_SEARCH_DEPTH`
+    equations that keep zeros zero; None when there is none."""
+    from jax._src.core import Literal
+
+    if eqn.primitive.name not in ("mul", "div", "dot_general"):
+        return None
+    if not any(o.value is not None and not np.isfinite(o.value) for o in operands):
+        return None
+    for v, o in zip(eqn.invars, operands, strict=True):
+        if o.value != 0.0 or isinstance(v, Literal):
+            continue
+        frontier, seen = [v], 0
+        while frontier and seen < MASK_SEARCH_DEPTH:
+            nxt = []
+            for var in frontier:
+                entry = made.get(var)
+                if entry is None:
+                    continue
+                site, producer = entry
+                seen += 1
+                if producer.primitive.name == "select_n":
+                    return site
+                if producer.primitive.name in ZERO_PRESERVING:
+                    nxt += [u for u in producer.invars if not isinstance(u, Literal)]
+            frontier = nxt
+    return None
+
+
+def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Sequence[tuple[int, ...]] = (),
+             should_stop: Callable[[], bool] = lambda: False) -> Evaluation:
+    """Evaluate ``closed_jaxpr`` on ``args`` one equation at a time (each primitive bound eagerly, on
+    the device the arguments lie on); ``checked``: which flat outputs count as the step's (the new
+    state, the loss). The values at the equations whose paths are in ``capture`` are kept (host
+    copies). ``should_stop`` is polled between equations (an interrupt): :class:`Interrupted` is the
+    caller's to raise, this raises ``KeyboardInterrupt`` when it says so."""
+    walk = _Walk(frozenset(tuple(p) for p in capture), should_stop=should_stop)
+    jaxpr = closed_jaxpr.jaxpr
+    try:
+        outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (),
+                                [frozenset()] * len(args), [None] * len(args))
+    except _Stop:
+        raise KeyboardInterrupt from None
+    if len(checked) != len(outs):
+        raise ValueError(f"{len(checked)} output flags for {len(outs)} outputs")
+    hosts = [_host(x) for x in outs]
+    nonfinite = [i for i, (h, c) in enumerate(zip(hosts, checked, strict=True))
+                 if c and inexact(h.dtype) and not bool(np.isfinite(h).all())]
+    ancestors = frozenset().union(*(out_anc[i] for i in nonfinite)) if nonfinite else frozenset()
+    births = [walk.births[o] for o in sorted(ancestors) if o in walk.births]
+    return Evaluation(hosts, nonfinite, births, walk.captured, walk.order)
