@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from xla_harness.origin import eager
-from xla_harness.origin.eager import Birth, Evaluation, Site
+from xla_harness.origin.eager import Birth, Evaluation, Site, Stopped
 
 CLASSES = ("input", "race", "program", "precision", "compiler", "unknown", "planted")
 SUSPECTS = frozenset({"race", "compiler"})  # the classes for which variants and pass bisection run
@@ -152,22 +152,37 @@ def _within(path: str, folders: Sequence[str]) -> bool:
     return any(p == f or p.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
+def _package(path: str) -> str:
+    """The installed package a library frame lies in (``optax``), or the harness's folder."""
+    parts = path.replace("\\", "/").split("/")
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts and parts.index(anchor) + 1 < len(parts):
+            return parts[parts.index(anchor) + 1]
+    return os.path.dirname(path)
+
+
 def locate(site: Site, user_folders: Sequence[str] = ()) -> dict:
     """``{"file", "line", "function", "primitive", "library"}`` of an equation: the innermost frame in
     the user's own files (under ``user_folders`` when given, else any frame outside installed
     packages and the harness), and where the equation itself lies in a library (optax, flax), that
-    library frame too. A site with no such frame names its innermost frame, or none."""
+    library frame as ``library``. With no frame of the user's, the nearest frame outside the library
+    that made the equation (its caller: the harness's ``step_from_loss`` calling optax, say)."""
     folders = [os.path.realpath(f) for f in user_folders]
     frames = site.frames
+    none = {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
+    if not frames:
+        return none
     user = next((f for f in frames if (_within(f.file, folders) if folders else not _library(f.file))), None)
     if user is None and folders:
         user = next((f for f in frames if not _library(f.file)), None)
-    inner = frames[0] if frames else None
-    library = inner.to_json() if inner is not None and inner != user and _library(inner.file) else None
-    chosen = user or inner
-    if chosen is None:
-        return {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
-    return {**chosen.to_json(), "primitive": site.primitive, "library": library}
+    inner = frames[0]
+    if user is not None:
+        library = inner.to_json() if inner != user and _library(inner.file) else None
+        return {**user.to_json(), "primitive": site.primitive, "library": library}
+    caller = next((f for f in frames if _package(f.file) != _package(inner.file)), None)
+    if caller is None:
+        return {**inner.to_json(), "primitive": site.primitive, "library": None}
+    return {**caller.to_json(), "primitive": site.primitive, "library": inner.to_json()}
 
 
 def _where_text(where: dict | None) -> str:
@@ -277,8 +292,13 @@ def eager_float64(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-    return type(exc).__name__ + (f": {text}" if text else "")
+    """``Type: message`` in one line; a message carrying a traceback (a host callback's) gives its last
+    line, where the error that was raised is named."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1 and "Traceback" in text:
+        text = f"{text.split('Traceback')[0].strip()} {lines[-1]}".strip()
+    return type(exc).__name__ + (f": {text[:300]}" if text else "")
 
 
 def _replays(replay: Callable[[], Replayed] | None, n: int, should_stop: Callable[[], bool],
@@ -292,9 +312,9 @@ def _replays(replay: Callable[[], Replayed] | None, n: int, should_stop: Callabl
     try:
         for _ in range(n):
             if should_stop():
-                raise KeyboardInterrupt
+                raise Stopped
             out.append(replay())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's executable: a reason, never a crash
         return Origin("unknown", f"the compiled step could not be replayed: {_describe(exc)}", None,
@@ -313,7 +333,8 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
     runs the compiled step once from fresh copies of them (None: it cannot run here, e.g. compiled
     ahead of time for a device not present). ``user_folders``: where the user's program lives, so
     the line named is theirs. ``masking``: a context manager factory turning jax's zero-cotangent
-    masking on (a patched jax), used to confirm a where-gradient trap."""
+    masking on (a patched jax), used to confirm a where-gradient trap. ``should_stop`` is polled
+    between replays and equations: :class:`~xla_harness.origin.eager.Stopped` when it says stop."""
     params, opt_state = state_before
     seconds: dict[str, float] = {}
     found = _input_origin(batch, params, opt_state)
@@ -328,7 +349,7 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
     t = time.perf_counter()
     try:
         ev32 = eager_float32(step, args, should_stop=should_stop)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         raise
     except Exception as exc:  # noqa: BLE001 - a custom kernel, a primitive without an eager rule
         return Origin("unknown", f"the step could not be evaluated op by op: {_describe(exc)}", None,
@@ -352,7 +373,7 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
     t = time.perf_counter()
     try:
         ev64 = eager_float64(step, args, capture=[first.site.path], should_stop=should_stop)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         raise
     except Exception as exc:  # noqa: BLE001
         return Origin("unknown", f"eager float32 is non-finite, but the float64 run failed: {_describe(exc)}",
@@ -457,7 +478,7 @@ def _masking_rerun(masking: Callable[[], Any], step, args, should_stop) -> str:
     try:
         with masking():
             ev = eager_float32(step, args, should_stop=should_stop)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         raise
     except Exception as exc:  # noqa: BLE001
         return f"failed: {_describe(exc)}"

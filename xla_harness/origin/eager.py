@@ -188,8 +188,8 @@ def _element(a: np.ndarray, index: tuple[int, ...], shape: tuple[int, ...]) -> f
         return None
 
 
-class _Stop(Exception):
-    pass
+class Stopped(Exception):  # noqa: N818 - a request, not an error
+    """The caller's ``should_stop`` said stop: nothing was decided (the step is left for later)."""
 
 
 @dataclass
@@ -260,7 +260,7 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
 
     for i, eqn in enumerate(jaxpr.eqns):
         if walk.should_stop():
-            raise _Stop
+            raise Stopped
         path = (*prefix, i)
         site = Site(path, eqn.primitive.name, source_lines(eqn) or outer)
         invals = [read(v) for v in eqn.invars]
@@ -368,15 +368,12 @@ def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Seq
     """Evaluate ``closed_jaxpr`` on ``args`` one equation at a time (each primitive bound eagerly, on
     the device the arguments lie on); ``checked``: which flat outputs count as the step's (the new
     state, the loss). The values at the equations whose paths are in ``capture`` are kept (host
-    copies). ``should_stop`` is polled between equations (an interrupt): :class:`Interrupted` is the
-    caller's to raise, this raises ``KeyboardInterrupt`` when it says so."""
+    copies). ``should_stop`` is polled between equations (a stop request): :class:`Stopped` is raised
+    when it says so."""
     walk = _Walk(frozenset(tuple(p) for p in capture), should_stop=should_stop)
     jaxpr = closed_jaxpr.jaxpr
-    try:
-        outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (),
-                                [frozenset()] * len(args), [None] * len(args))
-    except _Stop:
-        raise KeyboardInterrupt from None
+    outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (),
+                            [frozenset()] * len(args), [None] * len(args))
     if len(checked) != len(outs):
         raise ValueError(f"{len(checked)} output flags for {len(outs)} outputs")
     hosts = [_host(x) for x in outs]

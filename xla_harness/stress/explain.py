@@ -27,10 +27,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.origin.classify import DEFAULT_REPLAYS, Origin, Replayed, checked_outputs, masking_flag, origin_of
-from xla_harness.origin.eager import inexact
+from xla_harness.origin.eager import Stopped, inexact
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.harness import BlockResult, Harnessed, initial_state
@@ -62,7 +61,7 @@ def save_state(path: Path, params, opt_state) -> None:
     leaves = jax.tree_util.tree_leaves((params, opt_state))
     arrays, meta = {}, []
     for i, x in enumerate(leaves):
-        a = np.ascontiguousarray(np.asarray(jax.device_get(x)))
+        a = np.array(jax.device_get(x), order="C")  # (ascontiguousarray would make a scalar 1-d)
         arrays[f"leaf{i}"] = a.reshape(-1).view(np.uint8)
         meta.append({"dtype": str(a.dtype), "shape": list(a.shape)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -82,7 +81,7 @@ def load_state(path: Path, like) -> tuple:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            leaves = [np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(m["shape"])
+            leaves = [np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(tuple(m["shape"]))
                       for i, m in enumerate(meta)]
     except (OSError, ValueError, KeyError) as exc:
         raise HarnessError(f"{path}: not a saved state ({type(exc).__name__})") from None
@@ -178,6 +177,9 @@ class Explainer:
                      f"{self.spec.replays} replays, op by op in float32 and float64")
             t = time.perf_counter()
             origin = self._origin(h, f, should_stop)
+            if origin is None:
+                self.log(f"  step {f.step}: stopped before its origin was decided (--resume decides it)")
+                break
             rec = records.StepOrigin(h.label, f.seed, f.step, origin, round(time.perf_counter() - t, 3),
                                      results.now())
             append(rec.to_json())
@@ -186,22 +188,20 @@ class Explainer:
             self.log(f"  step {f.step}: {origin.cls}: {origin.summary}")
         return made
 
-    def _origin(self, h: Harnessed, f: Failure, should_stop: Callable[[], bool]) -> Origin:
+    def _origin(self, h: Harnessed, f: Failure, should_stop: Callable[[], bool]) -> Origin | None:
+        """The step's origin; None when a stop request came first (the step is left for --resume)."""
         got = self._before(h, f)
         if isinstance(got, Origin):
             return got
         state, batch = got
-        replay = _replayer(h, state, batch)
+        replay = _replayer(h, state, f.seed, f.step if h.spec.protocol == "train" else 0)
         folder = _program_folder(h.spec.program)
         try:
             return origin_of(h.program.step, state, batch, replay, replays=self.spec.replays,
                              user_folders=[folder] if folder else [], should_stop=should_stop,
                              masking=masking_flag())
-        except KeyboardInterrupt:
-            signum = interrupts.received()
-            if signum is not None:
-                raise interrupts.Interrupted(signum, f"explaining {h.label} step {f.step}") from None
-            raise
+        except Stopped:
+            return None
 
     def _before(self, h: Harnessed, f: Failure) -> tuple[tuple, object] | Origin:
         """(state before the step, its batch) as host arrays, or the ``unknown`` origin saying why not."""
@@ -209,6 +209,9 @@ class Explainer:
             s = initial_state(h, f.seed)
             return _host((s.params, s.opt_state)), _host(s.batch)
         path = state_path(self.out, h.label, f.seed, f.step)
+        if f.step == 0 and not path.is_file():  # the state before the first step is init's
+            s = initial_state(h, f.seed)
+            return _host((s.params, s.opt_state)), _host(h.batch(f.seed, 0))
         if not path.is_file():
             why = ("--commit step keeps no copy of the state before a failing step (the default --commit block does)"
                    if h.spec.commit == "step" else
@@ -232,22 +235,21 @@ def _program_folder(program: str) -> str | None:
     return None
 
 
-def _replayer(h: Harnessed, state: tuple, batch) -> Callable[[], Replayed] | None:
-    """One replay of the executable the run measured (``h.proven.current``) from fresh device copies
-    of ``state`` and ``batch``, placed with the executable's own input shardings."""
+def _replayer(h: Harnessed, state: tuple, seed: int, step: int) -> Callable[[], Replayed] | None:
+    """One replay of the step as the run called it (``h.call_step``: the executable it measured for
+    that argument signature) from fresh device copies of ``state``, placed with the executable's own
+    input shardings, and the step's batch made again by the user's ``batch`` (as the run made it)."""
     proven = h.proven
     if proven is None or proven.current is None:
         return None
-    compiled = proven.current
-    host = (state[0], state[1], batch)
     try:
-        shardings = compiled.input_shardings[0]
+        shardings = tuple(proven.current.input_shardings[0])[:2]
     except (AttributeError, IndexError, TypeError):
         shardings = None
 
     def replay() -> Replayed:
-        args = jax.device_put(host, tuple(shardings)) if shardings is not None else jax.device_put(host)
-        out = compiled(*args)
+        placed = jax.device_put(state, shardings) if shardings is not None else jax.device_put(state)
+        out = h.call_step(placed[0], placed[1], h.batch(seed, step))
         flat, _ = jax.tree_util.tree_flatten_with_path(out)
         checked = checked_outputs(out)
         leaves = [np.asarray(jax.device_get(x)) for _, x in flat]

@@ -1,0 +1,116 @@
+"""The op-by-op evaluation names where a non-finite value was born: the earliest birth among the
+ancestors of the non-finite outputs, an inf counted (exp, not the mul that made NaN of it), a -inf the
+program absorbs never named, bodies of jitted helpers entered, and the select behind a where-gradient
+trap found across the jit jax wraps jnp.where in. Each expectation is planted in the function tested."""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xla_harness.origin.eager import evaluate
+
+
+def _run(f, *args):
+    closed = jax.make_jaxpr(f)(*args)
+    return evaluate(closed, args, [True] * len(closed.jaxpr.outvars))
+
+
+def _line_of(f, marker: str) -> int:
+    lines, start = inspect.getsourcelines(f)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+def overflowing(x):
+    y = jnp.exp(x * 100.0)  # mark: exp
+    return jnp.sum(y * 0.0)
+
+
+def test_an_overflow_is_named_at_the_exp_not_at_the_nan_it_becomes():
+    ev = _run(overflowing, jnp.array([0.5, 1.0, 2.0]))
+    assert not ev.finite
+    assert [b.site.primitive for b in ev.births] == ["exp", "mul"]  # inf born at exp, NaN at inf * 0
+    first = ev.first
+    assert (first.site.primitive, first.kind, first.index) == ("exp", "inf", (1,))
+    assert first.operands[0].value == pytest.approx(100.0)
+    assert first.site.frames[0].file == __file__ and first.site.frames[0].line == _line_of(overflowing, "mark: exp")
+    assert ev.first_nan.site.primitive == "mul" and ev.first_nan.nan_from_inf
+
+
+def test_a_masking_minus_inf_that_is_absorbed_is_never_named():
+    mask = jnp.array([True, False, True])
+
+    def attention(x):
+        scores = jnp.where(mask, x, -jnp.inf)
+        return jnp.sum(jax.nn.softmax(scores) * jnp.arange(3.0))
+
+    ev = _run(jax.grad(attention), jnp.array([0.1, 0.2, 0.3]))
+    assert ev.finite and ev.births == []
+
+
+def test_a_fully_masked_row_names_where_nan_was_made_from_infinities():
+    def attention(x):
+        scores = jnp.where(jnp.zeros(3, bool), x, -jnp.inf)  # every entry masked
+        return jnp.sum(jax.nn.softmax(scores))
+
+    ev = _run(attention, jnp.array([0.1, 0.2, 0.3]))
+    assert not ev.finite
+    assert ev.first.kind == "nan" and ev.first.nan_from_inf  # -inf - (-inf): no finite birth before it
+
+
+@jax.jit
+def _helper(x):
+    return jnp.log(x)  # mark: helper
+
+
+def test_the_body_of_a_jitted_helper_is_entered_and_its_line_named():
+    ev = _run(lambda x: _helper(x) * 2.0, jnp.array([1.0, 0.0]))
+    first = ev.first
+    assert first.site.primitive == "log" and len(first.site.path) == 2  # inside the jit equation
+    assert first.site.frames[0].line == _line_of(_helper.__wrapped__, "mark: helper")
+
+
+def masked_root(x):
+    return jnp.sum(jnp.where(x > 0, jnp.sqrt(x), 0.0))  # mark: where
+
+
+def test_the_select_behind_a_where_gradient_trap_is_found():
+    ev = _run(jax.grad(masked_root), jnp.array([0.0, 1.0, 4.0]))
+    assert not ev.finite
+    trap = next(b for b in ev.births if b.masked_by is not None)
+    assert trap.site.primitive == "mul" and trap.nan_from_inf
+    assert trap.masked_by.primitive == "select_n"
+    assert trap.masked_by.frames[0].line == _line_of(masked_root, "mark: where")
+
+
+def test_a_nan_that_never_reaches_a_checked_output_is_not_a_failure():
+    def f(x):
+        return x + 1.0, jnp.log(x - 10.0)
+
+    closed = jax.make_jaxpr(f)(jnp.ones(2))
+    ev = evaluate(closed, [jnp.ones(2)], [True, False])  # the second output is not the step's
+    assert ev.finite and ev.births == []
+    ev = evaluate(closed, [jnp.ones(2)], [True, True])
+    assert ev.nonfinite == [1] and ev.first.site.primitive == "log"
+
+
+def test_a_loop_is_one_equation():
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, y: y * 1e20, x)
+
+    ev = _run(f, jnp.ones(2))
+    assert not ev.finite
+    assert ev.first.site.primitive in ("scan", "while") and ev.first.kind == "inf"
+
+
+def test_captured_values_are_the_equation_operands_and_results():
+    closed = jax.make_jaxpr(overflowing)(jnp.array([1.0]))
+    path = next((i,) for i, e in enumerate(closed.jaxpr.eqns) if e.primitive.name == "exp")
+    ev = evaluate(closed, [jnp.array([1.0])], [True], capture=[path])
+    operands, results = ev.captured[path]
+    np.testing.assert_allclose(operands[0], [100.0])
+    assert np.isinf(results[0]).all()
