@@ -157,7 +157,8 @@ def test_stress_runs_and_records_junit_properties(pytester):
                                        "--xla-harness-seeds", "1", "--junitxml", "junit.xml",
                                        "-W", "error::pytest.PytestWarning")
     res.assert_outcomes(passed=2, failed=1)
-    res.stdout.fnmatch_lines(["*2 non-finite step(s):*", "*dense_only/remat=off/f32*"])
+    res.stdout.fnmatch_lines(["*2 non-finite step(s):*", "*dense_only/remat=off/f32*",
+                              "*whose NaN: none of the 2 non-finite steps was explained (planted by --inject*"])
     props = _properties(pytester.path / "junit.xml")
     clean, bad = props["test_clean"], props["test_injected"]
     assert (clean["xla_harness_nonfinite"], clean["xla_harness_steps"]) == ("0", "2")
@@ -167,4 +168,24 @@ def test_stress_runs_and_records_junit_properties(pytester):
         "2", "1.0", "1.0")
     for p in (clean, bad):
         assert p["xla_harness_results"].endswith("stress.jsonl") and Path(p["xla_harness_results"]).is_file()
+        assert p["xla_harness_origins"] == "{}"  # nothing failed, or only planted steps: nothing to explain
     assert props["test_marked_only"] == {}
+
+
+WHOSE_TEST = f"""
+def test_zero_over_zero(xla_harness_stress):
+    xla_harness_stress(program="{Path(__file__).resolve().parent / 'origin' / 'programs' / 'whose.py'}:make",
+                       program_options={{"kind": "zero-over-zero"}}, steps=4)
+"""
+
+
+@pytest.mark.slow  # the run records the git commit (a subprocess)
+def test_a_failing_stress_test_says_whose_nan_it_is(pytester):
+    pytester.makepyfile(test_whose_inner=WHOSE_TEST)
+    res = pytester.runpytest_inprocess("--xla-harness-stress", "--xla-harness-seeds", "1", "--junitxml", "junit.xml",
+                                       "-W", "error::pytest.PytestWarning")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*1 non-finite step(s):*", "*whose NaN: 1 of 1 non-finite steps explained: 1 program*",
+                              "*step 3: program:*div(0, 0) = NaN at *whose_losses.py:*"])
+    assert _properties(pytester.path / "junit.xml")["test_zero_over_zero"]["xla_harness_origins"] == '{"program": 1}'
+

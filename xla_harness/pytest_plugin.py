@@ -22,7 +22,11 @@ Everything it adds is prefixed, so it never collides with a project's own names:
   ``--junitxml`` writes them per testcase, failed ones included): ``xla_harness_nonfinite``,
   ``xla_harness_steps``, ``xla_harness_rate`` (non-finite / total steps, all configurations and
   seeds pooled), ``xla_harness_rate_upper95`` (its one-sided exact 95% upper bound,
-  :func:`xla_harness.stress.stats.upper_bound`) and ``xla_harness_results`` (the results file).
+  :func:`xla_harness.stress.stats.upper_bound`), ``xla_harness_results`` (the results file) and
+  ``xla_harness_origins`` (how many explained failing steps each origin class holds, JSON). A failing
+  run says whose each of its first failing steps' NaN is (``stress --explain``: input, race,
+  program, precision, compiler or unknown, with the file:line where the program made it);
+  ``explain=False`` leaves that out.
 * the ``xla_harness_triage`` fixture runs ``xla-harness triage`` (every verdict about a step, per
   compiler: :mod:`xla_harness.triage`) in ``tmp_path`` and fails the test, with the answer paragraph
   in its message, when the triage finds anything (a hazard, non-finite steps, nondeterminism);
@@ -40,6 +44,7 @@ jax is imported only when a test uses one of these markers or the fixture.
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 
@@ -120,6 +125,7 @@ def xla_harness_stress(request, tmp_path):
     if not _stress_enabled(config):
         pytest.skip(SKIP_REASON)
     from xla_harness.stress import report, stats
+    from xla_harness.stress.explain import ExplainSpec
     from xla_harness.stress.runner import run_matrix
     from xla_harness.stress.spec import StressSpec
 
@@ -133,7 +139,7 @@ def xla_harness_stress(request, tmp_path):
         # that warning on every stress test would turn into an error under -W error.
         request.node.user_properties.append((f"{PREFIX}_{name}", value))
 
-    def run(**overrides):
+    def run(explain: bool = True, **overrides):
         nonlocal calls
         if "program_options" in overrides:
             overrides["program_options"] = tuple(sorted(dict(overrides["program_options"]).items()))
@@ -141,16 +147,20 @@ def xla_harness_stress(request, tmp_path):
         spec = StressSpec(**{**defaults, **overrides})
         out = tmp_path / f"{STRESS}{calls}"
         calls += 1
-        path = run_matrix(spec, out)
+        path = run_matrix(spec, out, explain=ExplainSpec() if explain else None)
         table = report.load_table([out])
         k, n = table.total_nonfinite, sum(r.n for r in table.rows)
+        origins = report.load_origins([out]) if explain else []
         record("nonfinite", k)
         record("steps", n)
         record("rate", k / n if n else 0.0)
         record("rate_upper95", stats.upper_bound(k, n, CONFIDENCE))
         record("results", str(path))
+        if explain:
+            record("origins", json.dumps(report.origin_counts(origins), sort_keys=True))
         if k:
-            pytest.fail(f"{k} non-finite step(s):\n{report.format_table(table)}", pytrace=False)
+            whose = f"\n{report.format_origins(origins, k)}" if explain else ""
+            pytest.fail(f"{k} non-finite step(s):\n{report.format_table(table)}{whose}", pytrace=False)
         return table
 
     return run

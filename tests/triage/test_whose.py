@@ -1,0 +1,109 @@
+"""triage says whose the NaN is before it blames a compiler: the answer, --json and the report lead
+with each failing step's origin, and variants and pass bisection run only for a compiler's or a race's
+failure (on programs planted with each cause: tests/origin/programs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_harness.triage import whose
+from xla_harness.triage.where import SeedTrace
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "origin" / "programs"
+WHOSE = f"{PROGRAMS / 'whose.py'}:make"
+
+
+def _trace(stage: str, steps: int, bad: dict[int, dict | None], planted=()) -> SeedTrace:
+    t = SeedTrace(stage, "cfg", 1, "round-1", steps=steps)
+    t.bad = [(s, "loss", s in planted) for s in sorted(bad)]
+    t.origins = {s: o for s, o in bad.items() if o is not None}
+    return t
+
+
+def _input(leaf: str) -> dict:
+    return {"class": "input", "summary": f"non-finite input in your batch: {leaf}[2, 5] is NaN", "where": None,
+            "evidence": {"leaves": [{"leaf": leaf}]}}
+
+
+def test_the_lead_says_how_many_failed_and_whose_they_are():
+    t = _trace("train", 59, {3: _input("batch['weights']"), 11: _input("batch['weights']")})
+    assert whose.lead([t]) == ["2 of 59 train steps non-finite, both from your batch (batch['weights'][2, 5] is "
+                               "NaN) at steps 3 and 11"]
+    assert not whose.compiler_suspected([t])
+
+
+def test_mixed_origins_are_counted_and_a_compiler_failure_makes_it_a_suspect():
+    compiler = {"class": "compiler", "summary": "the compiler's", "where": None, "evidence": {}}
+    t = _trace("train", 100, {1: _input("batch['x']"), 5: compiler, 9: None, 12: None}, planted=(12,))
+    assert whose.counts([t]) == {"input": 1, "compiler": 1, "planted": 1, "unexplained": 1}
+    assert whose.compiler_suspected([t])
+    lead = whose.lead([t])[0]
+    assert lead.startswith("4 of 100 train steps non-finite, 1 from your batch")
+    assert "1 from the compiler" in lead and "1 planted by --inject" in lead and "1 not explained" in lead
+
+
+def test_a_frozen_seed_shares_its_explained_calls_origin():
+    t = _trace("frozen", 10, {0: _input("batch['x']"), 1: None, 2: None})
+    assert whose.counts([t]) == {"input": 3}
+
+
+def _triage(tmp_path: Path, *args: str) -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", *args, "--budget", "3", "--json",
+                           "--out", str(tmp_path / "t")], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def _steps(got: dict) -> list[tuple[str, int, str]]:
+    return [(w["stage"], s["step"], (s["origin"] or {}).get("class")) for w in got["where"]
+            for s in w["nonfinite_steps"]]
+
+
+@pytest.mark.slow
+def test_a_nan_in_the_batch_is_named_first_and_no_compiler_is_bisected(tmp_path):
+    code, got = _triage(tmp_path, "--program", WHOSE, "--program-option", "kind=batch-nan")
+    assert code == 1
+    assert ("train", 3, "input") in _steps(got) and ("train", 11, "input") in _steps(got)
+    assert got["answer"].startswith("On this cpu: 2 of 59 train steps non-finite, both from your batch "
+                                    "(batch['x'][2, 1] is NaN) at steps 3 and 11")
+    stages = got["triage"]["stages"]
+    assert stages["bisect"]["skipped"].startswith("not run: no failing step is the compiler's or a race's (2 input)")
+    assert stages["variants"]["skipped"] == stages["bisect"]["skipped"]
+    assert not (tmp_path / "t" / "stages" / "bisect" / "bisect").exists()
+    assert not (tmp_path / "t" / "repro.tar.gz").exists()
+    assert got["origins"]["counts"] == {"input": 2} and got["origins"]["compiler_suspected"] is False
+    report = (tmp_path / "t" / "report.md").read_text()
+    assert report.index("## Whose NaN") < report.index("## Where")
+    assert "| train | 1 | 3 | input | - | non-finite input in your batch: batch['x'][2, 1] is NaN |" in report
+
+
+@pytest.mark.slow
+def test_a_program_nan_names_the_line_in_the_sibling_module(tmp_path):
+    code, got = _triage(tmp_path, "--program", WHOSE, "--program-option", "kind=zero-over-zero")
+    assert code == 1
+    origins = [s["origin"] for w in got["where"] for s in w["nonfinite_steps"]]
+    assert {o["class"] for o in origins} == {"program"}
+    lines = (PROGRAMS / "whose_losses.py").read_text().splitlines()
+    line = next(i for i, t in enumerate(lines, 1) if t.endswith("# plant: zero-over-zero"))
+    assert {(o["where"]["file"], o["where"]["line"], o["where"]["primitive"]) for o in origins} == \
+        {(str(PROGRAMS / "whose_losses.py"), line, "div")}
+    assert "skipped" in got["triage"]["stages"]["bisect"]
+
+
+@pytest.mark.slow
+def test_a_compiler_fault_is_bisected(tmp_path):
+    code, got = _triage(tmp_path, "--program", f"{PROGRAMS / 'compiled_fault.py'}:make", "--explain-max", "1")
+    assert code == 1
+    classes = {s["origin"]["class"] for w in got["where"] for s in w["nonfinite_steps"] if s["origin"]}
+    assert classes == {"compiler"} and got["origins"]["compiler_suspected"] is True
+    stages = got["triage"]["stages"]
+    assert "skipped" not in stages["bisect"] and "Pass bisection: " in got["answer"]
+    assert got["triage"]["spec"]["explain_max"] == 1
