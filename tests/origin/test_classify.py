@@ -200,3 +200,21 @@ def test_an_origin_round_trips():
     o = explain(kind="log-zero")
     assert Origin.from_json(o.to_json()) == o
 
+
+
+def test_a_sharded_step_is_decided_on_the_host_with_the_same_jaxpr():
+    """Eight host devices (tests/conftest.py): the state and batch sharded over a mesh, the step jitted
+    with their shardings; its origin and line are the unsharded program's."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("d",))
+    program, (params, opt_state), batch = failing(WHOSE, kind="zero-over-zero")
+    rows = NamedSharding(mesh, P("d"))
+    batch = {k: jax.device_put(v, rows if v.ndim and v.shape[0] % 8 == 0 else NamedSharding(mesh, P()))
+             for k, v in batch.items()}
+    params = jax.device_put(params, NamedSharding(mesh, P()))
+    o = origin_of(program.step, (params, opt_state), batch, compiled_replay(program, params, opt_state, batch),
+                  user_folders=[str(PROGRAMS)])
+    assert len(batch["x"].sharding.device_set) == 8
+    assert o.cls == "program" and o.where["line"] == planted_line("whose_losses.py", "zero-over-zero")
