@@ -38,3 +38,13 @@ def test_stats_is_the_statistics_module():
 
 def test_all_names_exactly_the_lazy_exports():
     assert set(xla_harness.__all__) == {"__version__", *xla_harness._EXPORTS}
+
+
+def test_origin_of_says_whose_nan_it_is():
+    import jax.numpy as jnp
+
+    def step(params, opt_state, batch):
+        return params, opt_state, {"loss": jnp.sum(batch)}
+
+    o = xla_harness.origin_of(step, ({"w": jnp.ones(2)}, ()), jnp.array([1.0, jnp.nan]), replay=None)
+    assert isinstance(o, xla_harness.Origin) and o.cls == "input" and "batch[1] is NaN" in o.summary

@@ -11,6 +11,7 @@ Names load on first use, so ``import xla_harness`` costs no jax import::
     print(xh.format_table(table))
     findings, decisions, backend = xh.scan_text(open("module.txt").read())
     xh.stats.upper_bound(0, 80)                   # one-sided 95% bound on a failure rate
+    xh.origin_of(step, (params, opt_state), batch, replay=None).cls   # whose NaN: "input", "program", ...
 """
 
 from __future__ import annotations
@@ -37,17 +38,20 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "parse_hlo": ("xla_harness.hlo.parser", "parse_module"),
     "scan_text": ("xla_harness.hlo.scan", "scan_text"),
     "stats": ("xla_harness.stress.stats", None),
+    "origin_of": ("xla_harness.origin.classify", "origin_of"),
+    "Origin": ("xla_harness.origin.classify", "Origin"),
 }
 
 __all__ = [
     "__version__", "HarnessError", "TrainProgram", "step_from_loss", "load_program", "StressSpec", "run_matrix",
-    "load_table", "format_table", "read_results", "parse_hlo", "scan_text", "stats",
+    "load_table", "format_table", "read_results", "parse_hlo", "scan_text", "stats", "origin_of", "Origin",
 ]
 
 if TYPE_CHECKING:
     from xla_harness.errors import HarnessError
     from xla_harness.hlo.parser import parse_module as parse_hlo
     from xla_harness.hlo.scan import scan_text
+    from xla_harness.origin.classify import Origin, origin_of
     from xla_harness.programs.interface import TrainProgram, load_program, step_from_loss
     from xla_harness.stress import stats
     from xla_harness.stress.report import format_table, load_table
