@@ -355,15 +355,15 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
         return Origin("unknown", f"the step could not be evaluated op by op: {_describe(exc)}", None,
                       {"reason": "eager-failed", "error": _describe(exc), "replays": len(runs), "seconds": seconds})
     seconds["eager_float32"] = round(time.perf_counter() - t, 3)
-    replay_text = f"{len(runs)}/{len(runs)} replays non-finite and bit-identical" if runs else "not replayed"
+    replay_text = f"{len(runs)}/{len(runs)} replays non-finite, bit-identical" if runs else "not replayed"
     base = {"replays": len(runs), "nonfinite": len(runs), "equations": ev32.equations, "seconds": seconds}
     if ev32.finite:
         if not runs:
             return Origin("unknown", "eager float32 is finite, but the compiled step could not be replayed here "
                                      "to show it fails on every run (compiler or race cannot be told apart)", None,
                           {**base, "reason": "no-replay", "eager_float32": "finite"})
-        return Origin("compiler", f"the compiler's: the step evaluated op by op in float32 is finite, the compiled "
-                                  f"step non-finite on every replay ({replay_text})", None,
+        return Origin("compiler", f"the compiler's: every replay of the compiled step is non-finite ({replay_text}), "
+                                  "the step evaluated op by op in float32 is finite", None,
                       {**base, "eager_float32": "finite"})
     first = ev32.first
     if first is None:  # non-finite outputs with no birth among them: cannot happen with finite inputs
@@ -403,8 +403,8 @@ def _race_origin(runs: list[Replayed], seconds: dict) -> Origin | None:
         return None
     differ = _differing(runs)
     k = len(runs) - finite
-    text = (f"a race or other nondeterminism: replayed {len(runs)} times from the same state and batch, "
-            f"{k}/{len(runs)} replays non-finite")
+    text = (f"a race or other nondeterminism (it does not replay): from the same state and batch, {k}/{len(runs)} "
+            "replays non-finite")
     if differ:
         text += f"; outputs differ bitwise in {', '.join(differ[:3])}"
         text += f" and {len(differ) - 3} more" if len(differ) > 3 else ""
@@ -457,20 +457,23 @@ def _program_or_precision(ev32: Evaluation, ev64: Evaluation, first: Birth, base
     if ev64.finite:
         f64 = _at(ev64, first)
         evidence["float64_at_first"] = f64
-        should = f"; float64 gives {f64['value']} there" if f64 and f64.get("value") is not None else ""
-        return Origin("precision", f"float32's range: eager float32 is non-finite and float64 on the CPU is "
-                                   f"finite; first non-finite value made by {made} at {_where_text(where)}{should}"
-                                   + (f" ({fix})" if fix else ""), where, evidence)
-    trap = ""
+        value = f64.get("value") if f64 else None
+        should = f", where float64 gives {_value(value) if isinstance(value, float) else value}" \
+            if value is not None else ""
+        return Origin("precision", f"float32's range: {made} at {_where_text(where)}{should}"
+                                   + (f"; {fix}" if fix else "")
+                                   + f" (op by op: non-finite in float32, finite in float64 on the CPU; {replay_text})",
+                      where, evidence)
     if masked is not None and masked.masked_by is not None:
-        trap = f"; the jnp.where at {_where_text(evidence['where_select'])} masks it: {fix}"
-        confirmed = evidence.get("masking_rerun")
-        if confirmed == "finite":
-            trap += " (confirmed: finite with jax_zero_cotangent_masking on)"
-    elif fix:
-        trap = f" ({fix})"
-    return Origin("program", f"the program's own math ({replay_text}; eager float32 and float64 both non-finite): "
-                             f"first non-finite value made by {made} at {_where_text(where)}{trap}", where, evidence)
+        text = (f"your program's own math, a jnp.where gradient trap: the where at "
+                f"{_where_text(evidence['where_select'])} masks a branch whose derivative is {made} at "
+                f"{_where_text(where)}; {fix}")
+        if evidence.get("masking_rerun") == "finite":
+            text += " (confirmed: finite with jax_zero_cotangent_masking on)"
+    else:
+        text = f"your program's own math: {made} at {_where_text(where)}" + (f"; {fix}" if fix else "")
+    return Origin("program", text + f" (op by op: non-finite in float32 and in float64; {replay_text})", where,
+                  evidence)
 
 
 def _masking_rerun(masking: Callable[[], Any], step, args, should_stop) -> str:

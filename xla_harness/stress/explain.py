@@ -215,8 +215,8 @@ class Explainer:
         if not path.is_file():
             why = ("--commit step keeps no copy of the state before a failing step (the default --commit block does)"
                    if h.spec.commit == "step" else
-                   "the state before it was not kept (it ran in a block run step by step, or its new state was "
-                   "finite and nothing was rolled back)")
+                   "the state before it was not kept (kept only when the run that measured it had --explain, "
+                   "and only at a rollback: not in a block run step by step, nor when its new state was finite)")
             return Origin("unknown", f"not explained: {why}", None, {"reason": "no-state"})
         like = initial_state(h, f.seed)
         state = load_state(path, (like.params, like.opt_state))
