@@ -114,3 +114,25 @@ def test_captured_values_are_the_equation_operands_and_results():
     operands, results = ev.captured[path]
     np.testing.assert_allclose(operands[0], [100.0])
     assert np.isinf(results[0]).all()
+
+
+@jax.jit
+def _logged(x):
+    return jnp.log(x)  # mark: logged
+
+
+def _first_site(x):
+    return _logged(x)  # mark: first call
+
+
+def _second_site(x):
+    return _logged(x) * 2.0  # mark: second call
+
+
+def test_a_jitted_helper_traced_once_names_the_call_that_failed():
+    """jax reuses a jitted function's first trace: below the function's own frame, its equations carry
+    the first call's lines. The line named is the function's own, then the call that failed."""
+    assert _run(_first_site, jnp.array([1.0, 2.0])).finite  # traced, and cached, from here first
+    frames = _run(_second_site, jnp.array([1.0, 0.0])).first.site.frames
+    assert frames[0].line == _line_of(_logged.__wrapped__, "mark: logged")
+    assert frames[1].line == _line_of(_second_site, "mark: second call")

@@ -165,16 +165,15 @@ def locate(site: Site, user_folders: Sequence[str] = ()) -> dict:
     """``{"file", "line", "function", "primitive", "library"}`` of an equation: the innermost frame in
     the user's own files (under ``user_folders`` when given, else any frame outside installed
     packages and the harness), and where the equation itself lies in a library (optax, flax), that
-    library frame as ``library``. With no frame of the user's, the nearest frame outside the library
-    that made the equation (its caller: the harness's ``step_from_loss`` calling optax, say)."""
+    library frame as ``library``. With no frame of the user's, the nearest frame outside the package
+    that made the equation (its caller: the harness's ``step_from_loss`` calling optax, say), whatever
+    called the trace from further out."""
     folders = [os.path.realpath(f) for f in user_folders]
     frames = site.frames
     none = {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
     if not frames:
         return none
     user = next((f for f in frames if (_within(f.file, folders) if folders else not _library(f.file))), None)
-    if user is None and folders:
-        user = next((f for f in frames if not _library(f.file)), None)
     inner = frames[0]
     if user is not None:
         library = inner.to_json() if inner != user and _library(inner.file) else None

@@ -230,13 +230,39 @@ def _bind(eqn, invals: list) -> list:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
+def _jitted_name(eqn) -> str | None:
+    """The name of the function a ``jit``/``pjit``/``closed_call`` equation calls, else None."""
+    if eqn.primitive.name not in ("pjit", "jit", "closed_call", "core_call"):
+        return None
+    name = eqn.params.get("name")
+    return str(name) if name else None
+
+
+def _composed(inner: tuple[SourceLine, ...], outer: tuple[tuple[SourceLine, ...], str | None] | None
+              ) -> tuple[SourceLine, ...]:
+    """An equation's lines inside a body: jax traces a jitted function once per signature and reuses
+    that trace, so below the function's own frames its lines are those of the *first* call, wherever
+    it was. Kept: the frames up to the jitted function's own, then the lines of the call that entered
+    the body here; a body none of whose frames is the function's (jax's own helpers: ``jnp.where`` is
+    a jitted ``_where``) takes the entering call's lines alone. Outside a body, or in a body that is
+    not a jitted function's (``custom_jvp``, ``checkpoint``), the equation's own lines (the entering
+    call's where it has none)."""
+    if outer is None:
+        return inner
+    lines, name = outer
+    if name is None:
+        return inner or lines
+    own = next((i for i, f in enumerate(inner) if f.function == name or f.function.endswith("." + name)), None)
+    return lines if own is None else inner[:own + 1] + lines
+
+
 def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
          arg_ancestry: list[frozenset], arg_sites: list[Site | None],
-         outer: tuple[SourceLine, ...] = ()) -> tuple[list, list[frozenset], list]:
+         outer: tuple[tuple[SourceLine, ...], str | None] | None = None) -> tuple[list, list[frozenset], list]:
     """Evaluate ``jaxpr`` on ``args``; returns its outputs, their ancestries and, per output, the
-    (site, equation) that made it inside (None: an input or a literal passed through). An equation
-    whose trace recorded no frame of the user's (a body jax traced once and cached) takes ``outer``,
-    the lines of the call that entered the body."""
+    (site, equation) that made it inside (None: an input or a literal passed through). ``outer``: the
+    lines of the call that entered this body and the jitted function's name; each equation's lines
+    are composed with them (:func:`_composed`)."""
     from jax._src.core import Literal
 
     env: dict[Any, Any] = {}
@@ -262,14 +288,14 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
         if walk.should_stop():
             raise Stopped
         path = (*prefix, i)
-        site = Site(path, eqn.primitive.name, source_lines(eqn) or outer)
+        site = Site(path, eqn.primitive.name, _composed(source_lines(eqn), outer))
         invals = [read(v) for v in eqn.invars]
         in_anc = [frozenset() if isinstance(v, Literal) else anc.get(v, frozenset()) for v in eqn.invars]
         body = _body(eqn)
         inner: list = [None] * len(eqn.outvars)
         if body is not None:
             outs, out_anc, inner = _run(walk, body[0], body[1], invals, path, in_anc,
-                                        [site_of(v) for v in eqn.invars], site.frames)
+                                        [site_of(v) for v in eqn.invars], (site.frames, _jitted_name(eqn)))
         else:
             outs = _bind(eqn, invals)
             out_anc = _ancestry(walk, eqn, site, invals, in_anc, outs, [site_of(v) for v in eqn.invars],
