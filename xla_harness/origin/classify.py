@@ -43,6 +43,11 @@ SUSPECTS = frozenset({"race", "compiler"})  # the classes for which variants and
 DEFAULT_REPLAYS = 8
 CHECKED_AUX = ("loss", "grads", "updates")  # what the harness checks of a step's aux (besides the new state)
 SHOWN_LEAVES = 4
+# The bug classes known_class names, as a sentence puts them.
+KNOWN = {"where-gradient-trap": "a jnp.where gradient trap", "adaptive-optimizer-eps-0": "Adam/RMSProp eps=0 on a zero "
+         "gradient", "zero-over-zero": "0/0", "division-by-zero": "x/0", "log-of-zero": "log(0)",
+         "log-of-negative": "log of a negative value", "sqrt-of-negative": "sqrt of a negative value",
+         "rsqrt-of-zero": "1/sqrt(0)", "exp-overflow": "exp overflowing float32"}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ rule that decides whether the compiler is a suspect at all (variants and pass bi
 
 from __future__ import annotations
 
-from xla_harness.origin.classify import SUSPECTS
+from xla_harness.origin.classify import KNOWN, SUSPECTS
 from xla_harness.triage.where import SeedTrace
 
 # What each class says of a failing step, as the answer's first sentence puts it.
@@ -61,9 +61,10 @@ def _detail(cls: str, o: dict | None) -> str:
     where = o.get("where") or {}
     if cls in ("program", "precision") and where.get("file"):
         first = (o.get("evidence") or {}).get("first") or {}
-        made = f"{first.get('primitive', where.get('primitive'))} made {first.get('kind', 'a non-finite value')}"
+        kind = {"nan": "NaN", "inf": "inf", "-inf": "-inf"}.get(str(first.get("kind")), "a non-finite value")
+        made = f"{first.get('primitive', where.get('primitive'))} made {kind}"
         known = (o.get("evidence") or {}).get("known_class")
-        return f"{made} at {where['file']}:{where['line']}" + (f", {known}" if known else "")
+        return f"{made} at {where['file']}:{where['line']}" + (f": {KNOWN.get(known, known)}" if known else "")
     if cls == "race":
         ev = o.get("evidence") or {}
         return f"{ev.get('nonfinite', '?')}/{ev.get('replays', '?')} replays non-finite"
