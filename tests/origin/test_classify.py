@@ -16,7 +16,7 @@ import pytest
 
 from xla_harness.origin import classify
 from xla_harness.origin.classify import Origin, Replayed, origin_of
-from xla_harness.origin.eager import Site, SourceLine
+from xla_harness.origin.eager import Site, SourceLine, host
 from xla_harness.programs.interface import load_program
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -35,7 +35,7 @@ def compiled_replay(program, params, opt_state, batch):
 
     def replay() -> Replayed:
         out = compiled(params, opt_state, batch)
-        leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+        leaves = [host(x) for x in jax.tree_util.tree_leaves(out)]
         checked = classify.checked_outputs(out)
         finite = all(np.isfinite(a).all() for a, c in zip(leaves, checked, strict=True)
                      if c and np.issubdtype(a.dtype, np.inexact))

@@ -111,8 +111,9 @@ def test_a_fault_in_the_compiled_program_is_the_compilers(tmp_path):
 
 
 def test_a_nan_drawn_per_execution_is_a_race(tmp_path):
+    """The execution oracle, with a typed PRNG key in its state (kept, saved and replayed as a key)."""
     spec = StressSpec(program=f"{ROOT / 'tests' / 'oracle_program.py'}:make", seeds=(1,), steps=8,
-                      program_options=(("nan_execs", (5,)),))
+                      program_options=(("key_in_state", True), ("nan_execs", (5,))))
     run_matrix(spec, tmp_path, explain=ExplainSpec())
     got = _origins(tmp_path)
     assert len(got) == 1 and next(iter(got.values()))["class"] == "race"
@@ -143,13 +144,28 @@ def test_an_interrupt_while_explaining_keeps_the_records_and_resume_finishes(tmp
 def test_a_saved_state_round_trips_bfloat16_and_scalars(tmp_path):
     import jax.numpy as jnp
 
-    params = {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3), "c": jnp.asarray(3, jnp.int32)}
-    opt = optax.adam(1e-3).init(params)
+    params = {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3), "c": jnp.asarray(3, jnp.int32),
+              "k": jax.random.key(5)}
+    opt = optax.adam(1e-3).init({k: v for k, v in params.items() if k != "k"})
     explain_mod.save_state(tmp_path / "s.npz", params, opt)
     p2, o2 = load_state(tmp_path / "s.npz", (params, opt))
+    assert jax.random.key_impl(p2["k"]) == jax.random.key_impl(params["k"])
+    np.testing.assert_array_equal(jax.random.key_data(p2["k"]), jax.random.key_data(params["k"]))
     for a, b in zip(jax.tree_util.tree_leaves((p2, o2)), jax.tree_util.tree_leaves((params, opt)), strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(np.asarray(a, np.float64), np.asarray(b, np.float64))
+        if a.dtype != p2["k"].dtype:
+            np.testing.assert_array_equal(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def test_a_corrupt_kept_state_is_unknown_not_a_crash(tmp_path):
+    run_matrix(_spec("log-zero"), tmp_path, should_stop=lambda: (tmp_path / "origins").is_dir() and any(
+        (tmp_path / "origins").rglob("seed1-step11.npz")), explain=ExplainSpec())
+    for kept in (tmp_path / "origins").rglob("*.npz"):
+        kept.write_bytes(b"not an npz")
+    run_matrix(_spec("log-zero"), tmp_path, resume=True, explain=ExplainSpec())
+    got = _origins(tmp_path)
+    assert {o["class"] for o in got.values()} <= {"unknown", "program"}
+    assert any(o["class"] == "unknown" and "not a saved state" in o["summary"] for o in got.values())
 
 
 @pytest.mark.slow

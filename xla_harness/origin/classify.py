@@ -109,8 +109,10 @@ def nonfinite_leaves(tree, prefix: str) -> list[dict]:
     the first such element's index and kind, and how many there are."""
     found = []
     for path, x in _paths(tree):
+        if not eager.inexact(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype):
+            continue  # integers, booleans, typed PRNG keys: never non-finite
         a = np.asarray(x)
-        if not eager.inexact(a.dtype) or bool(np.isfinite(a).all()):
+        if bool(np.isfinite(a).all()):
             continue
         index, kind, count = eager._first_bad(a)
         found.append({"leaf": prefix + path, "index": list(index), "kind": kind, "count": count, "size": int(a.size)})
@@ -263,6 +265,8 @@ def _to_device(tree, dtype64: bool = False):
     import jax.numpy as jnp
 
     def put(x):
+        if eager.is_key_dtype(getattr(x, "dtype", None)):
+            return jax.device_put(x, jax.devices()[0] if not dtype64 else jax.devices("cpu")[0])
         a = np.asarray(x)
         if dtype64 and eager.inexact(a.dtype) and not np.iscomplexobj(a):
             a = a.astype(np.float64)

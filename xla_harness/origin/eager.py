@@ -129,9 +129,30 @@ class Evaluation:
 
 
 def inexact(dtype) -> bool:
+    """A floating or complex dtype (what can hold a NaN or an inf); never a typed PRNG key's."""
     import jax.numpy as jnp
 
-    return bool(jnp.issubdtype(dtype, jnp.inexact))
+    return not is_key_dtype(dtype) and bool(jnp.issubdtype(dtype, jnp.inexact))
+
+
+def is_key_dtype(dtype) -> bool:
+    """A typed PRNG key's dtype (``jax.random.key``): no numpy array holds one."""
+    import jax
+
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        return False
+
+
+def host(x) -> np.ndarray:
+    """``x`` on the host: a typed PRNG key array as its key data (the integers it holds)."""
+    import jax
+
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and is_key_dtype(dtype):
+        return np.asarray(jax.random.key_data(x))
+    return np.asarray(x)
 
 
 def source_lines(eqn) -> tuple[SourceLine, ...]:
@@ -157,10 +178,6 @@ def _json_float(x: float | None):
     if np.isinf(x):
         return "inf" if x > 0 else "-inf"
     return float(x)
-
-
-def _host(x) -> np.ndarray:
-    return np.asarray(x)
 
 
 def _first_bad(a: np.ndarray) -> tuple[tuple[int, ...], str, int]:
@@ -302,7 +319,7 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
                                 made)
         walk.order += 1
         if path in walk.capture:
-            walk.captured[path] = ([_host(x) for x in invals], [_host(x) for x in outs])
+            walk.captured[path] = ([host(x) for x in invals], [host(x) for x in outs])
         for v, x, a, m in zip(eqn.outvars, outs, out_anc, inner, strict=True):
             env[v], anc[v] = x, a
             made[v] = m if m is not None else (site, eqn)  # a body's output: the equation inside that made it
@@ -324,12 +341,12 @@ def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset
         if dtype is None or not inexact(dtype):
             result.append(frozenset())
             continue
-        a = _host(out)
+        a = host(out)
         if bool(np.isfinite(a).all()):
             result.append(frozenset())
             continue
         if hosts is None:
-            hosts = [_host(x) for x in invals]
+            hosts = [host(x) for x in invals]
         floats = [h for h in hosts if inexact(h.dtype)]
         operands_finite = all(bool(np.isfinite(h).all()) for h in floats)
         operands_nan = any(bool(np.isnan(h).any()) for h in floats)
@@ -402,7 +419,7 @@ def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Seq
                             [frozenset()] * len(args), [None] * len(args))
     if len(checked) != len(outs):
         raise ValueError(f"{len(checked)} output flags for {len(outs)} outputs")
-    hosts = [_host(x) for x in outs]
+    hosts = [host(x) for x in outs]
     nonfinite = [i for i, (h, c) in enumerate(zip(hosts, checked, strict=True))
                  if c and inexact(h.dtype) and not bool(np.isfinite(h).all())]
     ancestors = frozenset().union(*(out_anc[i] for i in nonfinite)) if nonfinite else frozenset()

@@ -29,7 +29,7 @@ import numpy as np
 
 from xla_harness.errors import HarnessError
 from xla_harness.origin.classify import DEFAULT_REPLAYS, Origin, Replayed, checked_outputs, masking_flag, origin_of
-from xla_harness.origin.eager import Stopped, inexact
+from xla_harness.origin.eager import Stopped, host, inexact, is_key_dtype
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.harness import BlockResult, Harnessed, initial_state
@@ -56,14 +56,15 @@ def state_path(out: Path, label: str, seed: int, step: int) -> Path:
 
 
 def save_state(path: Path, params, opt_state) -> None:
-    """``(params, opt_state)`` as raw bytes per leaf with dtype and shape (bfloat16 included),
-    written atomically."""
+    """``(params, opt_state)`` as raw bytes per leaf with dtype and shape (bfloat16 included; a typed
+    PRNG key as its key data and its implementation), written atomically."""
     leaves = jax.tree_util.tree_leaves((params, opt_state))
     arrays, meta = {}, []
     for i, x in enumerate(leaves):
-        a = np.array(jax.device_get(x), order="C")  # (ascontiguousarray would make a scalar 1-d)
+        impl = str(jax.random.key_impl(x)) if is_key_dtype(getattr(x, "dtype", None)) else None
+        a = np.array(host(jax.device_get(x)), order="C")  # (ascontiguousarray would make a scalar 1-d)
         arrays[f"leaf{i}"] = a.reshape(-1).view(np.uint8)
-        meta.append({"dtype": str(a.dtype), "shape": list(a.shape)})
+        meta.append({"dtype": str(a.dtype), "shape": list(a.shape), **({"key_impl": impl} if impl else {})})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
@@ -81,15 +82,20 @@ def load_state(path: Path, like) -> tuple:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            leaves = [np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(tuple(m["shape"]))
-                      for i, m in enumerate(meta)]
-    except (OSError, ValueError, KeyError) as exc:
+            leaves = [_leaf(np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(
+                tuple(m["shape"])), m.get("key_impl")) for i, m in enumerate(meta)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise HarnessError(f"{path}: not a saved state ({type(exc).__name__})") from None
     treedef = jax.tree_util.tree_structure(like)
     want = len(jax.tree_util.tree_leaves(like))
     if want != len(leaves):
         raise HarnessError(f"{path}: {len(leaves)} leaves, the state has {want}")
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _leaf(data: np.ndarray, key_impl: str | None):
+    """A saved leaf: the array, or the typed PRNG key its key data and implementation make."""
+    return data if key_impl is None else jax.random.wrap_key_data(jax.numpy.asarray(data), impl=key_impl)
 
 
 @dataclass
@@ -105,8 +111,9 @@ class Explainer:
     and the classification after each configuration's seeds have run."""
 
     def __init__(self, spec: ExplainSpec, out: Path, done: list[records.StepOrigin],
-                 recorded: list[records.Block] = (), log: Callable[[str], None] = lambda line: None) -> None:  # type: ignore[assignment]
-        self.spec, self.out, self.log = spec, Path(out), log
+                 recorded: list[records.Block] = (),  # type: ignore[assignment]
+                 log: Callable[[str], None] = lambda line: None, frozen: bool = False) -> None:
+        self.spec, self.out, self.log, self.frozen = spec, Path(out), log, frozen
         self.done = {(o.label, o.seed, o.step) for o in done}
         self.failures: dict[str, list[Failure]] = {}
         self.planted: dict[str, set[tuple[int, int]]] = {}
@@ -131,12 +138,12 @@ class Explainer:
         if all((f.seed, f.step) != (seed, step) for f in seen):
             seen.append(Failure(seed, step))
 
-    def chosen(self, label: str, frozen: bool = False) -> list[Failure]:
+    def chosen(self, label: str) -> list[Failure]:
         """The failing steps of ``label`` that get an origin: the first ``max_steps`` (by seed, then
-        step); ``frozen``: the first of each seed only (every call of a seed has the same inputs)."""
+        step); under the frozen protocol the first of each seed only (its calls have the same inputs)."""
         picked: list[Failure] = []
         for f in sorted(self.failures.get(label, []), key=lambda f: (f.seed, f.step)):
-            if frozen and any(p.seed == f.seed for p in picked):
+            if self.frozen and any(p.seed == f.seed for p in picked):
                 continue
             picked.append(f)
         return picked[:self.spec.max_steps]
@@ -168,13 +175,12 @@ class Explainer:
         """Classify the chosen failing steps of ``h``'s configuration that have no origin yet; each
         origin is appended (``append``: the run's results sink) as soon as it is decided."""
         made = []
-        frozen = h.spec.protocol == "frozen"
-        chosen = [f for f in self.chosen(h.label, frozen) if (h.label, f.seed, f.step) not in self.done]
+        chosen = [f for f in self.chosen(h.label) if (h.label, f.seed, f.step) not in self.done]
         for i, f in enumerate(chosen):
             if should_stop():
                 break
             self.log(f"explaining {h.label} seed {f.seed} step {f.step} ({i + 1} of {len(chosen)}): input, "
-                     f"{self.spec.replays} replays, op by op in float32 and float64")
+                     f"{self.spec.replays} replays, op by op in float32 and float64 (about two eager steps)")
             t = time.perf_counter()
             origin = self._origin(h, f, should_stop)
             if origin is None:
@@ -185,12 +191,17 @@ class Explainer:
             append(rec.to_json())
             self.done.add((h.label, f.seed, f.step))
             made.append(rec)
-            self.log(f"  step {f.step}: {origin.cls}: {origin.summary}")
+            self.log(f"  step {f.step}: {origin.cls} ({rec.seconds:.1f} s): {origin.summary}")
         return made
 
     def _origin(self, h: Harnessed, f: Failure, should_stop: Callable[[], bool]) -> Origin | None:
-        """The step's origin; None when a stop request came first (the step is left for --resume)."""
-        got = self._before(h, f)
+        """The step's origin; None when a stop request came first (the step is left for --resume). What
+        the user's ``init`` or ``batch`` raises making the step's inputs again, or a kept state that
+        cannot be read, is an ``unknown`` origin saying so (the measurement stands)."""
+        try:
+            got = self._before(h, f)
+        except HarnessError as exc:
+            return Origin("unknown", f"not explained: {exc}", None, {"reason": "inputs-failed", "error": str(exc)})
         if isinstance(got, Origin):
             return got
         state, batch = got
@@ -224,7 +235,19 @@ class Explainer:
 
 
 def _host(tree):
-    return jax.tree_util.tree_map(lambda x: np.asarray(jax.device_get(x)), tree)
+    """Host copies of ``tree``'s arrays; typed PRNG keys stay jax arrays (no numpy array holds one)."""
+    return jax.tree_util.tree_map(lambda x: x if is_key_dtype(getattr(x, "dtype", None))
+                                  else np.asarray(jax.device_get(x)), tree)
+
+
+def _fresh(tree):
+    """``tree`` with each typed PRNG key copied into a new buffer (host arrays are copied by device_put)."""
+    def copy(x):
+        if not is_key_dtype(getattr(x, "dtype", None)):
+            return x
+        return jax.random.wrap_key_data(jax.numpy.array(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+
+    return jax.tree_util.tree_map(copy, tree)
 
 
 def _program_folder(program: str) -> str | None:
@@ -248,11 +271,12 @@ def _replayer(h: Harnessed, state: tuple, seed: int, step: int) -> Callable[[], 
         shardings = None
 
     def replay() -> Replayed:
-        placed = jax.device_put(state, shardings) if shardings is not None else jax.device_put(state)
+        fresh = _fresh(state)  # the step may donate what it is given: every replay gets buffers of its own
+        placed = jax.device_put(fresh, shardings) if shardings is not None else jax.device_put(fresh)
         out = h.call_step(placed[0], placed[1], h.batch(seed, step))
         flat, _ = jax.tree_util.tree_flatten_with_path(out)
         checked = checked_outputs(out)
-        leaves = [np.asarray(jax.device_get(x)) for _, x in flat]
+        leaves = [host(jax.device_get(x)) for _, x in flat]
         finite = all(bool(np.isfinite(a).all()) for a, c in zip(leaves, checked, strict=True)
                      if c and inexact(a.dtype))
         return Replayed(finite, tuple(hashlib.sha1(a.tobytes()).hexdigest() for a in leaves),

@@ -54,6 +54,7 @@ def make(kind: str = "clean"):
         # keep: which rows count; none of them at a failing step (an empty selection, a zero)
         keep = jnp.where(fail, jnp.zeros((8,)), jnp.ones((8,)))
         shift = jnp.where(fail, 100.0, 0.0)  # exp(h + 100) overflows float32 (above 88.7), not float64
-        return {"x": x, "keep": keep, "shift": shift}
+        noise = jax.random.fold_in(jax.random.key(0), step)  # a typed PRNG key, as a dropout key travels
+        return {"x": x, "keep": keep, "shift": shift, "noise": noise}
 
     return TrainProgram(name=f"whose-{kind}", init=init, batch=batch, step=step_from_loss(LOSSES[kind], opt))
