@@ -218,3 +218,13 @@ def test_a_sharded_step_is_decided_on_the_host_with_the_same_jaxpr():
                   user_folders=[str(PROGRAMS)])
     assert len(batch["x"].sharding.device_set) == 8
     assert o.cls == "program" and o.where["line"] == planted_line("whose_losses.py", "zero-over-zero")
+
+
+def test_a_sqrt_at_zero_in_the_gradient_is_named_as_such():
+    def step(params, opt_state, b):
+        loss, g = jax.value_and_grad(lambda p: jnp.sum(jnp.sqrt(p["w"] * b)))(params)
+        return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), opt_state, {"loss": loss}
+
+    o = origin_of(step, ({"w": jnp.ones(3)}, ()), jnp.array([1.0, 0.0, 2.0]), None, replays=0)
+    assert o.cls == "program" and o.evidence["known_class"] == "sqrt-at-zero"
+    assert o.where["file"] == __file__ and o.where["primitive"] == "div"

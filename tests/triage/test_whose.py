@@ -86,15 +86,17 @@ def test_a_nan_in_the_batch_is_named_first_and_no_compiler_is_bisected(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_program_nan_names_the_line_in_the_sibling_module(tmp_path):
-    code, got = _triage(tmp_path, "--program", WHOSE, "--program-option", "kind=zero-over-zero")
+@pytest.mark.parametrize("kind,cls,primitive", [("zero-over-zero", "program", "div"),
+                                                ("overflow", "precision", "exp")])
+def test_a_program_or_precision_nan_names_the_line_in_the_sibling_module(tmp_path, kind, cls, primitive):
+    code, got = _triage(tmp_path, "--program", WHOSE, "--program-option", f"kind={kind}")
     assert code == 1
     origins = [s["origin"] for w in got["where"] for s in w["nonfinite_steps"]]
-    assert {o["class"] for o in origins} == {"program"}
+    assert {o["class"] for o in origins} == {cls}
     lines = (PROGRAMS / "whose_losses.py").read_text().splitlines()
-    line = next(i for i, t in enumerate(lines, 1) if t.endswith("# plant: zero-over-zero"))
+    line = next(i for i, t in enumerate(lines, 1) if t.endswith(f"# plant: {kind}"))
     assert {(o["where"]["file"], o["where"]["line"], o["where"]["primitive"]) for o in origins} == \
-        {(str(PROGRAMS / "whose_losses.py"), line, "div")}
+        {(str(PROGRAMS / "whose_losses.py"), line, primitive)}
     assert "skipped" in got["triage"]["stages"]["bisect"]
 
 

@@ -47,7 +47,8 @@ SHOWN_LEAVES = 4
 KNOWN = {"where-gradient-trap": "a jnp.where gradient trap", "adaptive-optimizer-eps-0": "Adam/RMSProp eps=0 on a zero "
          "gradient", "zero-over-zero": "0/0", "division-by-zero": "x/0", "log-of-zero": "log(0)",
          "log-of-negative": "log of a negative value", "sqrt-of-negative": "sqrt of a negative value",
-         "rsqrt-of-zero": "1/sqrt(0)", "exp-overflow": "exp overflowing float32"}
+         "rsqrt-of-zero": "1/sqrt(0)", "exp-overflow": "exp overflowing float32",
+         "sqrt-at-zero": "the derivative of sqrt at 0"}
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,10 @@ def known_class(first: Birth, where: dict, ev: Evaluation) -> tuple[str | None, 
                     "give the optimizer eps > 0")
         return "zero-over-zero", "0/0 (a mean over nothing, a norm of zero): guard the denominator"
     if prim == "div" and len(ops) == 2 and ops[1] == 0.0:
+        below = first.operands[1].producer
+        if below is not None and below.primitive in ("sqrt", "rsqrt"):  # jax's sqrt derivative: 0.5 / sqrt(x)
+            return ("sqrt-at-zero", "the derivative of sqrt at 0 is infinite: keep its argument away from 0 "
+                                    "(jnp.sqrt(x + eps)), or use a norm that is safe at 0")
         return "division-by-zero", "x/0: guard the denominator"
     if prim == "log" and ops and ops[0] is not None and ops[0] <= 0.0:
         return ("log-of-zero" if ops[0] == 0.0 else "log-of-negative",
