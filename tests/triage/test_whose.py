@@ -109,3 +109,36 @@ def test_a_compiler_fault_is_bisected(tmp_path):
     stages = got["triage"]["stages"]
     assert "skipped" not in stages["bisect"] and "Pass bisection: " in got["answer"]
     assert got["triage"]["spec"]["explain_max"] == 1
+
+
+EXITS = '''
+import os
+import jax, jax.numpy as jnp, optax
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+opt = optax.sgd(0.01)
+def init(key):
+    p = {"w": jax.random.normal(key, (4, 3))}
+    return p, opt.init(p)
+def batch(key, step):
+    if isinstance(step, int) and step == 0:
+        os._exit(0)  # the program ends its own process before its first step
+    return {"x": jax.random.normal(key, (8, 4))}
+def make():
+    return TrainProgram(name="exits", init=init, batch=batch,
+                        step=step_from_loss(lambda p, b: jnp.mean((b["x"] @ p["w"]) ** 2), opt))
+'''
+
+
+@pytest.mark.slow
+def test_a_round_that_records_no_step_is_said_not_a_crash(tmp_path):
+    (tmp_path / "exits.py").write_text(EXITS)
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", "--program", f"{tmp_path}/exits.py:make",
+                           "--budget", "1", "--out", str(tmp_path / "t")], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr  # measured: the compile only; the local questions unanswered
+    assert "internal" not in done.stderr and "Traceback" not in done.stderr
+    assert ("frozen: round 1 recorded no step: the program ended its own process (exit 0) before its first step "
+            "was recorded") in done.stdout
+    assert (tmp_path / "t" / "report.html").is_file()
+    state = json.loads((tmp_path / "t" / "triage.json").read_text())
+    assert state["stages"]["variants"]["skipped"].startswith("not run: no local stage recorded a step")

@@ -34,6 +34,7 @@ NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could f
                       "(the variants stage runs when one of them fails)")
 NOT_THE_COMPILER = ("not run: no failing step is the compiler's or a race's ({}), so no compiler pass or "
                     "workaround is a suspect (variants and pass bisection run only for those)")
+NOTHING_RAN = "not run: no local stage recorded a step, so there is no baseline to compare a variant with"
 EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
@@ -93,6 +94,7 @@ class Triage:
         self.running: tuple[Stage, float, float] | None = None  # the stage under way: (it, its start, its time before)
         self.commands: dict[str, list[str]] = {}
         self.per_step: float | None = None  # seconds a step of the local runs took (the shortest round's)
+        self.notes: dict[str, list[str]] = {}  # a stage's rounds that recorded nothing, and why
 
     # -- bookkeeping
 
@@ -251,6 +253,13 @@ class Triage:
                     break  # what the earlier rounds answered stands
                 return {"ok": False, "error": f"stress {' '.join(extra)} failed: "
                                               f"{self._child_error(stage, f'round-{r + 1}')}"}
+            recorded = report.load_table([folder]).rows
+            if not sum(row.n for row in recorded):  # the round ran and recorded no step: why, in words
+                why = _no_step(done.returncode, left, self._child_error(stage, f"round-{r + 1}"))
+                if rounds:
+                    self.notes.setdefault(stage.name, []).append(f"round {r + 1}: {why}")
+                    break  # what the earlier rounds answered stands
+                return {"ok": False, "error": f"{stage.name}: round {r + 1} recorded no step: {why}"}
             rounds.append(str(folder.relative_to(self.out)))
             table = report.load_table([self.out / f for f in rounds])
             done_steps = sum(row.n for row in table.rows)
@@ -262,10 +271,14 @@ class Triage:
         if not rounds:  # not a verdict: nothing ran (the budget was spent before this stage)
             return {"ok": False, "error": f"{stage.name}: no round ran within the budget "
                                           f"({max(0.0, budget):.0f} s were left for it; give a larger --budget)"}
-        return {"ok": True, "rounds": rounds, "answer": answer_now, "per_step_s": per_step}
+        notes = self.notes.pop(stage.name, [])
+        return {"ok": True, "rounds": rounds, "answer": answer_now, "per_step_s": per_step,
+                **({"notes": notes} if notes else {})}
 
     def rate_stage(self, stage: Stage, budget: float) -> dict:
         def judge(table):
+            if not table.rows:
+                return None
             row = table.rows[0]
             return plan_mod.rate_answer(row.k, row.n, self.spec.rate_of_interest, row.nondet)
 
@@ -352,7 +365,8 @@ class Triage:
         innocent = self._not_the_compiler(summaries, failing)
         for stage in self.stages:
             if stage.kind == "variants":
-                skipped = NOTHING_TO_COMPARE.format(" and ".join(measured)) if measured and not failing else innocent
+                skipped = (NOTHING_TO_COMPARE.format(" and ".join(measured)) if measured else NOTHING_RAN) \
+                    if not failing else innocent
                 if skipped and self._done(stage) is None:  # only a compiler's failing baseline can improve
                     self._progress(f"{stage.name}: {skipped}")
                     summaries[stage.name] = self._finish(stage, {"ok": True, "skipped": skipped}, 0.0)
@@ -467,6 +481,16 @@ def _triage_spec(path: Path) -> dict:
         raise HarnessError(f"{path}: not a triage's record (expected {{\"spec\": {{...}}, \"spent_s\": seconds}}); "
                            "choose another --out")
     return {"spec": data["spec"], "spent_s": float(spent)}
+
+
+def _no_step(returncode: int, seconds: float, said: str) -> str:
+    """Why a stress round recorded no step, from how its process ended."""
+    if returncode in (124, 143):
+        return (f"its first step did not finish within {max(seconds, 30.0):.0f} s (a step that hangs: a "
+                "collective, a host callback; the round was stopped)")
+    if returncode == 0:
+        return "the program ended its own process (exit 0) before its first step was recorded"
+    return f"the round ended with exit {returncode}: {said}"
 
 
 def _mmss(seconds: float) -> str:
