@@ -231,6 +231,22 @@ def _body(path: Path, lines: list[bytes], first_lineno: int) -> _Body:
     return body
 
 
+def _check_in_spec(path: Path, body: _Body, spec: dict) -> None:
+    """Every block and origin of a file agrees with its header's spec (its program, its labels, seeds
+    and steps), or HarnessError naming FILE:LINE: a run is never continued into a file that holds
+    another run's lines."""
+    for lineno, block in zip(body.lines, body.blocks, strict=True):
+        try:
+            records.check_block_in_spec(block, spec)
+        except records.RecordError as exc:
+            raise HarnessError(f"{path}:{lineno}: {exc}; it cannot be continued (choose another --out)") from None
+    for origin in body.origins:
+        try:
+            records.check_origin_in_spec(origin, spec)
+        except records.RecordError as exc:
+            raise HarnessError(f"{path}: {exc}; it cannot be continued (choose another --out)") from None
+
+
 def read_results(path: Path) -> Results:
     """Read and validate every line of a results file (report, merge, compare).
 
@@ -441,6 +457,7 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
         if diff:
             raise HarnessError(f"{path} was written by a different run ({diff}); use a new --out or the same options")
         body = _body(path, lines[1:], 2)
+        _check_in_spec(path, body, header.spec)  # every line agrees with the header before a byte is written
         if tail is not None and lines:
             last = _repair_tail(path, data, tail, len(lines) + 1)
             if last is not None:
