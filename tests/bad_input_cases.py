@@ -447,7 +447,17 @@ STRESS_FLAGS = {
     "variants-unknown": ["--variants", "baseline,bogus"], "variants-no-baseline": ["--variants", "barrier"],
     "variants-unknown-flag-set": ["--variants", "baseline,barrier+bogus"],
     "variants-other-backend": ["--variants", "baseline,tpu-no-fusion", "--steps", "1", *TINY_ARGS],
+    "block-over-rows": ["--block", "1025"], "block-far-over-rows": ["--block", "2000"],
+    "commit-step-frozen": ["--commit", "step", "--protocol", "frozen"],
+    "explain-max-zero": ["--explain", "--explain-max", "0"], "explain-replays-word": ["--explain-replays", "many"],
+    "explain-compile-only": ["--explain", "--compile-only"],
 }
+
+
+def _foreign_block() -> bytes:
+    """The first half of a run (steps 2-3 left to run), then a block another program wrote."""
+    other = {**block(2, 4), "program": "other.py:make", "label": "other.py:make", "config": {}}
+    return lines([header(), block(0, 2), other])
 
 
 def stress_cases() -> list[Case]:
@@ -472,6 +482,8 @@ def stress_cases() -> list[Case]:
         Case("stress-resume-other-options-valid-tail",
              ["stress", "--resume", "--quiet", "--out", "{tmp}/res", *RUN_ARGS, "--seeds", "2"],
              _files(res__stress__jsonl=GOOD.rstrip(b"\n"))),
+        Case("stress-resume-foreign-program-block", ["stress", "--resume", "--quiet", "--out", "{tmp}/res", *RUN_ARGS],
+             _files(res__stress__jsonl=_foreign_block())),
         Case("stress-resume-fifo-results", ["stress", "--resume", "--quiet", "--out", "{tmp}/res", *RUN_ARGS],
              _files(res__stress__jsonl=None)),
         Case("stress-plot-is-dir", ["stress", "--quiet", "--out", "{tmp}/o", "--plot", "{tmp}/d", "--steps", "0"],

@@ -46,3 +46,10 @@ def test_a_clean_file_resumes(tmp_path):
     spec, path, _ = _started(tmp_path)
     run_matrix(spec, tmp_path, resume=True)
     assert len(path.read_text().splitlines()) == 5  # the header and four blocks of two steps
+
+
+def test_the_clis_block_limit_is_the_rows_array():
+    from xla_harness.commands.stress import BLOCK_LIMIT
+    from xla_harness.stress.step_rows import ROWS
+
+    assert BLOCK_LIMIT == ROWS

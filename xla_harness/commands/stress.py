@@ -15,6 +15,7 @@ from xla_harness.stress.stopping import STOP_GRACE_S, StopFlag
 
 DEFAULT_MAX_STEPS = 3  # --explain-max (xla_harness.stress.explain.DEFAULT_MAX_STEPS)
 DEFAULT_REPLAYS = 8  # --explain-replays (xla_harness.origin.classify.DEFAULT_REPLAYS)
+BLOCK_LIMIT = 1024  # --commit block's largest block (xla_harness.stress.step_rows.ROWS)
 PROTOCOLS = ("train", "frozen")
 COMMITS = ("block", "step")
 DEFAULT_OUT = Path("out/stress")
@@ -182,6 +183,12 @@ def spec_from_args(args):
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
     if args.program == flags.BUILTIN and args.program_option:
         raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
+    if args.protocol == "frozen" and args.commit == "step":
+        raise HarnessError("--commit is for the train protocol (how a trajectory's steps are committed); the frozen "
+                           "protocol checks every call against the same inputs: drop --commit step")
+    if args.protocol == "train" and args.commit == "block" and args.block is not None and args.block > BLOCK_LIMIT:
+        raise HarnessError(f"--block must be at most {BLOCK_LIMIT} with --commit block (a block's rows live in one "
+                           f"array of {BLOCK_LIMIT} on the device), got {args.block}")
     return StressSpec(
         modes=args.modes, remats=args.remat, seeds=args.seeds, steps=args.steps, dtype=args.dtype,
         devices=args.devices or 1, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
