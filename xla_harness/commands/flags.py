@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
@@ -129,6 +132,26 @@ def folder(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; name a folder")
     return Path(text)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool) -> Iterator[None]:
+    """With ``--json``, whatever is written to stdout meanwhile (the user's program printing at import,
+    ``jax.debug.print`` in its step: file descriptor 1 itself, so C code too) goes to stderr, so that
+    stdout carries the JSON alone, printed after the block; restored however the block ends."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:

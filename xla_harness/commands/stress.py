@@ -344,8 +344,9 @@ def run(args) -> int:
             sys.stderr.flush()
 
     try:
-        path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar, results_name=name,
-                          explain=explain, log=log)
+        with flags.stdout_to_stderr(args.json):  # the program's own prints: stdout is the JSON's
+            path = run_matrix(spec, args.out, resume=args.resume, should_stop=stop, on_event=bar,
+                              results_name=name, explain=explain, log=log)
     finally:
         stop.restore()
         bar.close()

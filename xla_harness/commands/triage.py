@@ -135,7 +135,8 @@ def run(args) -> int:
     budget_s = budget_seconds(args.budget)
     for path in args.hlo:  # a missing, special, binary, empty or cut file: one error line, before anything runs
         parse_file(path)
-    check_program(args.program, args.program_option)
+    with flags.stdout_to_stderr(args.json):  # the program's own prints: stdout is the JSON's
+        check_program(args.program, args.program_option)
     spec = TriageSpec(program=args.program, options=list(args.program_option), targets=_targets(args.target),
                       hlo=[str(p) for p in args.hlo], budget_s=budget_s,
                       rate_of_interest=args.rate_of_interest, inject=args.inject if args.inject_rate else None,
@@ -147,8 +148,9 @@ def run(args) -> int:
             sys.stderr.flush()
 
     triage = Triage(spec, args.out, resume=args.resume, log=log)
-    state, _ = triage.run()
-    ans = write_report(args.out, state)
+    with flags.stdout_to_stderr(args.json):
+        state, _ = triage.run()
+        ans = write_report(args.out, state)
     if args.json:
         print(json.dumps(ans.to_json(state, args.out), indent=1, sort_keys=True))
     else:
