@@ -822,7 +822,9 @@ def parse_file(path: Path | str) -> HloModule:
     path = Path(path)
     try:
         if not path.is_file():
-            what = "a directory" if path.is_dir() else "not a regular file"
+            what = ("no such file" if not path.exists() and not path.is_symlink() else
+                    "a link to nothing" if not path.exists() else "a directory" if path.is_dir() else
+                    "not a regular file (a FIFO or a device)")
             raise HloParseError(f"{path}:1: cannot read: {what}")
         data = path.read_bytes()
     except OSError as exc:

@@ -613,7 +613,9 @@ def check_bundle(path: Path, python: str = sys.executable, timeout: float = REPR
     A user's program in program/ is code from the archive: it runs only with ``run_program``.
     The temporary folder goes on every way out, SIGTERM included."""
     if not path.is_file():
-        raise HarnessError(f"{path}: no such bundle")
+        what = ("a folder, not a bundle (a .tar.gz that `bundle --out` wrote)" if path.is_dir() else
+                "no such file" if not path.exists() else "not a regular file, not a bundle")
+        raise HarnessError(f"{path}: {what}")
     report = CheckReport()
     with sigterm_as_exit(), tempfile.TemporaryDirectory(prefix="xla-harness-check-") as tmp:
         root = safe_extract(path, Path(tmp), max_bytes=max_bytes)
