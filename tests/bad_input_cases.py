@@ -451,6 +451,7 @@ STRESS_FLAGS = {
     "commit-step-frozen": ["--commit", "step", "--protocol", "frozen"],
     "explain-max-zero": ["--explain", "--explain-max", "0"], "explain-replays-word": ["--explain-replays", "many"],
     "explain-compile-only": ["--explain", "--compile-only"],
+    "explain-multi-process": ["--explain", "--coordinator", "h:1", "--num-processes", "2", "--process-id", "0"],
 }
 
 

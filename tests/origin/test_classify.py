@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from xla_harness.origin import classify
-from xla_harness.origin.classify import Origin, Replayed, origin_of
+from xla_harness.origin.classify import Origin, Replayed, locate, origin_of
 from xla_harness.origin.eager import Site, SourceLine, host
 from xla_harness.programs.interface import load_program
 
@@ -132,14 +132,29 @@ def test_a_nan_drawn_per_execution_is_a_race_and_only_the_replays_show_it():
     assert skipped.cls != "race"
 
 
-def test_replays_that_differ_bitwise_are_a_race_even_when_all_fail():
+def test_replays_non_finite_in_other_places_are_a_race_even_when_all_fail():
     program, state, batch = failing(WHOSE, kind="zero-over-zero")
     runs = iter(range(100))
 
     def replay():
-        return Replayed(False, (str(next(runs) % 2),))
+        i = next(runs)
+        return Replayed(False, (str(i % 2),), nonfinite=f"mask {i % 2}")
 
     assert origin_of(program.step, state, batch, replay).cls == "race"
+
+
+def test_replays_that_differ_only_in_finite_bits_do_not_make_a_deterministic_nan_a_race():
+    """A GPU's atomic scatter-add changes the finite bits from replay to replay; a NaN in the same
+    places every time is still decided by the op-by-op evaluation."""
+    program, state, batch = failing(WHOSE, kind="zero-over-zero")
+    runs = iter(range(100))
+
+    def replay():
+        return Replayed(False, (str(next(runs)),), ("['w']",), nonfinite="the same places")
+
+    o = origin_of(program.step, state, batch, replay)
+    assert o.cls == "program" and o.evidence["finite_bits_differ"] == ["['w']"]
+    assert "non-finite in the same places" in o.summary
 
 
 def test_without_a_replay_a_finite_eager_step_is_unknown_not_the_compilers():
@@ -187,7 +202,8 @@ def test_jax_frames_are_not_the_users_line():
 @pytest.mark.parametrize("bad", [
     {"class": "maybe", "summary": "", "where": None, "evidence": {}},
     {"class": "input", "summary": 3, "where": None, "evidence": {}},
-    {"class": "program", "summary": "", "where": {"file": "a.py"}, "evidence": {}},
+    {"class": "program", "summary": "", "where": {"file": 3, "line": 1}, "evidence": {}},
+    {"class": "program", "summary": "", "where": {"file": "a.py", "line": True}, "evidence": {}},
     {"class": "input", "summary": "", "where": None, "evidence": []},
     ["input"],
 ])
@@ -228,3 +244,53 @@ def test_a_sqrt_at_zero_in_the_gradient_is_named_as_such():
     o = origin_of(step, ({"w": jnp.ones(3)}, ()), jnp.array([1.0, 0.0, 2.0]), None, replays=0)
     assert o.cls == "program" and o.evidence["known_class"] == "sqrt-at-zero"
     assert o.where["file"] == __file__ and o.where["primitive"] == "div"
+
+
+def _loss_step(loss):
+    def step(params, opt_state, b):
+        value, g = jax.value_and_grad(loss)(params, b)
+        return jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), opt_state, {"loss": value}
+
+    return step
+
+
+def test_a_non_finite_batch_leaf_the_failure_does_not_descend_from_is_not_the_input():
+    """An attention bias of -inf in the batch (absorbed by exp) and a log(0) in the loss: the program's."""
+    step = _loss_step(lambda p, b: jnp.sum(jnp.exp(b["bias"]) * p["w"]) + jnp.sum(jnp.log(p["w"] * b["x"])))
+    batch = {"bias": jnp.array([0.0, -jnp.inf]), "x": jnp.array([1.0, 0.0])}
+    o = origin_of(step, ({"w": jnp.ones(2)}, ()), batch, None, replays=0)
+    assert o.cls == "program" and o.where["primitive"] == "log"
+    assert o.evidence["nonfinite_inputs_not_used"][0]["leaf"] == "batch['bias']"
+    bad = {"bias": jnp.array([0.0, -jnp.inf]), "x": jnp.array([1.0, jnp.nan])}  # a NaN the loss does use
+    o = origin_of(step, ({"w": jnp.ones(2)}, ()), bad, None, replays=0)
+    assert o.cls == "input" and [x["leaf"] for x in o.evidence["leaves"]] == ["batch['x']"]
+
+
+def test_an_overflow_past_an_explicit_float32_cast_is_precision():
+    step = _loss_step(lambda p, b: jnp.log(jnp.sum(jnp.exp((p["w"] * b).astype(jnp.float32)))))
+    o = origin_of(step, ({"w": jnp.ones(2)}, ()), jnp.array([100.0, 1.0]), None, replays=0)
+    assert o.cls == "precision" and o.where["primitive"] == "exp"
+
+
+def test_a_weak_scalar_in_the_state_keeps_half_precision_arithmetic_half():
+    """A weak float32 scale (optax.inject_hyperparams stores one) times float16 parameters is float16
+    arithmetic: evaluated op by op with the weak type kept, it overflows float16 as the compiled step
+    does (precision); promoted to float32 it would not, and the verdict would be the compiler's."""
+    def step(params, opt_state, b):
+        new = {"w": params["w"] * opt_state["scale"] * b}
+        return new, opt_state, {"loss": jnp.mean(new["w"].astype(jnp.float32))}
+
+    params = {"w": jnp.full((2,), 100.0, jnp.float16)}
+    opt_state = {"scale": jnp.asarray(300.0)}
+    assert opt_state["scale"].weak_type
+    batch = jnp.array([10.0, 1.0], jnp.float16)
+    assert not np.isfinite(np.asarray(jax.jit(step)(params, opt_state, batch)[0]["w"])).all()
+    o = origin_of(step, (params, opt_state), batch, None, replays=0)
+    assert o.cls == "precision" and o.where["primitive"] == "mul"
+
+
+def test_a_library_inside_the_users_folder_is_still_a_library(tmp_path):
+    lib = tmp_path / ".venv" / "lib" / "python3.12" / "site-packages" / "optax" / "_src" / "transform.py"
+    site = Site((0,), "div", (SourceLine(str(lib), 300, "update"), SourceLine(str(tmp_path / "model.py"), 9, "step")))
+    where = locate(site, [str(tmp_path)])
+    assert (where["file"], where["line"]) == (str(tmp_path / "model.py"), 9) and where["library"]["line"] == 300

@@ -136,3 +136,40 @@ def test_a_jitted_helper_traced_once_names_the_call_that_failed():
     frames = _run(_second_site, jnp.array([1.0, 0.0])).first.site.frames
     assert frames[0].line == _line_of(_logged.__wrapped__, "mark: logged")
     assert frames[1].line == _line_of(_second_site, "mark: second call")
+
+
+def masked_overflow(x):
+    logits = jnp.where(jnp.array([True, False]), x * 100.0, -jnp.inf)  # a mask in one element
+    return jnp.sum(jnp.exp(logits))  # mark: masked exp
+
+
+def test_a_mask_in_one_element_does_not_hide_an_overflow_in_another():
+    """Births are decided element by element for elementwise equations: exp(100) = inf is born though
+    its operand holds the mask's -inf elsewhere (where exp gives a finite 0)."""
+    ev = _run(masked_overflow, jnp.array([1.0, 0.5]))
+    assert (ev.first.site.primitive, ev.first.kind, ev.first.index) == ("exp", "inf", (0,))
+    assert ev.first.site.frames[0].line == _line_of(masked_overflow, "mark: masked exp")
+
+
+def test_a_non_finite_argument_is_followed_to_what_it_makes():
+    def f(x, bias):
+        return jnp.sum(x * 2.0), jnp.sum(jnp.exp(bias))  # bias's -inf gives exp 0: absorbed
+
+    x, bias = jnp.array([1.0, jnp.nan]), jnp.array([0.0, -jnp.inf])
+    closed = jax.make_jaxpr(f)(x, bias)
+    ev = evaluate(closed, [x, bias], [True, True])
+    assert ev.nonfinite == [0] and ev.inputs == [0] and ev.births == []
+
+
+def test_float64_evaluation_widens_an_explicit_float32_cast():
+    from xla_harness.jaxcompat import enable_x64
+
+    def f(x):
+        return jnp.sum(jnp.exp(x.astype(jnp.float32) * 100.0))
+
+    with enable_x64():
+        x = jnp.array([1.0], jnp.float64)
+        closed = jax.make_jaxpr(f)(x)
+        assert not evaluate(closed, [x], [True]).finite  # as traced: exp in float32 overflows
+        ev = evaluate(closed, [x], [True], upcast=True)
+    assert ev.finite and ev.outputs[0].dtype == np.float64

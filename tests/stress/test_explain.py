@@ -82,7 +82,7 @@ def test_the_kept_state_is_a_plain_loops_state_before_the_step(tmp_path):
             params, opt_state = p, o
     label = _spec("zero-over-zero").label(_spec("zero-over-zero").configs()[0])
     for s in (3, 11):
-        kept = load_state(state_path(tmp_path, label, 1, s), before[s])
+        kept = load_state(state_path(tmp_path, label, 1, s), before[s]).arrays()
         for a, b in zip(jax.tree_util.tree_leaves(kept), jax.tree_util.tree_leaves(before[s]), strict=True):
             np.testing.assert_array_equal(a, np.asarray(b))
 
@@ -94,6 +94,12 @@ def test_explain_max_bounds_the_explained_steps_and_frozen_explains_one_per_seed
                explain=ExplainSpec())
     got = _origins(tmp_path / "frozen")
     assert sorted(got) == [(1, 0), (2, 0)] and {o["class"] for o in got.values()} == {"input"}
+
+
+def test_the_steps_explained_are_those_whose_state_was_kept_in_the_order_the_seeds_ran(tmp_path):
+    run_matrix(_spec("zero-over-zero", seeds=(3, 1)), tmp_path, explain=ExplainSpec(max_steps=1))
+    assert sorted(_origins(tmp_path)) == [(3, 3)]  # seed 3 ran first: its step 3 is the one kept
+    assert {o["class"] for o in _origins(tmp_path).values()} == {"program"}
 
 
 def test_planted_steps_are_not_classified(tmp_path):
@@ -145,11 +151,12 @@ def test_a_saved_state_round_trips_bfloat16_and_scalars(tmp_path):
     import jax.numpy as jnp
 
     params = {"w": jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3), "c": jnp.asarray(3, jnp.int32),
-              "k": jax.random.key(5)}
+              "k": jax.random.key(5), "weak": jnp.asarray(2.0)}
     opt = optax.adam(1e-3).init({k: v for k, v in params.items() if k != "k"})
     explain_mod.save_state(tmp_path / "s.npz", params, opt)
-    p2, o2 = load_state(tmp_path / "s.npz", (params, opt))
+    p2, o2 = load_state(tmp_path / "s.npz", (params, opt)).arrays()
     assert jax.random.key_impl(p2["k"]) == jax.random.key_impl(params["k"])
+    assert p2["weak"].weak_type and not p2["w"].weak_type  # a weak scalar stays weak
     np.testing.assert_array_equal(jax.random.key_data(p2["k"]), jax.random.key_data(params["k"]))
     for a, b in zip(jax.tree_util.tree_leaves((p2, o2)), jax.tree_util.tree_leaves((params, opt)), strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape

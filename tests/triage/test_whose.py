@@ -36,7 +36,17 @@ def test_the_lead_says_how_many_failed_and_whose_they_are():
     t = _trace("train", 59, {3: _input("batch['weights']"), 11: _input("batch['weights']")})
     assert whose.lead([t]) == ["2 of 59 train steps non-finite, both from your batch (batch['weights'][2, 5] is "
                                "NaN) at steps 3 and 11"]
-    assert not whose.compiler_suspected([t])
+    assert not whose.compiler_suspected([t]) and whose.compiler_cleared([t])
+
+
+def test_an_undecided_step_keeps_the_compiler_a_suspect():
+    unknown = {"class": "unknown", "summary": "the step could not be evaluated op by op", "where": None,
+               "evidence": {}}
+    t = _trace("train", 59, {3: _input("batch['x']"), 11: unknown})
+    assert not whose.compiler_cleared([t]) and whose.compiler_suspected([t])
+    planted_only = _trace("train", 59, {3: None}, planted=(3,))
+    assert not whose.compiler_cleared([planted_only]) and whose.compiler_suspected([planted_only])
+    assert not whose.compiler_suspected([_trace("train", 59, {})])
 
 
 def test_mixed_origins_are_counted_and_a_compiler_failure_makes_it_a_suspect():
@@ -75,7 +85,8 @@ def test_a_nan_in_the_batch_is_named_first_and_no_compiler_is_bisected(tmp_path)
     assert got["answer"].startswith("On this cpu: 2 of 59 train steps non-finite, both from your batch "
                                     "(batch['x'][2, 1] is NaN) at steps 3 and 11")
     stages = got["triage"]["stages"]
-    assert stages["bisect"]["skipped"].startswith("not run: no failing step is the compiler's or a race's (2 input)")
+    assert stages["bisect"]["skipped"].startswith("not run: every explained failing step is your input's, your "
+                                                  "program's or float32's (2 input)")
     assert stages["variants"]["skipped"] == stages["bisect"]["skipped"]
     assert not (tmp_path / "t" / "stages" / "bisect" / "bisect").exists()
     assert not (tmp_path / "t" / "repro.tar.gz").exists()

@@ -315,6 +315,9 @@ def run(args) -> int:
     args.devices = args.devices or 1
     args.out = args.out or DEFAULT_OUT
     nproc = args.num_processes or 1
+    if args.explain and (nproc > 1 or args.distributed or args.coordinator):
+        raise HarnessError("--explain runs in one process (its replays and op-by-op evaluation are this process's "
+                           "alone); explain a multi-process run's failures by running one of its processes alone")
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
     ensure_host_devices(args.devices // nproc)

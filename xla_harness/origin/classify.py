@@ -78,9 +78,11 @@ class Origin:
             raise ValueError(f"origin class {str(kind)[:30]!r} is not one of {', '.join(CLASSES)}")
         if not isinstance(summary, str):
             raise ValueError("an origin's summary is a string")
-        if where is not None and not (isinstance(where, dict) and isinstance(where.get("file"), str)
-                                      and isinstance(where.get("line"), int) and not isinstance(where["line"], bool)):
-            raise ValueError("an origin's where is null or {\"file\": ..., \"line\": ...}")
+        if where is not None and not (isinstance(where, dict) and isinstance(where.get("file"), str | None)
+                                      and isinstance(where.get("line"), int | None)
+                                      and not isinstance(where.get("line"), bool)):
+            raise ValueError("an origin's where is null or {\"file\": ..., \"line\": ...} (each may be null: no "
+                             "source line recorded)")
         if not isinstance(evidence, dict):
             raise ValueError("an origin's evidence is a JSON object")
         return cls(kind, summary, where, evidence)
@@ -94,6 +96,23 @@ class Replayed:
     finite: bool
     digests: tuple[str, ...]
     names: tuple[str, ...] = ()  # the output leaves' paths, for naming the ones that differ
+    nonfinite: str = ""  # a digest of where the checked outputs are not finite ("": nowhere)
+
+
+def replayed(leaves: Sequence[np.ndarray], checked: Sequence[bool], names: Sequence[str] = ()) -> Replayed:
+    """What one replay gave, from its output leaves on the host (a typed key as its key data) and which
+    of them the harness checks."""
+    import hashlib
+
+    finite, where = True, hashlib.sha1()
+    for i, (a, c) in enumerate(zip(leaves, checked, strict=True)):
+        if c and eager.inexact(a.dtype):
+            bad = ~np.isfinite(a)
+            if bad.any():
+                finite = False
+                where.update(str(i).encode() + np.packbits(bad.reshape(-1)).tobytes())
+    return Replayed(finite, tuple(hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest() for a in leaves),
+                    tuple(names), "" if finite else where.hexdigest())
 
 
 # ----------------------------------------------------------------------------- leaves
@@ -181,7 +200,7 @@ def locate(site: Site, user_folders: Sequence[str] = ()) -> dict:
     none = {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
     if not frames:
         return none
-    user = next((f for f in frames if (_within(f.file, folders) if folders else not _library(f.file))), None)
+    user = next((f for f in frames if not _library(f.file) and (not folders or _within(f.file, folders))), None)
     inner = frames[0]
     if user is not None:
         library = inner.to_json() if inner != user and _library(inner.file) else None
@@ -266,18 +285,33 @@ def _trace(step: Callable, args: tuple):
 
 
 def _to_device(tree, dtype64: bool = False):
+    """Each leaf on one device (the default one; the CPU for float64), its weak type kept (a weak
+    float32 scalar times a float16 array is float16 arithmetic: promoting it would change the program);
+    with ``dtype64`` every floating leaf in float64, weak where it was."""
     import jax
     import jax.numpy as jnp
 
+    device = jax.devices("cpu")[0] if dtype64 else jax.devices()[0]
+
     def put(x):
         if eager.is_key_dtype(getattr(x, "dtype", None)):
-            return jax.device_put(x, jax.devices()[0] if not dtype64 else jax.devices("cpu")[0])
-        a = np.asarray(x)
-        if dtype64 and eager.inexact(a.dtype) and not np.iscomplexobj(a):
-            a = a.astype(np.float64)
-        return jnp.asarray(a)
+            return jax.device_put(x, device)
+        x = jax.device_put(x if isinstance(x, jax.Array) else jnp.asarray(np.asarray(x)), device)
+        if dtype64 and eager.inexact(x.dtype) and not jnp.iscomplexobj(x):
+            x = _cast(x, np.dtype(np.float64))
+        return x
 
     return jax.tree_util.tree_map(put, tree)
+
+
+def _cast(x, dtype):
+    """``x`` as ``dtype``, its weak type kept."""
+    try:
+        from jax._src.lax import lax as lax_internal
+
+        return lax_internal._convert_element_type(x, dtype, weak_type=bool(getattr(x, "weak_type", False)))
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - a jax without the internal name
+        return x.astype(dtype)
 
 
 def eager_float32(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]] = (),
@@ -293,7 +327,8 @@ def eager_float32(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]
 def eager_float64(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]] = (),
                   should_stop: Callable[[], bool] = lambda: False) -> Evaluation:
     """The step traced again with every floating leaf in float64 and evaluated op by op on the CPU
-    (TPUs have no float64; on a GPU the host holds it too)."""
+    (TPUs have no float64; on a GPU the host holds it too), every floating value in float64: an
+    explicit ``.astype(jnp.float32)`` in the step, its constants and literals included."""
     import jax
 
     from xla_harness.jaxcompat import enable_x64
@@ -301,7 +336,7 @@ def eager_float64(step: Callable, args: tuple, capture: Sequence[tuple[int, ...]
     with enable_x64(), jax.default_device(jax.devices("cpu")[0]):
         dev = _to_device(args, dtype64=True)
         closed, checked = _trace(step, dev)
-        return eager.evaluate(closed, jax.tree_util.tree_leaves(dev), checked, capture, should_stop)
+        return eager.evaluate(closed, jax.tree_util.tree_leaves(dev), checked, capture, should_stop, upcast=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -349,27 +384,31 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
     masking on (a patched jax), used to confirm a where-gradient trap. ``should_stop`` is polled
     between replays and equations: :class:`~xla_harness.origin.eager.Stopped` when it says stop."""
     params, opt_state = state_before
+    args = (params, opt_state, batch)
     seconds: dict[str, float] = {}
-    found = _input_origin(batch, params, opt_state)
-    if found is not None:
-        return found
+    bad = nonfinite_leaves(batch, "batch") + nonfinite_leaves(params, "params") + \
+        nonfinite_leaves(opt_state, "opt_state")
+    ev32: Evaluation | None = None
+    notes: dict[str, Any] = {}
+    if bad:  # a non-finite input: it is the origin if what failed descends from it
+        found = _input_origin(step, args, bad, seconds, should_stop)
+        if isinstance(found, Origin):
+            return found
+        ev32, notes["nonfinite_inputs_not_used"] = found, bad
     replayed = _replays(replay, replays, should_stop, seconds)
     if isinstance(replayed, Origin):
         return replayed
     runs = replayed
-    # 3. the program, op by op, float32
-    args = (params, opt_state, batch)
-    t = time.perf_counter()
-    try:
-        ev32 = eager_float32(step, args, should_stop=should_stop)
-    except (KeyboardInterrupt, Stopped):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a custom kernel, a primitive without an eager rule
-        return Origin("unknown", f"the step could not be evaluated op by op: {_describe(exc)}", None,
-                      {"reason": "eager-failed", "error": _describe(exc), "replays": len(runs), "seconds": seconds})
-    seconds["eager_float32"] = round(time.perf_counter() - t, 3)
-    replay_text = f"{len(runs)}/{len(runs)} replays non-finite, bit-identical" if runs else "not replayed"
-    base = {"replays": len(runs), "nonfinite": len(runs), "equations": ev32.equations, "seconds": seconds}
+    if len({r.digests for r in runs}) > 1:  # non-finite in the same places: the finite bits differ
+        notes["finite_bits_differ"] = _differing(runs)
+    if ev32 is None:
+        got = _eager32(step, args, should_stop, seconds, {"replays": len(runs), **notes})
+        if isinstance(got, Origin):
+            return got
+        ev32 = got
+    identical = "bit-identical" if "finite_bits_differ" not in notes else "non-finite in the same places"
+    replay_text = f"{len(runs)}/{len(runs)} replays non-finite, {identical}" if runs else "not replayed"
+    base = {"replays": len(runs), "nonfinite": len(runs), "equations": ev32.equations, "seconds": seconds, **notes}
     if ev32.finite:
         if not runs:
             return Origin("unknown", "eager float32 is finite, but the compiled step could not be replayed here "
@@ -382,7 +421,6 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
     if first is None:  # non-finite outputs with no birth among them: cannot happen with finite inputs
         return Origin("unknown", "eager float32 is non-finite but no equation could be named", None,
                       {**base, "reason": "no-birth"})
-    # 4. float64 on the CPU: program or precision
     t = time.perf_counter()
     try:
         ev64 = eager_float64(step, args, capture=[first.site.path], should_stop=should_stop)
@@ -396,23 +434,61 @@ def origin_of(step: Callable, state_before: tuple, batch, replay: Callable[[], R
                                  should_stop)
 
 
-def _input_origin(batch, params, opt_state) -> Origin | None:
-    """``input`` when the batch or the state before the step holds a non-finite value."""
-    bad = nonfinite_leaves(batch, "batch") + nonfinite_leaves(params, "params") + \
-        nonfinite_leaves(opt_state, "opt_state")
-    if not bad:
-        return None
+def _eager32(step: Callable, args: tuple, should_stop: Callable[[], bool], seconds: dict,
+             evidence: dict) -> Evaluation | Origin:
+    """The step op by op in float32, or the ``unknown`` origin saying why it could not be."""
+    t = time.perf_counter()
+    try:
+        ev = eager_float32(step, args, should_stop=should_stop)
+    except (KeyboardInterrupt, Stopped):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a custom kernel, a primitive without an eager rule
+        return Origin("unknown", f"the step could not be evaluated op by op: {_describe(exc)}", None,
+                      {"reason": "eager-failed", "error": _describe(exc), "seconds": seconds, **evidence})
+    seconds["eager_float32"] = round(time.perf_counter() - t, 3)
+    return ev
+
+
+def _input_origin(step: Callable, args: tuple, bad: list[dict], seconds: dict,
+                  should_stop: Callable[[], bool]) -> Origin | Evaluation:
+    """``input`` when the step's non-finite outputs descend from a non-finite input (the op-by-op
+    float32 evaluation follows it; an input the step masks or never uses is not the origin: the
+    evaluation is returned for the decision to go on), or when the step cannot be evaluated op by op
+    to say (then the input is all that is known, and the origin says so)."""
+    t = time.perf_counter()
+    try:
+        ev = eager_float32(step, args, should_stop=should_stop)
+    except (KeyboardInterrupt, Stopped):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a custom kernel: the input is the origin, unconfirmed
+        ev, why = None, _describe(exc)
+    seconds["eager_float32"] = round(time.perf_counter() - t, 3)
+    if ev is not None:
+        names = [p for p, _ in _paths(args)]
+        prefixes = ("params", "opt_state", "batch")
+        used = {prefixes[int(n[1])] + n[n.index("]") + 1:] for n in (names[i] for i in ev.inputs)}
+        shown_bad = [b for b in bad if b["leaf"] in used]
+        if not shown_bad:
+            return ev
+        bad = shown_bad
     what = "your batch" if bad[0]["leaf"].startswith("batch") else "the state before the step"
     shown = "; ".join(_element_text(b) for b in bad[:SHOWN_LEAVES])
     more = f" (and {len(bad) - SHOWN_LEAVES} more leaves)" if len(bad) > SHOWN_LEAVES else ""
-    return Origin("input", f"non-finite input in {what}: {shown}{more}", None, {"leaves": bad, "replayed": 0})
+    evidence: dict[str, Any] = {"leaves": bad, "replayed": 0, "seconds": seconds,
+                                "descends": ev is not None}
+    if ev is None:
+        evidence["error"] = why
+    tail = "" if ev is not None else f" (not followed op by op: {why})"
+    return Origin("input", f"non-finite input in {what}: {shown}{more}{tail}", None, evidence)
 
 
 def _race_origin(runs: list[Replayed], seconds: dict) -> Origin | None:
-    """``race`` when some replay is finite or the replays differ bitwise."""
+    """``race`` when some replay is finite, or the replays are non-finite in different places. Replays
+    that differ only in their finite bits (a GPU's atomic scatter-add and reductions) do not make a
+    deterministic NaN a race: they are recorded (``finite_bits_differ``) and the decision goes on."""
     finite = sum(r.finite for r in runs)
     distinct = len({r.digests for r in runs})
-    if not finite and distinct <= 1:
+    if not finite and len({r.nonfinite for r in runs}) <= 1:
         return None
     differ = _differing(runs)
     k = len(runs) - finite

@@ -113,6 +113,7 @@ class Evaluation:
     births: list[Birth]  # the births the non-finite checked outputs descend from, in evaluation order
     captured: dict[tuple[int, ...], tuple[list, list]] = field(default_factory=dict)  # path -> (operands, results)
     equations: int = 0  # equations evaluated (entered bodies counted equation by equation)
+    inputs: list[int] = field(default_factory=list)  # the non-finite arguments the non-finite outputs descend from
 
     @property
     def finite(self) -> bool:
@@ -218,6 +219,41 @@ class _Walk:
     births: dict[int, Birth] = field(default_factory=dict)
     captured: dict[tuple[int, ...], tuple[list, list]] = field(default_factory=dict)
     should_stop: Callable[[], bool] = lambda: False
+    upcast: bool = False  # every floating value in float64 (the float64 evaluation)
+
+
+def _wide(x, upcast: bool):
+    """With ``upcast``, a floating value narrower than float64 (a literal, a constant, a result an
+    explicit float32 cast or a bitcast made) as float64, its weak type kept; else ``x``."""
+    if not upcast:
+        return x
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    if not inexact(dtype) or np.dtype(dtype).kind == "c" or np.dtype(dtype).itemsize >= 8:
+        return x
+    import jax.numpy as jnp
+
+    if not hasattr(x, "weak_type"):  # a literal's Python or numpy number
+        return np.float64(x) if np.ndim(x) == 0 else np.asarray(x, np.float64)
+    try:
+        from jax._src.lax import lax as lax_internal
+
+        return lax_internal._convert_element_type(x, np.dtype(np.float64), weak_type=bool(x.weak_type))
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover
+        return jnp.asarray(x, jnp.float64)
+
+
+WIDENED_PARAMS = ("new_dtype", "preferred_element_type")  # a float32 target of these becomes float64
+
+
+def _widened(params: dict) -> dict:
+    out = dict(params)
+    for key in WIDENED_PARAMS:
+        dtype = out.get(key)
+        if dtype is not None and inexact(dtype) and np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 8:
+            out[key] = np.dtype(np.float64)
+    return out
 
 
 def _body(eqn):
@@ -235,16 +271,44 @@ def _body(eqn):
     return jaxpr, consts
 
 
-def _bind(eqn, invals: list) -> list:
+def _bind(eqn, invals: list, upcast: bool = False) -> list:
+    """``eqn``'s primitive bound eagerly on ``invals``. With ``upcast`` (the float64 evaluation) its
+    float32 targets are float64 and so are its results; an equation whose body is typed (a loop, a
+    conditional: jax checks their operands against it) that refuses float64 operands gets them at the
+    types it was traced with, as it would have in the float64 trace."""
     got = eqn.primitive.get_bind_params(eqn.params)  # jax >= 0.12: the params; before: (subfuns, params)
     subfuns, params = (got if isinstance(got, tuple) else ([], got))
+    if upcast and eqn.primitive.name != "bitcast_convert_type":  # a bitcast keeps its bits' type
+        params = _widened(params)
     ctx = getattr(getattr(eqn, "ctx", None), "manager", None)
-    if ctx is not None:
-        with ctx:
-            out = eqn.primitive.bind(*subfuns, *invals, **params)
-    else:
-        out = eqn.primitive.bind(*subfuns, *invals, **params)
-    return list(out) if eqn.primitive.multiple_results else [out]
+
+    def bind(values):
+        if ctx is not None:
+            with ctx:
+                return eqn.primitive.bind(*subfuns, *values, **params)
+        return eqn.primitive.bind(*subfuns, *values, **params)
+
+    try:
+        out = bind(invals)
+    except (TypeError, ValueError):
+        if not upcast:
+            raise
+        out = bind([_as_traced(x, v) for x, v in zip(invals, eqn.invars, strict=True)])
+    outs = list(out) if eqn.primitive.multiple_results else [out]
+    return [_wide(x, upcast) for x in outs]
+
+
+def _as_traced(x, var):
+    """``x`` at the dtype ``var`` was traced with (float64 narrowed back where the trace said float32)."""
+    dtype = getattr(getattr(var, "aval", None), "dtype", None)
+    if dtype is None or getattr(x, "dtype", dtype) == dtype or not inexact(dtype):
+        return x
+    try:
+        from jax._src.lax import lax as lax_internal
+
+        return lax_internal._convert_element_type(x, dtype, weak_type=bool(getattr(x, "weak_type", False)))
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover
+        return x.astype(dtype)
 
 
 def _jitted_name(eqn) -> str | None:
@@ -287,12 +351,12 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
     made: dict[Any, tuple[Site, Any]] = {}  # var -> (site, eqn) of the equation that made it
     entry_sites: dict[Any, Site | None] = {}
     for v, x in zip(jaxpr.constvars, consts, strict=True):
-        env[v] = x
+        env[v] = _wide(x, walk.upcast)
     for v, x, a, s in zip(jaxpr.invars, args, arg_ancestry, arg_sites, strict=True):
         env[v], anc[v], entry_sites[v] = x, a, s
 
     def read(v):
-        return v.val if isinstance(v, Literal) else env[v]
+        return _wide(v.val, walk.upcast) if isinstance(v, Literal) else env[v]
 
     def site_of(v) -> Site | None:
         if isinstance(v, Literal):
@@ -314,7 +378,7 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
             outs, out_anc, inner = _run(walk, body[0], body[1], invals, path, in_anc,
                                         [site_of(v) for v in eqn.invars], (site.frames, _jitted_name(eqn)))
         else:
-            outs = _bind(eqn, invals)
+            outs = _bind(eqn, invals, walk.upcast)
             out_anc = _ancestry(walk, eqn, site, invals, in_anc, outs, [site_of(v) for v in eqn.invars],
                                 made)
         walk.order += 1
@@ -328,10 +392,23 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
     return out_vals, out_anc, [None if isinstance(v, Literal) else made.get(v) for v in jaxpr.outvars]
 
 
+def _elementwise(hosts: list[np.ndarray], shape: tuple[int, ...]) -> bool:
+    """Every operand either a scalar or of the output's shape: element i of the output is made of
+    element i of each operand (the elementwise primitives; a select, a comparison)."""
+    return all(h.ndim == 0 or h.shape == shape for h in hosts)
+
+
+def _at_each(h: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(h, shape) if h.ndim == 0 else h
+
+
 def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset], outs: list,
               in_sites: list[Site | None], made: dict) -> list[frozenset]:
     """Each output's births: none where it is finite; its non-finite operands' where it descends from
-    them; itself where it is a birth (non-finite from finite operands, a NaN from NaN-free ones)."""
+    them; itself where it is a birth (non-finite from finite operands, a NaN from NaN-free ones).
+    For an elementwise equation both are decided element by element (a ``-inf`` a mask put in one
+    element neither hides an overflow in another nor is inherited by a finite result), for any
+    other from the whole operands."""
     from jax._src.core import Literal
 
     hosts = None
@@ -342,31 +419,42 @@ def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset
             result.append(frozenset())
             continue
         a = host(out)
-        if bool(np.isfinite(a).all()):
+        bad = ~np.isfinite(a)
+        if not bad.any():
             result.append(frozenset())
             continue
         if hosts is None:
             hosts = [host(x) for x in invals]
-        floats = [h for h in hosts if inexact(h.dtype)]
-        operands_finite = all(bool(np.isfinite(h).all()) for h in floats)
-        operands_nan = any(bool(np.isnan(h).any()) for h in floats)
-        inherited = frozenset().union(*in_anc) if in_anc else frozenset()
-        index, kind, count = _first_bad(a)
-        born = operands_finite or (kind == "nan" and not operands_nan) or \
-            (bool(np.isnan(a).any()) and not operands_nan)
-        if not born:
+        floats = [(h, anc) for h, anc in zip(hosts, in_anc, strict=True) if inexact(h.dtype)]
+        if _elementwise([h for h, _ in floats], a.shape):
+            op_bad = [~np.isfinite(_at_each(h, a.shape)) for h, _ in floats]
+            op_nan = [np.isnan(_at_each(h, a.shape)) for h, _ in floats]
+            any_bad = np.any(np.stack(op_bad), axis=0) if op_bad else np.zeros(a.shape, bool)
+            any_nan = np.any(np.stack(op_nan), axis=0) if op_nan else np.zeros(a.shape, bool)
+            born_at = (bad & ~any_bad) | (np.isnan(a) & ~any_nan)
+            inherited = frozenset().union(*(anc for (h, anc), ob in zip(floats, op_bad, strict=True)
+                                            if (ob & bad).any()))
+        else:
+            operands_bad = any(not bool(np.isfinite(h).all()) for h, _ in floats)
+            operands_nan = any(bool(np.isnan(h).any()) for h, _ in floats)
+            born_at = bad if not operands_bad else (np.isnan(a) if not operands_nan else np.zeros(a.shape, bool))
+            inherited = frozenset().union(*(anc for _, anc in floats))
+        if not born_at.any():
             result.append(inherited)
             continue
-        if kind != "nan" and np.isnan(a).any() and not operands_nan:  # the NaN is what is new here
-            flat = int(np.argmax(np.isnan(a).reshape(-1)))
-            index = tuple(int(i) for i in np.unravel_index(flat, a.shape)) if a.ndim else ()
-            kind = "nan"
+        flat = int(np.argmax(born_at.reshape(-1)))
+        index = tuple(int(i) for i in np.unravel_index(flat, a.shape)) if a.ndim else ()
+        v = a[index] if a.ndim else a[()]
+        v = v.real if np.iscomplexobj(v) and not np.isfinite(v.real) else (v.imag if np.iscomplexobj(v) else v)
+        kind = "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
         operands = []
-        for v, h, s in zip(eqn.invars, hosts, in_sites, strict=True):
-            finite = bool(np.isfinite(h).all()) if inexact(h.dtype) else True
-            operands.append(Operand(finite, _element(h, index, a.shape), s, isinstance(v, Literal)))
-        birth = Birth(walk.order, site, kind, index, count, int(a.size), operands, k,
-                      nan_from_inf=kind == "nan" and not operands_finite)
+        for var, h, s in zip(eqn.invars, hosts, in_sites, strict=True):
+            value = _element(h, index, a.shape)
+            finite = bool(np.isfinite(value)) if value is not None else \
+                (bool(np.isfinite(h).all()) if inexact(h.dtype) else True)
+            operands.append(Operand(finite, value, s, isinstance(var, Literal)))
+        birth = Birth(walk.order, site, kind, index, int(bad.sum()), int(a.size), operands, k,
+                      nan_from_inf=kind == "nan" and not all(o.finite for o in operands))
         if birth.nan_from_inf:
             birth.masked_by = _masking_select(eqn, operands, made)
         if len(walk.births) < MAX_BIRTHS:
@@ -407,16 +495,20 @@ def _masking_select(eqn, operands: list[Operand], made: dict) -> Site | None:
 
 
 def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Sequence[tuple[int, ...]] = (),
-             should_stop: Callable[[], bool] = lambda: False) -> Evaluation:
+             should_stop: Callable[[], bool] = lambda: False, upcast: bool = False) -> Evaluation:
     """Evaluate ``closed_jaxpr`` on ``args`` one equation at a time (each primitive bound eagerly, on
     the device the arguments lie on); ``checked``: which flat outputs count as the step's (the new
     state, the loss). The values at the equations whose paths are in ``capture`` are kept (host
     copies). ``should_stop`` is polled between equations (a stop request): :class:`Stopped` is raised
-    when it says so."""
-    walk = _Walk(frozenset(tuple(p) for p in capture), should_stop=should_stop)
+    when it says so. ``upcast``: every floating value in float64, explicit float32 casts, constants
+    and literals included (the float64 evaluation; give it float64 arguments). A non-finite argument
+    is an ancestor of what it makes non-finite: :attr:`Evaluation.inputs` names the arguments the
+    non-finite outputs descend from."""
+    walk = _Walk(frozenset(tuple(p) for p in capture), should_stop=should_stop, upcast=upcast)
     jaxpr = closed_jaxpr.jaxpr
-    outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (),
-                            [frozenset()] * len(args), [None] * len(args))
+    seeds = [frozenset({-(i + 1)}) if inexact(getattr(x, "dtype", np.float32)) and
+             not bool(np.isfinite(host(x)).all()) else frozenset() for i, x in enumerate(args)]
+    outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (), seeds, [None] * len(args))
     if len(checked) != len(outs):
         raise ValueError(f"{len(checked)} output flags for {len(outs)} outputs")
     hosts = [host(x) for x in outs]
@@ -424,4 +516,5 @@ def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Seq
                  if c and inexact(h.dtype) and not bool(np.isfinite(h).all())]
     ancestors = frozenset().union(*(out_anc[i] for i in nonfinite)) if nonfinite else frozenset()
     births = [walk.births[o] for o in sorted(ancestors) if o in walk.births]
-    return Evaluation(hosts, nonfinite, births, walk.captured, walk.order)
+    inputs = sorted(-o - 1 for o in ancestors if o < 0)
+    return Evaluation(hosts, nonfinite, births, walk.captured, walk.order, inputs)

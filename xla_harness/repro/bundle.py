@@ -249,7 +249,8 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             repro = STANDALONE
         stress_dir = root / "stress"
         if results_dir is not None:
-            shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt"))
+            # not the checkpoints, nor the states --explain kept (weights: a bundle is for sharing)
+            shutil.copytree(results_dir, stress_dir, ignore=shutil.ignore_patterns("ckpt", "origins"))
         else:
             run_matrix(spec, stress_dir)
             shutil.rmtree(stress_dir / "ckpt", ignore_errors=True)

@@ -23,13 +23,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
-from xla_harness.origin.classify import DEFAULT_REPLAYS, Origin, Replayed, checked_outputs, masking_flag, origin_of
-from xla_harness.origin.eager import Stopped, host, inexact, is_key_dtype
+from xla_harness.origin.classify import (
+    DEFAULT_REPLAYS,
+    Origin,
+    Replayed,
+    checked_outputs,
+    masking_flag,
+    origin_of,
+    replayed,
+)
+from xla_harness.origin.eager import Stopped, host, is_key_dtype
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.harness import BlockResult, Harnessed, initial_state
@@ -55,19 +64,54 @@ def state_path(out: Path, label: str, seed: int, step: int) -> Path:
     return Path(out) / ORIGINS_DIR / _slug(label) / f"seed{seed}-step{step}.npz"
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A state on the host: each leaf's array (a typed PRNG key: its key data) with its dtype, weak
+    type and key implementation, so that the leaves made from it (:meth:`arrays`) are the step's
+    arguments as the run passed them, in buffers of their own every time (the step may donate them)."""
+
+    treedef: Any
+    leaves: tuple[np.ndarray, ...]
+    meta: tuple[dict, ...]  # per leaf: {"dtype", "shape", "weak", ["key_impl"]}
+
+    @classmethod
+    def of(cls, tree) -> Kept:
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        arrays, meta = [], []
+        for x in leaves:
+            key = is_key_dtype(getattr(x, "dtype", None))
+            a = np.array(host(jax.device_get(x)), order="C")  # (ascontiguousarray would make a scalar 1-d)
+            arrays.append(a)
+            meta.append({"dtype": str(a.dtype), "shape": list(a.shape), "weak": bool(getattr(x, "weak_type", False)),
+                         **({"key_impl": str(jax.random.key_impl(x))} if key else {})})
+        return cls(treedef, tuple(arrays), tuple(meta))
+
+    def arrays(self, shardings=None):
+        """The tree as fresh jax arrays (weak types and keys restored), placed as ``shardings`` says
+        (a tree of shardings, or None: the default device)."""
+        from xla_harness.stress.checkpoint import as_weak
+
+        flat_shardings = jax.tree_util.tree_leaves(shardings) if shardings is not None else [None] * len(self.leaves)
+        out = []
+        for a, m, sh in zip(self.leaves, self.meta, flat_shardings, strict=True):
+            x = jax.numpy.asarray(a) if sh is None else jax.device_put(a, sh)
+            if m.get("key_impl"):
+                x = jax.random.wrap_key_data(x, impl=m["key_impl"])
+            elif m.get("weak"):
+                x = as_weak(x)
+            out.append(x)
+        return jax.tree_util.tree_unflatten(self.treedef, out)
+
+
 def save_state(path: Path, params, opt_state) -> None:
-    """``(params, opt_state)`` as raw bytes per leaf with dtype and shape (bfloat16 included; a typed
-    PRNG key as its key data and its implementation), written atomically."""
-    leaves = jax.tree_util.tree_leaves((params, opt_state))
-    arrays, meta = {}, []
-    for i, x in enumerate(leaves):
-        impl = str(jax.random.key_impl(x)) if is_key_dtype(getattr(x, "dtype", None)) else None
-        a = np.array(host(jax.device_get(x)), order="C")  # (ascontiguousarray would make a scalar 1-d)
-        arrays[f"leaf{i}"] = a.reshape(-1).view(np.uint8)
-        meta.append({"dtype": str(a.dtype), "shape": list(a.shape), **({"key_impl": impl} if impl else {})})
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    """``(params, opt_state)`` as raw bytes per leaf with dtype, shape, weak type (bfloat16 included; a
+    typed PRNG key as its key data and its implementation), written atomically (the partial file's
+    name is not a kept state's)."""
+    kept = Kept.of((params, opt_state))
+    arrays = {f"leaf{i}": a.reshape(-1).view(np.uint8) for i, a in enumerate(kept.leaves)}
+    arrays["meta"] = np.frombuffer(json.dumps(list(kept.meta)).encode(), dtype=np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
+    tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as fh:
         np.savez(fh, **arrays)  # type: ignore[arg-type]
         fh.flush()
@@ -75,27 +119,31 @@ def save_state(path: Path, params, opt_state) -> None:
     os.replace(tmp, path)
 
 
-def load_state(path: Path, like) -> tuple:
-    """The state :func:`save_state` wrote, as host arrays in the tree structure of ``like``."""
+def load_state(path: Path, like) -> Kept:
+    """The state :func:`save_state` wrote, in the tree structure of ``like`` (arrays or
+    ``ShapeDtypeStruct``s), each leaf's dtype and shape checked against it; HarnessError naming the
+    file when it is not such a state (cut short, another program's, not an archive at all)."""
     import jax.numpy as jnp
 
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode())
-            leaves = [_leaf(np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(
-                tuple(m["shape"])), m.get("key_impl")) for i, m in enumerate(meta)]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            leaves = [np.frombuffer(z[f"leaf{i}"].tobytes(), dtype=jnp.dtype(m["dtype"])).reshape(tuple(m["shape"]))
+                      for i, m in enumerate(meta)]
+            meta = [{"dtype": str(m["dtype"]), "shape": list(m["shape"]), "weak": bool(m.get("weak", False)),
+                     **({"key_impl": str(m["key_impl"])} if m.get("key_impl") else {})} for m in meta]
+    except Exception as exc:  # noqa: BLE001 - a zip cut short, a meta of another shape: all "not a state"
         raise HarnessError(f"{path}: not a saved state ({type(exc).__name__})") from None
-    treedef = jax.tree_util.tree_structure(like)
-    want = len(jax.tree_util.tree_leaves(like))
-    if want != len(leaves):
-        raise HarnessError(f"{path}: {len(leaves)} leaves, the state has {want}")
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def _leaf(data: np.ndarray, key_impl: str | None):
-    """A saved leaf: the array, or the typed PRNG key its key data and implementation make."""
-    return data if key_impl is None else jax.random.wrap_key_data(jax.numpy.asarray(data), impl=key_impl)
+    flat, treedef = jax.tree_util.tree_flatten(like)
+    if len(flat) != len(leaves):
+        raise HarnessError(f"{path}: {len(leaves)} leaves, the state has {len(flat)}")
+    for i, (x, m) in enumerate(zip(flat, meta, strict=True)):
+        want = tuple(getattr(x, "shape", ()))
+        key = is_key_dtype(getattr(x, "dtype", None))
+        if (not key and (want != tuple(m["shape"]) or str(x.dtype) != m["dtype"])) or key != bool(m.get("key_impl")):
+            raise HarnessError(f"{path}: leaf {i} is {m['dtype']}{m['shape']}, the state's is "
+                               f"{getattr(x, 'dtype', '?')}{list(want)}")
+    return Kept(treedef, tuple(leaves), tuple(meta))
 
 
 @dataclass
@@ -112,8 +160,10 @@ class Explainer:
 
     def __init__(self, spec: ExplainSpec, out: Path, done: list[records.StepOrigin],
                  recorded: list[records.Block] = (),  # type: ignore[assignment]
-                 log: Callable[[str], None] = lambda line: None, frozen: bool = False) -> None:
-        self.spec, self.out, self.log, self.frozen = spec, Path(out), log, frozen
+                 log: Callable[[str], None] = lambda line: None, frozen: bool = False,
+                 seeds: tuple[int, ...] = ()) -> None:
+        self.spec, self.out, self.log, self.frozen, self.seeds = spec, Path(out), log, frozen, tuple(seeds)
+        self.not_kept: dict[tuple[str, int, int], str] = {}  # a state the keeper could not keep, and why
         self.done = {(o.label, o.seed, o.step) for o in done}
         self.failures: dict[str, list[Failure]] = {}
         self.planted: dict[str, set[tuple[int, int]]] = {}
@@ -139,14 +189,19 @@ class Explainer:
             seen.append(Failure(seed, step))
 
     def chosen(self, label: str) -> list[Failure]:
-        """The failing steps of ``label`` that get an origin: the first ``max_steps`` (by seed, then
-        step); under the frozen protocol the first of each seed only (its calls have the same inputs)."""
+        """The failing steps of ``label`` that get an origin: the first ``max_steps`` in the order they
+        ran (seeds as the run took them, then steps) among those whose state before them is at hand
+        (kept at their rollback, init's, the frozen inputs), then the others (they say why not); under
+        the frozen protocol one per seed (its calls have the same inputs)."""
+        order = {seed: i for i, seed in enumerate(self.seeds)}
         picked: list[Failure] = []
-        for f in sorted(self.failures.get(label, []), key=lambda f: (f.seed, f.step)):
+        for f in sorted(self.failures.get(label, []), key=lambda f: (order.get(f.seed, len(order)), f.seed, f.step)):
             if self.frozen and any(p.seed == f.seed for p in picked):
                 continue
             picked.append(f)
-        return picked[:self.spec.max_steps]
+        at_hand = [f for f in picked if self.frozen or f.step == 0 or state_path(self.out, label, f.seed, f.step)
+                   .is_file() or (label, f.seed, f.step) in self.done]
+        return (at_hand + [f for f in picked if f not in at_hand])[:self.spec.max_steps]
 
     def pending(self, label: str) -> bool:
         """Whether a failing step of ``label`` (of the first ``max_steps``) still lacks its origin."""
@@ -164,7 +219,10 @@ class Explainer:
             path = state_path(self.out, label, seed, step)
             if path.is_file() or len(kept) >= self.spec.max_steps:
                 return
-            save_state(path, params, opt_state)
+            try:  # keeping it must never end the measurement
+                save_state(path, params, opt_state)
+            except Exception as exc:  # noqa: BLE001 - a full disk, a state no host array holds: said later
+                self.not_kept[(label, seed, step)] = f"{type(exc).__name__}: {str(exc)[:200]}"
 
         return keep
 
@@ -204,50 +262,47 @@ class Explainer:
             return Origin("unknown", f"not explained: {exc}", None, {"reason": "inputs-failed", "error": str(exc)})
         if isinstance(got, Origin):
             return got
-        state, batch = got
-        replay = _replayer(h, state, f.seed, f.step if h.spec.protocol == "train" else 0)
+        kept, batch = got
+        replay = _replayer(h, kept, f.seed, f.step if h.spec.protocol == "train" else 0)
         folder = _program_folder(h.spec.program)
         try:
-            return origin_of(h.program.step, state, batch, replay, replays=self.spec.replays,
+            return origin_of(h.program.step, kept.arrays(), batch, replay, replays=self.spec.replays,
                              user_folders=[folder] if folder else [], should_stop=should_stop,
                              masking=masking_flag())
         except Stopped:
             return None
 
-    def _before(self, h: Harnessed, f: Failure) -> tuple[tuple, object] | Origin:
-        """(state before the step, its batch) as host arrays, or the ``unknown`` origin saying why not."""
+    def _before(self, h: Harnessed, f: Failure) -> tuple[Kept, Any] | Origin:
+        """(the state before the step, kept on the host; its batch), or the ``unknown`` origin saying
+        why there is none."""
         if h.spec.protocol == "frozen":
             s = initial_state(h, f.seed)
-            return _host((s.params, s.opt_state)), _host(s.batch)
+            return Kept.of((s.params, s.opt_state)), s.batch
         path = state_path(self.out, h.label, f.seed, f.step)
         if f.step == 0 and not path.is_file():  # the state before the first step is init's
             s = initial_state(h, f.seed)
-            return _host((s.params, s.opt_state)), _host(h.batch(f.seed, 0))
+            return Kept.of((s.params, s.opt_state)), h.batch(f.seed, 0)
+        if (h.label, f.seed, f.step) in self.not_kept:
+            return Origin("unknown", f"not explained: the state before it could not be kept "
+                                     f"({self.not_kept[(h.label, f.seed, f.step)]})", None, {"reason": "not-kept"})
         if not path.is_file():
             why = ("--commit step keeps no copy of the state before a failing step (the default --commit block does)"
                    if h.spec.commit == "step" else
                    "the state before it was not kept (kept only when the run that measured it had --explain, "
                    "and only at a rollback: not in a block run step by step, nor when its new state was finite)")
             return Origin("unknown", f"not explained: {why}", None, {"reason": "no-state"})
-        like = initial_state(h, f.seed)
-        state = load_state(path, (like.params, like.opt_state))
-        return state, _host(h.batch(f.seed, f.step))
+        return load_state(path, _state_shapes(h, f.seed)), h.batch(f.seed, f.step)
 
 
-def _host(tree):
-    """Host copies of ``tree``'s arrays; typed PRNG keys stay jax arrays (no numpy array holds one)."""
-    return jax.tree_util.tree_map(lambda x: x if is_key_dtype(getattr(x, "dtype", None))
-                                  else np.asarray(jax.device_get(x)), tree)
+def _state_shapes(h: Harnessed, seed: int):
+    """The state's leaves as ``ShapeDtypeStruct``s, from ``init`` traced (not run) and the step's own
+    outputs (the state is what the step returns)."""
+    from xla_harness.stress.harness import call_user
 
-
-def _fresh(tree):
-    """``tree`` with each typed PRNG key copied into a new buffer (host arrays are copied by device_put)."""
-    def copy(x):
-        if not is_key_dtype(getattr(x, "dtype", None)):
-            return x
-        return jax.random.wrap_key_data(jax.numpy.array(jax.random.key_data(x)), impl=jax.random.key_impl(x))
-
-    return jax.tree_util.tree_map(copy, tree)
+    params, opt_state = call_user(h.spec, "init", jax.eval_shape, h.program.init, jax.random.key(seed))
+    batch = call_user(h.spec, "batch", jax.eval_shape, h.program.batch, jax.random.key(seed), 0)
+    returned = jax.eval_shape(h.program.step, params, opt_state, batch)
+    return returned[0], returned[1]
 
 
 def _program_folder(program: str) -> str | None:
@@ -258,7 +313,7 @@ def _program_folder(program: str) -> str | None:
     return None
 
 
-def _replayer(h: Harnessed, state: tuple, seed: int, step: int) -> Callable[[], Replayed] | None:
+def _replayer(h: Harnessed, state: Kept, seed: int, step: int) -> Callable[[], Replayed] | None:
     """One replay of the step as the run called it (``h.call_step``: the executable it measured for
     that argument signature) from fresh device copies of ``state``, placed with the executable's own
     input shardings, and the step's batch made again by the user's ``batch`` (as the run made it)."""
@@ -271,15 +326,14 @@ def _replayer(h: Harnessed, state: tuple, seed: int, step: int) -> Callable[[], 
         shardings = None
 
     def replay() -> Replayed:
-        fresh = _fresh(state)  # the step may donate what it is given: every replay gets buffers of its own
-        placed = jax.device_put(fresh, shardings) if shardings is not None else jax.device_put(fresh)
-        out = h.call_step(placed[0], placed[1], h.batch(seed, step))
+        try:
+            params, opt_state = state.arrays(shardings)
+        except (ValueError, TypeError):  # shardings of another structure: the default device
+            params, opt_state = state.arrays()
+        out = h.call_step(params, opt_state, h.batch(seed, step))
         flat, _ = jax.tree_util.tree_flatten_with_path(out)
         checked = checked_outputs(out)
         leaves = [host(jax.device_get(x)) for _, x in flat]
-        finite = all(bool(np.isfinite(a).all()) for a, c in zip(leaves, checked, strict=True)
-                     if c and inexact(a.dtype))
-        return Replayed(finite, tuple(hashlib.sha1(a.tobytes()).hexdigest() for a in leaves),
-                        tuple(jax.tree_util.keystr(p) for p, _ in flat))
+        return replayed(leaves, checked, tuple(jax.tree_util.keystr(p) for p, _ in flat))
 
     return replay

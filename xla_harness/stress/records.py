@@ -12,8 +12,8 @@ A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
   it pools only with runs that lack them too;
 * every later line, a :class:`Block` of consecutive steps of one (configuration, seed), each
   step a :class:`Step`, or a :class:`StepOrigin`: whose a failing step's NaN is
-  (:mod:`xla_harness.origin`; ``stress --explain``), written after the measurement beside the block
-  that recorded the step.
+  (:mod:`xla_harness.origin`; ``stress --explain``), written once its configuration's seeds have run,
+  after the blocks that recorded its steps.
 
 ``parse_record`` turns one decoded JSON value into a record or raises :class:`RecordError`
 with a sentence saying what is wrong; readers prefix it with ``FILE:LINE:``. A JSON boolean is

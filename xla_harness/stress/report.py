@@ -210,11 +210,12 @@ def check_blocks_in_spec(res: results.Results) -> None:
             records.check_block_in_spec(b, res.header.spec)
         except records.RecordError as exc:
             raise HarnessError(f"{res.path}:{lineno}: {exc}") from None
-    for o in res.origins:
+    origin_lines: list[int | None] = list(res.origin_lines) or [None] * len(res.origins)
+    for at, o in zip(origin_lines, res.origins, strict=True):
         try:
             records.check_origin_in_spec(o, res.header.spec)
         except records.RecordError as exc:
-            raise HarnessError(f"{res.path}: {exc}") from None
+            raise HarnessError(f"{res.path}:{at}: {exc}" if at else f"{res.path}: {exc}") from None
 
 
 def load_table(folders: list[Path], allow_mixed_specs: bool = False) -> Table:

@@ -263,8 +263,8 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
         emit = on_event or (lambda e: None)
         if store.header is None:  # written by the sink's thread, the first line, while step 0 compiles and runs
             sink.append(store.new_header(spec.to_dict(), env))
-        explainer = Explainer(explain, out, store.origins, store.blocks, log, frozen=spec.protocol == "frozen") \
-            if explain is not None else None
+        explainer = Explainer(explain, out, store.origins, store.blocks, log, frozen=spec.protocol == "frozen",
+                              seeds=spec.seeds) if explain is not None else None
         for options, program in zip(spec.configs(), programs, strict=True):
             label = spec.label(options)
             h = None

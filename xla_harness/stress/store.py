@@ -177,6 +177,7 @@ class Results:
     blocks: list[records.Block] = field(default_factory=list)
     origins: list[records.StepOrigin] = field(default_factory=list)
     block_lines: list[int] = field(default_factory=list)  # the line number of each block (1: the header)
+    origin_lines: list[int] = field(default_factory=list)  # the line number of each origin
 
 
 def _lines(data: bytes) -> tuple[list[bytes], bytes | None]:
@@ -212,10 +213,12 @@ class _Body:
     blocks: list[records.Block] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     origins: list[records.StepOrigin] = field(default_factory=list)
+    origin_lines: list[int] = field(default_factory=list)
 
     def add(self, rec: records.Record, lineno: int) -> None:
         if isinstance(rec, records.StepOrigin):
             self.origins.append(rec)
+            self.origin_lines.append(lineno)
         elif isinstance(rec, records.Block):
             self.blocks.append(rec)
             self.lines.append(lineno)
@@ -240,11 +243,11 @@ def _check_in_spec(path: Path, body: _Body, spec: dict) -> None:
             records.check_block_in_spec(block, spec)
         except records.RecordError as exc:
             raise HarnessError(f"{path}:{lineno}: {exc}; it cannot be continued (choose another --out)") from None
-    for origin in body.origins:
+    for lineno, origin in zip(body.origin_lines, body.origins, strict=True):
         try:
             records.check_origin_in_spec(origin, spec)
         except records.RecordError as exc:
-            raise HarnessError(f"{path}: {exc}; it cannot be continued (choose another --out)") from None
+            raise HarnessError(f"{path}:{lineno}: {exc}; it cannot be continued (choose another --out)") from None
 
 
 def read_results(path: Path) -> Results:
@@ -263,7 +266,7 @@ def read_results(path: Path) -> Results:
             pass
     header = _header(path, lines[0] if lines else None)
     body = _body(path, lines[1:], 2)
-    return Results(path, header, body.blocks, body.origins, body.lines)
+    return Results(path, header, body.blocks, body.origins, body.lines, body.origin_lines)
 
 
 def spec_difference(old: dict, new: dict) -> str | None:

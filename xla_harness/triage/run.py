@@ -32,8 +32,9 @@ from xla_harness.triage.plan import Stage
 STATE = "triage.json"
 NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could fail less than the baseline "
                       "(the variants stage runs when one of them fails)")
-NOT_THE_COMPILER = ("not run: no failing step is the compiler's or a race's ({}), so no compiler pass or "
-                    "workaround is a suspect (variants and pass bisection run only for those)")
+NOT_THE_COMPILER = ("not run: every explained failing step is your input's, your program's or float32's ({}), "
+                    "none a race's, the compiler's or undecided, so no compiler pass or workaround is a suspect "
+                    "(variants and pass bisection run only when one is)")
 NOTHING_RAN = "not run: no local stage recorded a step, so there is no baseline to compare a variant with"
 EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
@@ -386,17 +387,15 @@ class Triage:
 
     def _not_the_compiler(self, summaries: dict, failing: list[str]) -> str | None:
         """Why variants and pass bisection do not run (:data:`NOT_THE_COMPILER`): the failing stages'
-        explained steps are all input, program, precision or unknown; None when some is a race or the
-        compiler's, or none was explained (then the compiler stays a suspect)."""
+        explained steps are all input, program or precision; None when some is a race, the compiler's
+        or unknown, or none was explained (then the compiler stays a suspect)."""
         from xla_harness.triage import whose
         from xla_harness.triage.where import traces
 
         found = [t for s in failing for t in traces(s, summaries[s].get("rounds", []), self.out)]
-        counted = whose.counts(found)
-        explained = {k: n for k, n in counted.items() if k not in ("unexplained", "planted")}
-        if not explained or whose.compiler_suspected(found):
+        if not whose.compiler_cleared(found):
             return None
-        return NOT_THE_COMPILER.format(", ".join(f"{n} {k}" for k, n in counted.items()))
+        return NOT_THE_COMPILER.format(", ".join(f"{n} {k}" for k, n in whose.counts(found).items()))
 
     def _stage(self, stage: Stage, summaries: dict, backend: str = "", failing: list[str] | None = None) -> dict:
         done = self._done(stage)

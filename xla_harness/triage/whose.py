@@ -46,10 +46,22 @@ def counts(traces: list[SeedTrace]) -> dict[str, int]:
     return {k: len(v) for k, v in groups(traces).items()}
 
 
+CLEARED = frozenset({"input", "program", "precision"})  # origins that rule the compiler out
+
+
+def compiler_cleared(traces: list[SeedTrace]) -> bool:
+    """True when some failing step was explained and every explained one is ``input``, ``program`` or
+    ``precision``: no ``race``, no ``compiler``, no ``unknown`` (what could not be decided does not rule
+    the compiler out). Steps planted by --inject or past --explain-max do not count either way."""
+    explained = set(groups(traces)) - {"unexplained", "planted"}
+    return bool(explained) and explained <= CLEARED
+
+
 def compiler_suspected(traces: list[SeedTrace]) -> bool:
-    """True when some failing step's origin is ``race`` or ``compiler``: only then do variants and pass
-    bisection have a compiler to test."""
-    return any(k in SUSPECTS for k in groups(traces))
+    """True when a step failed and the compiler is not ruled out (:func:`compiler_cleared`): only then
+    do variants and pass bisection run. Always when a step is ``race`` or ``compiler``."""
+    failed = bool(groups(traces))
+    return failed and (not compiler_cleared(traces) or any(k in SUSPECTS for k in groups(traces)))
 
 
 def _detail(cls: str, o: dict | None) -> str:
