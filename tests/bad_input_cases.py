@@ -717,6 +717,10 @@ def bundle_cases() -> list[Case]:
                     _files(**{"o.tar.gz": b"keep"})))
     out.append(Case("bundle-results-corrupt", ["bundle", "--out", "{tmp}/o.tar.gz", "--results", "{tmp}/res",
                                                *TINY_ARGS], _files(res__stress__jsonl=CORRUPT_RESULTS["binary"])))
+    # results of the built-in given as a user program's: one program's counts never travel with another's code
+    out.append(Case("bundle-results-of-another-program",
+                    ["bundle", "--out", "{tmp}/o.tar.gz", "--results", "{tmp}/res", "--program", "{tmp}/mine.py:make"],
+                    _files(res__stress__jsonl=GOOD, mine__py=b"def make():\n    raise SystemExit(3)\n")))
     return out
 
 

@@ -82,11 +82,46 @@ def _check_inputs(args) -> None:
         from xla_harness.stress import report
 
         report.load_table([args.results])  # validates every results line
+        _check_results_are_the_programs(args)
     if args.bisect is not None:
         check_bisect_log(args.bisect)
     if args.dump is not None:
         dump_files(args.dump)
     flags.program_options(args)  # a built-in's option table, before the compile
+
+
+def _same_program(theirs: str, ours: str) -> bool:
+    """Whether two --program texts name the same program: equal, or FILE.py:NAME with the same name and
+    the same file (resolved from here; a file that is not here by that path: the same file name)."""
+    if theirs == ours:
+        return True
+    if ":" not in theirs or ":" not in ours:
+        return False
+    (tf, tn), (of, on) = theirs.rsplit(":", 1), ours.rsplit(":", 1)
+    if tn != on or not (tf.endswith(".py") and of.endswith(".py")):
+        return False
+    t, o = Path(tf), Path(of)
+    return t.resolve() == o.resolve() if t.exists() else t.name == o.name
+
+
+def _check_results_are_the_programs(args) -> None:
+    """--results must be results of --program with its --program-option: a bundle whose results came
+    from another program would replay one program against another's counts."""
+    from xla_harness.commands import flags
+    from xla_harness.errors import HarnessError
+    from xla_harness.stress import store
+
+    ours = json.loads(json.dumps(flags.program_options(args), default=str))
+    for path in store.results_files(args.results):
+        spec = store.read_results(path).header.spec
+        theirs = str(spec.get("program", flags.BUILTIN))
+        if not _same_program(theirs, args.program):
+            raise HarnessError(f"--results {args.results} holds results of --program {theirs} ({path.name}), not of "
+                               f"--program {args.program}: a bundle carries the program its results came from")
+        options = spec.get("program_options") or {}
+        if theirs != flags.BUILTIN and options != ours:
+            raise HarnessError(f"--results {args.results} holds results of {theirs} with --program-option "
+                               f"{options}, not {ours} ({path.name})")
 
 
 def run(args) -> int:
