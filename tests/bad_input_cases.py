@@ -489,6 +489,13 @@ def stress_cases() -> list[Case]:
              _files(res__stress__jsonl=None)),
         Case("stress-plot-is-dir", ["stress", "--quiet", "--out", "{tmp}/o", "--plot", "{tmp}/d", "--steps", "0"],
              _files(d="/")),
+        # a KeyboardInterrupt no signal caused is the program's own raise (the CLI notes every SIGINT)
+        Case("stress-program-raises-keyboard-interrupt-at-import",
+             ["stress", "--quiet", "--out", "{tmp}/o", "--program", "{tmp}/kbi.py:make"],
+             _files(**{"kbi.py": b"raise KeyboardInterrupt\n"}), entry="process"),
+        Case("stress-program-raises-keyboard-interrupt-in-make",
+             ["stress", "--quiet", "--out", "{tmp}/o", "--program", "{tmp}/kbi.py:make"],
+             _files(**{"kbi.py": b"def make():\n    raise KeyboardInterrupt\n"}), entry="process"),
     ]
     return out
 

@@ -128,14 +128,28 @@ def _describe(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {first}" if first else "")
 
 
+def _signals_noted() -> bool:
+    """Whether this process is the CLI with its SIGINT handler in place: then every Ctrl-C is recorded
+    (:func:`xla_harness.interrupts.received`) and a KeyboardInterrupt no signal left a record of is a
+    program's own."""
+    import signal
+
+    from xla_harness import _early
+
+    return _early.cli_process and signal.getsignal(signal.SIGINT) not in (signal.default_int_handler,
+                                                                        signal.SIG_DFL)
+
+
 def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessError:
     """The HarnessError for anything the user's code raised while ``doing`` (importing, building, calling
     init/batch/step): a SystemExit, a BaseException subclass or an ordinary error all become one line
     naming the program. An interrupt wins: once SIGINT/SIGTERM has arrived
     (:func:`xla_harness.interrupts.received`), whatever was raised (a compiler whose child the signal
     killed: ``ptxas exited with non-zero error code 15``) is raised as
-    :class:`~xla_harness.interrupts.Interrupted` saying where (exit 130/143). KeyboardInterrupt and
-    HarnessError are re-raised as they are."""
+    :class:`~xla_harness.interrupts.Interrupted` saying where (exit 130/143). A KeyboardInterrupt
+    that no signal caused (the CLI notes every SIGINT, and none arrived) is the program's own raise,
+    an error like any other; elsewhere (a library user's process, where a Ctrl-C is a plain
+    KeyboardInterrupt) it and HarnessError are re-raised as they are."""
     where = f"--program {spec_text} was in {doing}"
     if isinstance(exc, interrupts.Interrupted):
         exc.where = exc.where or where
@@ -144,6 +158,9 @@ def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessE
     if signum is not None:
         caused = "" if isinstance(exc, KeyboardInterrupt) else _describe(exc)
         raise interrupts.Interrupted(signum, where, caused) from exc
+    if isinstance(exc, KeyboardInterrupt) and _signals_noted():
+        return HarnessError(f"--program {spec_text}: {doing} raised KeyboardInterrupt (no interrupt arrived: the "
+                            "program raised it itself)")
     if isinstance(exc, KeyboardInterrupt | HarnessError):
         raise exc
     return HarnessError(f"--program {spec_text}: {doing} raised {_describe(exc)}")
