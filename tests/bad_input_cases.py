@@ -724,11 +724,30 @@ def bundle_cases() -> list[Case]:
                     _files(**{"o.tar.gz": b"keep"})))
     out.append(Case("bundle-results-corrupt", ["bundle", "--out", "{tmp}/o.tar.gz", "--results", "{tmp}/res",
                                                *TINY_ARGS], _files(res__stress__jsonl=CORRUPT_RESULTS["binary"])))
+    # a step that raises while it is traced is the program's error, in bundle as in stress
+    out.append(Case("bundle-program-step-raises", ["bundle", "--out", "{tmp}/o.tar.gz", "--program", "{tmp}/p.py:make"],
+                    _files(**{"p.py": TYPE_ERROR_STEP}), entry="process"))
     # results of the built-in given as a user program's: one program's counts never travel with another's code
     out.append(Case("bundle-results-of-another-program",
                     ["bundle", "--out", "{tmp}/o.tar.gz", "--results", "{tmp}/res", "--program", "{tmp}/mine.py:make"],
                     _files(res__stress__jsonl=GOOD, **{"mine.py": b"def make():\n    raise SystemExit(3)\n"})))
     return out
+
+
+TYPE_ERROR_STEP = b"""import jax
+import optax
+from xla_harness.programs.interface import TrainProgram
+opt = optax.sgd(0.01)
+def init(key):
+    p = {"w": jax.random.normal(key, (4, 3))}
+    return p, opt.init(p)
+def batch(key, step):
+    return {"x": jax.random.normal(key, (8, 4))}
+def step(p, o, b):
+    raise TypeError("the step's own bug")
+def make():
+    return TrainProgram(name="raises", init=init, batch=batch, step=step)
+"""
 
 
 def cli_cases() -> list[Case]:

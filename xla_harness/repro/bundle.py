@@ -203,6 +203,7 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
     from xla_harness.hlo.parser import parse_file
     from xla_harness.hlo.scan import module_json, scan_module
     from xla_harness.stress import report
+    from xla_harness.stress.harness import call_user
     from xla_harness.stress.inject import step_keys
     from xla_harness.stress.runner import initial_state, prepare, run_matrix
     from xla_harness.stress.spec import StressSpec, build
@@ -230,8 +231,10 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
             dump = Path(tmp) / "dump"
             h = compiled_here = prepare(spec, spec.configs()[0])
             state = initial_state(h, seeds[0])
-            h.jitted.lower(state.params, state.opt_state, h.program.batch(step_keys(seeds[0], 0)[0], 0)).compile(
-                compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
+            batch = call_user(spec, "batch", h.program.batch, step_keys(seeds[0], 0)[0], 0)
+            # tracing runs the user's step: what it raises is the program's error, as in stress
+            lowered = call_user(spec, "step", h.jitted.lower, state.params, state.opt_state, batch)
+            lowered.compile(compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
         hlo, ba = dump_files(Path(dump))
         shutil.copy(hlo, root / "hlo" / hlo.name)
         shutil.copy(ba, root / "hlo" / ba.name)
