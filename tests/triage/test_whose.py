@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,40 @@ def test_a_round_that_records_no_step_is_said_not_a_crash(tmp_path):
     assert (tmp_path / "t" / "report.html").is_file()
     state = json.loads((tmp_path / "t" / "triage.json").read_text())
     assert state["stages"]["variants"]["skipped"].startswith("not run: no local stage recorded a step")
+
+
+HANGS = '''
+import time
+import jax, jax.numpy as jnp, numpy as np, optax
+from xla_harness.programs.interface import TrainProgram, step_from_loss
+opt = optax.sgd(0.01)
+def init(key):
+    p = {"w": jax.random.normal(key, (4, 3))}
+    return p, opt.init(p)
+def batch(key, step):
+    return {"x": jax.random.normal(key, (8, 4)), "step": jnp.asarray(step, jnp.int32)}
+def wait(step):
+    if int(step) == 3:  # the train protocol's step 3 (the frozen protocol calls step 0's batch)
+        time.sleep(3600)  # a collective that never completes
+    return np.float32(0.0)
+def loss(p, b):
+    z = jax.experimental.io_callback(wait, jax.ShapeDtypeStruct((), jnp.float32), b["step"])
+    return jnp.mean((b["x"] @ p["w"]) ** 2) + z
+def make():
+    return TrainProgram(name="hangs", init=init, batch=batch, step=step_from_loss(loss, opt))
+'''
+
+
+@pytest.mark.slow
+def test_a_step_that_hangs_is_said_and_the_budget_holds(tmp_path):
+    (tmp_path / "hangs.py").write_text(HANGS)
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", "--program", f"{tmp_path}/hangs.py:make",
+                           "--budget", "1", "--out", str(tmp_path / "t")], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert time.monotonic() - t0 < 60 + 15  # the budget, within the stop grace and start-up
+    assert done.returncode == 2, done.stderr  # what was measured stands; the train question stays open
+    assert "Train: round 1 was stopped at its time limit" in done.stdout and "steps recorded" in done.stdout
+    state = json.loads((tmp_path / "t" / "triage.json").read_text())
+    assert state["stages"]["frozen"]["answer"] == "bounded"  # what ran before the hang is kept
+    assert (tmp_path / "t" / "report.html").is_file()

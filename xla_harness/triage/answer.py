@@ -261,10 +261,11 @@ def _after(stages: dict) -> list[str]:
     """The sentences of the bisection and the bundle, and of a variants stage skipped for a reason."""
     variants = stages.get("variants") or {}
     bisect = stages.get("bisect") or {}
+    notes = [f"{name}: {n}" for name in ("frozen", "train") for n in (stages.get(name) or {}).get("notes", [])]
     if variants.get("skipped") and variants.get("skipped") == bisect.get("skipped"):  # one reason, said once
-        out = [f"workaround variants and pass bisection: {variants['skipped']}"]
+        out = notes + [f"workaround variants and pass bisection: {variants['skipped']}"]
     else:
-        out = [f"workaround variants: {variants['skipped']}"] if variants.get("skipped") else []
+        out = notes + ([f"workaround variants: {variants['skipped']}"] if variants.get("skipped") else [])
         if bisect.get("skipped"):
             out.append(f"pass bisection: {bisect['skipped']}")
     if bisect.get("skipped"):
@@ -299,7 +300,7 @@ def _check_stage(name: str, s) -> None:
         raise ValueError(f"stages.{name} is {type(s).__name__}, not an object")
     if name.startswith(("compile:", "hlo:")) and s.get("ok"):
         verdict_from_json(s.get("verdict"))
-    for key in ("rounds", "variants", "commands"):
+    for key in ("rounds", "variants", "commands", "notes"):
         items = s.get(key, [])
         if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
             raise ValueError(f"stages.{name}.{key} is not a list of text")

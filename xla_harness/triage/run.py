@@ -24,6 +24,7 @@ from pathlib import Path
 
 from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
+from xla_harness.stress.stopping import STOP_GRACE_S
 from xla_harness.triage import plan as plan_mod
 from xla_harness.triage.answer import Answer, answer
 from xla_harness.triage.compiled import TargetVerdict, memory_plan, target_verdict
@@ -39,7 +40,8 @@ NOTHING_RAN = "not run: no local stage recorded a step, so there is no baseline 
 EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
-STRESS_GRACE_S = 60.0  # after its SIGTERM at the budget, for a stress round to finish its step and flush
+STRESS_GRACE_S = 10.0  # after a round's own --stop-grace: for it to flush and end before it is killed
+STOP_GRACE_FLOOR_S = 5.0  # a round's --stop-grace: three steps' time, at least this, at most stress's default
 MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
 
 
@@ -241,13 +243,18 @@ class Triage:
                 break
             steps = max(steps, MIN_ROUND_STEPS)
             folder = self.stage_dir(stage) / f"round-{r + 1}"
+            # a step still running that long after the round's SIGTERM is abandoned (a hung collective, a
+            # host callback): the budget holds within seconds, and what ran is kept
+            stop_grace = min(STOP_GRACE_S, max(STOP_GRACE_FLOOR_S, 3 * (per_step or STOP_GRACE_FLOOR_S)))
             argv = ["stress", *self._program_args(), *extra, "--seeds", str(r + 1), "--steps", str(steps),
-                    "--progress", "--out", str(folder), *self._inject_args(), *self._explain_args(stage, rounds)]
+                    "--progress", "--out", str(folder), "--stop-grace", f"{stop_grace:.0f}", *self._inject_args(),
+                    *self._explain_args(stage, rounds)]
             if (folder / "stress.jsonl").is_file():
                 argv.append("--resume")
             self._progress(f"{stage.name}: round {r + 1}, {steps} steps x {configs} configuration(s) (seed {r + 1})")
             t = time.monotonic()
-            done = self._child(stage, f"round-{r + 1}", argv, timeout=max(left, 30.0), grace=STRESS_GRACE_S)
+            done = self._child(stage, f"round-{r + 1}", argv, timeout=max(left, 30.0),
+                               grace=stop_grace + STRESS_GRACE_S)
             ran = (folder / "stress.jsonl").is_file() and done.returncode in (0, 1, 124, 143)
             if not ran:
                 if rounds:
@@ -264,6 +271,13 @@ class Triage:
             rounds.append(str(folder.relative_to(self.out)))
             table = report.load_table([self.out / f for f in rounds])
             done_steps = sum(row.n for row in table.rows)
+            ran = sum(row.n for row in recorded)
+            if done.returncode in (124, 143) and ran < steps * configs:  # stopped: say where, keep what ran
+                last = f"no step after step {ran // max(configs, 1) - 1}" if ran >= configs else "no step"
+                self.notes.setdefault(stage.name, []).append(
+                    f"round {r + 1} was stopped at its time limit ({max(left, 30.0):.0f} s) with {ran} of "
+                    f"{steps * configs} steps recorded: {last} finished (a step that hangs, a collective or a "
+                    "host callback, is stopped there; what ran is kept)")
             per_step = (time.monotonic() - t) / max(steps * configs, 1)  # its startup included: conservative
             self.per_step = per_step if self.per_step is None else min(self.per_step, per_step)
             answer_now = judge(table)
