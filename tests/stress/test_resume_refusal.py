@@ -53,3 +53,15 @@ def test_the_clis_block_limit_is_the_rows_array():
     from xla_harness.stress.step_rows import ROWS
 
     assert BLOCK_LIMIT == ROWS
+
+
+def test_a_resume_under_another_commit_is_said_and_recorded_per_block(tmp_path, capsys):
+    spec, path, _ = _started(tmp_path)
+    from dataclasses import replace
+
+    from xla_harness.stress.store import read_results
+
+    run_matrix(replace(spec, commit="step"), tmp_path, resume=True)
+    assert "resumed with --commit step, begun with --commit block" in capsys.readouterr().err
+    commits = [b.commit for b in read_results(path).blocks]
+    assert commits[:2] == ["block", "block"] and set(commits[2:]) == {"step"}

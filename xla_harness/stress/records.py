@@ -144,6 +144,9 @@ class Block:
     # TrainProgram.options: what the program says it was built with (sizes, flags); None: it said nothing
     # (or the file predates the field). ``config`` is what was asked of its factory.
     built_with: dict | None = None
+    # The --commit the block ran under (a --resume may change it: both count the same steps); None: a
+    # file from before the field.
+    commit: str | None = None
 
     @property
     def injected(self) -> int:
@@ -156,7 +159,8 @@ class Block:
                 "protocol": self.protocol, "fingerprint": self.fingerprint,
                 "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time,
                 **({"recompute": self.recompute} if self.recompute is not None else {}),
-                **({"built_with": self.built_with} if self.built_with is not None else {})}
+                **({"built_with": self.built_with} if self.built_with is not None else {}),
+                **({"commit": self.commit} if self.commit is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -342,7 +346,8 @@ def parse_block(obj: Mapping) -> Block:
                  env=optional("env", dict, {}), time=optional("time", str, ""),
                  program=optional("program", str, BUILTIN_PROGRAM), protocol=optional("protocol", str, "train"),
                  fingerprint=optional("fingerprint", (dict, None), None), donate_argnums=tuple(donate),
-                 recompute=recompute, built_with=optional("built_with", (dict, None), None))
+                 recompute=recompute, built_with=optional("built_with", (dict, None), None),
+                 commit=optional("commit", (str, None), None))
 
 
 def _check_recompute(recompute: Mapping, end: int) -> None:

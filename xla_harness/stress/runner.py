@@ -39,6 +39,7 @@ The pieces live beside this module: :mod:`~xla_harness.stress.spec` (the matrix)
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -143,6 +144,7 @@ def block_line(b: BlockResult, h: Harnessed, env: dict) -> dict:
         "label": b.label,
         "program": h.spec.program,
         "protocol": h.spec.protocol,
+        **({"commit": h.spec.commit} if h.spec.protocol == "train" else {}),
         "seed": b.seed,
         "start": b.start,
         "end": b.end,
@@ -263,6 +265,10 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
         emit = on_event or (lambda e: None)
         if store.header is None:  # written by the sink's thread, the first line, while step 0 compiles and runs
             sink.append(store.new_header(spec.to_dict(), env))
+        elif spec.protocol == "train" and store.header.spec.get("commit", "block") != spec.commit:
+            sys.stderr.write(f"warning: {path}: resumed with --commit {spec.commit}, begun with --commit "
+                             f"{store.header.spec.get('commit', 'block')}; both count the same steps, and each "
+                             "block records the commit it ran under\n")
         explainer = Explainer(explain, out, store.origins, store.blocks, log, frozen=spec.protocol == "frozen",
                               seeds=spec.seeds) if explain is not None else None
         for options, program in zip(spec.configs(), programs, strict=True):
