@@ -171,9 +171,11 @@ def test_bisect_passes_probes_import_the_programs_sibling(two_file, tmp_path, mo
 
 @pytest.mark.slow
 def test_triage_of_a_two_file_program_with_a_planted_nan_names_the_steps_and_bundles_what_replays(tmp_path):
-    """The issue's end to end: a model file and a wrapper importing it, a NaN drawn from the batch on
-    about a tenth of the steps: triage exits 1 with the steps and the replay command, and its bundle,
-    copied to a clean folder with the user's folder gone, replays there."""
+    """The issue's end to end: a model file and a wrapper importing it, a NaN the loss puts in on about
+    a tenth of the steps (a flag drawn in the batch): triage exits 1 with the steps, the replay command
+    and whose the NaN is (the program's, at the model file's line: no compiler is bisected, no bundle
+    made for one), and the bundle of its results, copied to a clean folder with the user's folder
+    gone, replays there."""
     import shlex
 
     from xla_harness.cli import build_parser
@@ -192,7 +194,16 @@ def test_triage_of_a_two_file_program_with_a_planted_nan_names_the_steps_and_bun
     replay = next(line.strip() for line in done.stdout.splitlines() if line.strip().startswith("xla-harness stress "))
     args = build_parser().parse_args(shlex.split(replay)[1:])
     assert args.program == f"{user}/program.py:make" and len(args.seeds) == 1
+    origins = json.loads((out / "triage.json").read_text())["stages"]
+    assert "skipped" in origins["bisect"] and not (out / "repro.tar.gz").exists()
+    line = next(i for i, text in enumerate(MODEL.splitlines(), 1) if "jnp.nan" in text)
+    assert f"from your program's own math (select_n made NaN at {user}/mymodel.py:{line}" in done.stdout
     bundle = out / "repro.tar.gz"
+    rounds = origins["train"]["rounds"]
+    made = subprocess.run([sys.executable, "-m", "xla_harness", "bundle", "--program", f"{user}/program.py:make",
+                           "--program-option", "poison=0.1", "--results", str(out / rounds[0]), "--out", str(bundle)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
     assert bundle.is_file()
     with tarfile.open(bundle) as tf:
         assert any(n.endswith("program/mymodel.py") for n in tf.getnames()), tf.getnames()

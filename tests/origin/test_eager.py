@@ -59,7 +59,9 @@ def test_a_fully_masked_row_names_where_nan_was_made_from_infinities():
 
     ev = _run(attention, jnp.array([0.1, 0.2, 0.3]))
     assert not ev.finite
-    assert ev.first.kind == "nan" and ev.first.nan_from_inf  # -inf - (-inf): no finite birth before it
+    # the mask's -inf fill, where it meets the data: a constant of the program that reaches the output
+    assert (ev.first.site.primitive, ev.first.kind, ev.first.from_constant) == ("select_n", "-inf", True)
+    assert ev.first_nan.nan_from_inf  # then -inf - (-inf) = NaN in the softmax
 
 
 @jax.jit

@@ -55,6 +55,18 @@ def test_each_failing_step_gets_its_origin_beside_its_block(tmp_path, kind, cls)
             {(str(PROGRAMS / "whose_losses.py"), _planted_line("whose_losses.py", kind))}
 
 
+def test_a_loss_only_failure_is_explained_from_the_state_rebuilt_before_it(tmp_path):
+    """Its new state is finite, so nothing is rolled back: the state before it is rebuilt from the block's
+    restore point when it is kept (never counted), and the NaN constant the loss adds is the program's."""
+    run_matrix(_spec("loss-nan-constant"), tmp_path, explain=ExplainSpec())
+    got = _origins(tmp_path)
+    assert sorted(got) == [(1, 3), (1, 11)] and {o["class"] for o in got.values()} == {"program"}
+    assert {o["evidence"]["known_class"] for o in got.values()} == {"non-finite-constant"}
+    assert {o["where"]["line"] for o in got.values()} == {_planted_line("whose_losses.py", "loss-nan-constant")}
+    steps = [s for b in read_results(tmp_path / "stress.jsonl").blocks for s in b.steps]
+    assert [s.step for s in steps] == list(range(13))  # each step recorded once: the rebuild is not a step
+
+
 def test_the_measured_counts_do_not_change(tmp_path):
     run_matrix(_spec("zero-over-zero"), tmp_path / "plain")
     run_matrix(_spec("zero-over-zero"), tmp_path / "explained", explain=ExplainSpec())

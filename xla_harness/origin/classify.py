@@ -48,7 +48,7 @@ KNOWN = {"where-gradient-trap": "a jnp.where gradient trap", "adaptive-optimizer
          "gradient", "zero-over-zero": "0/0", "division-by-zero": "x/0", "log-of-zero": "log(0)",
          "log-of-negative": "log of a negative value", "sqrt-of-negative": "sqrt of a negative value",
          "rsqrt-of-zero": "1/sqrt(0)", "exp-overflow": "exp overflowing float32",
-         "sqrt-at-zero": "the derivative of sqrt at 0"}
+         "sqrt-at-zero": "the derivative of sqrt at 0", "non-finite-constant": "a NaN or inf constant in the program"}
 
 
 @dataclass(frozen=True)
@@ -244,6 +244,9 @@ def known_class(first: Birth, where: dict, ev: Evaluation) -> tuple[str | None, 
     prim = first.site.primitive
     ops = [o.value for o in first.operands]
     lib = (where.get("library") or {}).get("file", "") if where else ""
+    if first.from_constant:
+        return ("non-finite-constant", "a NaN or an inf the program holds as a constant (jnp.nan, jnp.inf, a "
+                                       "mask's fill value) reaches the step's outputs: follow where it is used")
     if masked is not None:
         return ("where-gradient-trap",
                 "the branch a jnp.where masks out has an infinite derivative there, and the where's zero "

@@ -97,11 +97,13 @@ class Birth:
     output: int = 0  # which result of a multi-result equation
     nan_from_inf: bool = False  # a NaN made of infinities (inf - inf, 0 * inf), not of finite numbers
     masked_by: Site | None = None  # the select whose zero cotangent met an infinite derivative
+    from_constant: bool = False  # its non-finite value is a constant the program holds (jnp.nan, jnp.inf)
 
     def to_json(self) -> dict:
         return {"primitive": self.site.primitive, "path": list(self.site.path), "kind": self.kind,
                 "index": list(self.index), "count": self.count, "size": self.size,
-                "operands": [o.to_json() for o in self.operands], "nan_from_inf": self.nan_from_inf}
+                "operands": [o.to_json() for o in self.operands], "nan_from_inf": self.nan_from_inf,
+                "from_constant": self.from_constant}
 
 
 @dataclass
@@ -339,11 +341,13 @@ def _composed(inner: tuple[SourceLine, ...], outer: tuple[tuple[SourceLine, ...]
 
 def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
          arg_ancestry: list[frozenset], arg_sites: list[Site | None],
-         outer: tuple[tuple[SourceLine, ...], str | None] | None = None) -> tuple[list, list[frozenset], list]:
-    """Evaluate ``jaxpr`` on ``args``; returns its outputs, their ancestries and, per output, the
-    (site, equation) that made it inside (None: an input or a literal passed through). ``outer``: the
-    lines of the call that entered this body and the jitted function's name; each equation's lines
-    are composed with them (:func:`_composed`)."""
+         outer: tuple[tuple[SourceLine, ...], str | None] | None = None,
+         arg_data: list[bool] | None = None) -> tuple[list, list[frozenset], list, list[bool]]:
+    """Evaluate ``jaxpr`` on ``args``; returns its outputs, their ancestries, per output the (site,
+    equation) that made it inside (None: an input or a literal passed through), and whether each
+    depends on the step's arguments (``arg_data``: whether each argument does; all, by default).
+    ``outer``: the lines of the call that entered this body and the jitted function's name; each
+    equation's lines are composed with them (:func:`_composed`)."""
     from jax._src.core import Literal
 
     env: dict[Any, Any] = {}
@@ -352,8 +356,10 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
     entry_sites: dict[Any, Site | None] = {}
     for v, x in zip(jaxpr.constvars, consts, strict=True):
         env[v] = _wide(x, walk.upcast)
-    for v, x, a, s in zip(jaxpr.invars, args, arg_ancestry, arg_sites, strict=True):
-        env[v], anc[v], entry_sites[v] = x, a, s
+    data: dict[Any, bool] = {}  # var -> whether it depends on the step's arguments (not constants alone)
+    for v, x, a, s, d in zip(jaxpr.invars, args, arg_ancestry, arg_sites, arg_data or [True] * len(args),
+                             strict=True):
+        env[v], anc[v], entry_sites[v], data[v] = x, a, s, d
 
     def read(v):
         return _wide(v.val, walk.upcast) if isinstance(v, Literal) else env[v]
@@ -372,24 +378,28 @@ def _run(walk: _Walk, jaxpr, consts: list, args: list, prefix: tuple[int, ...],
         site = Site(path, eqn.primitive.name, _composed(source_lines(eqn), outer))
         invals = [read(v) for v in eqn.invars]
         in_anc = [frozenset() if isinstance(v, Literal) else anc.get(v, frozenset()) for v in eqn.invars]
+        in_data = [not isinstance(v, Literal) and data.get(v, False) for v in eqn.invars]
         body = _body(eqn)
         inner: list = [None] * len(eqn.outvars)
         if body is not None:
-            outs, out_anc, inner = _run(walk, body[0], body[1], invals, path, in_anc,
-                                        [site_of(v) for v in eqn.invars], (site.frames, _jitted_name(eqn)))
+            outs, out_anc, inner, out_data = _run(walk, body[0], body[1], invals, path, in_anc,
+                                                  [site_of(v) for v in eqn.invars],
+                                                  (site.frames, _jitted_name(eqn)), in_data)
         else:
             outs = _bind(eqn, invals, walk.upcast)
             out_anc = _ancestry(walk, eqn, site, invals, in_anc, outs, [site_of(v) for v in eqn.invars],
-                                made)
+                                made, any(in_data))
+            out_data = [any(in_data)] * len(outs)
         walk.order += 1
         if path in walk.capture:
             walk.captured[path] = ([host(x) for x in invals], [host(x) for x in outs])
-        for v, x, a, m in zip(eqn.outvars, outs, out_anc, inner, strict=True):
-            env[v], anc[v] = x, a
+        for v, x, a, m, d in zip(eqn.outvars, outs, out_anc, inner, out_data, strict=True):
+            env[v], anc[v], data[v] = x, a, d
             made[v] = m if m is not None else (site, eqn)  # a body's output: the equation inside that made it
     out_vals = [read(v) for v in jaxpr.outvars]
     out_anc = [frozenset() if isinstance(v, Literal) else anc.get(v, frozenset()) for v in jaxpr.outvars]
-    return out_vals, out_anc, [None if isinstance(v, Literal) else made.get(v) for v in jaxpr.outvars]
+    return (out_vals, out_anc, [None if isinstance(v, Literal) else made.get(v) for v in jaxpr.outvars],
+            [not isinstance(v, Literal) and data.get(v, False) for v in jaxpr.outvars])
 
 
 def _elementwise(hosts: list[np.ndarray], shape: tuple[int, ...]) -> bool:
@@ -403,7 +413,7 @@ def _at_each(h: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset], outs: list,
-              in_sites: list[Site | None], made: dict) -> list[frozenset]:
+              in_sites: list[Site | None], made: dict, data: bool = True) -> list[frozenset]:
     """Each output's births: none where it is finite; its non-finite operands' where it descends from
     them; itself where it is a birth (non-finite from finite operands, a NaN from NaN-free ones).
     For an elementwise equation both are decided element by element (a ``-inf`` a mask put in one
@@ -432,12 +442,24 @@ def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset
             any_bad = np.any(np.stack(op_bad), axis=0) if op_bad else np.zeros(a.shape, bool)
             any_nan = np.any(np.stack(op_nan), axis=0) if op_nan else np.zeros(a.shape, bool)
             born_at = (bad & ~any_bad) | (np.isnan(a) & ~any_nan)
+            # a non-finite value no equation made (jnp.nan, jnp.inf written into the program) is born where
+            # it first meets the step's data, unless a value with a history is non-finite there too
+            constant = [ob for (_, anc), ob in zip(floats, op_bad, strict=True) if not anc]
+            traced = [ob for (_, anc), ob in zip(floats, op_bad, strict=True) if anc]
+            none = np.zeros(a.shape, bool)
+            from_constant = bad & (np.any(np.stack(constant), axis=0) if constant and data else none) & \
+                ~(np.any(np.stack(traced), axis=0) if traced else none)
+            born_at = born_at | from_constant
             inherited = frozenset().union(*(anc for (h, anc), ob in zip(floats, op_bad, strict=True)
                                             if (ob & bad).any()))
         else:
             operands_bad = any(not bool(np.isfinite(h).all()) for h, _ in floats)
             operands_nan = any(bool(np.isnan(h).any()) for h, _ in floats)
-            born_at = bad if not operands_bad else (np.isnan(a) if not operands_nan else np.zeros(a.shape, bool))
+            constants_only = data and operands_bad and \
+                all(anc == frozenset() for h, anc in floats if not np.isfinite(h).all())
+            from_constant = bad if constants_only else np.zeros(a.shape, bool)
+            born_at = np.asarray(bad if not operands_bad or constants_only else
+                                 (np.isnan(a) if not operands_nan else np.zeros(a.shape, bool)), bool)
             inherited = frozenset().union(*(anc for _, anc in floats))
         if not born_at.any():
             result.append(inherited)
@@ -454,7 +476,8 @@ def _ancestry(walk: _Walk, eqn, site: Site, invals: list, in_anc: list[frozenset
                 (bool(np.isfinite(h).all()) if inexact(h.dtype) else True)
             operands.append(Operand(finite, value, s, isinstance(var, Literal)))
         birth = Birth(walk.order, site, kind, index, int(bad.sum()), int(a.size), operands, k,
-                      nan_from_inf=kind == "nan" and not all(o.finite for o in operands))
+                      nan_from_inf=kind == "nan" and not all(o.finite for o in operands),
+                      from_constant=bool(np.asarray(from_constant, bool).reshape(-1)[flat]))
         if birth.nan_from_inf:
             birth.masked_by = _masking_select(eqn, operands, made)
         if len(walk.births) < MAX_BIRTHS:
@@ -508,7 +531,7 @@ def evaluate(closed_jaxpr, args: Sequence, checked: Sequence[bool], capture: Seq
     jaxpr = closed_jaxpr.jaxpr
     seeds = [frozenset({-(i + 1)}) if inexact(getattr(x, "dtype", np.float32)) and
              not bool(np.isfinite(host(x)).all()) else frozenset() for i, x in enumerate(args)]
-    outs, out_anc, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (), seeds, [None] * len(args))
+    outs, out_anc, _, _ = _run(walk, jaxpr, list(closed_jaxpr.consts), list(args), (), seeds, [None] * len(args))
     if len(checked) != len(outs):
         raise ValueError(f"{len(checked)} output flags for {len(outs)} outputs")
     hosts = [host(x) for x in outs]

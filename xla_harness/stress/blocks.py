@@ -58,8 +58,9 @@ from xla_harness.stress.restore import (
 from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
-# (seed, step, the step's record, params before it, optimizer state before it)
-OnRollback = Callable[[int, int, dict, Any, Any], None]
+# (seed, step, the step's record, a function giving the state before it: (params, opt_state), or None
+# where it cannot be rebuilt); called for each failing step as its block is resolved
+OnFailure = Callable[[int, int, dict, Callable[[], "tuple[Any, Any] | None"]], None]
 TRIES = 3  # recomputes from the block's restore point before the older one is tried
 
 @dataclass
@@ -248,9 +249,9 @@ class _Blocks:
 
     def __init__(self, h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                  should_stop: Callable[[], bool], checkpointer: Checkpointer | None,
-                 line_cost: Callable[[], float], size: BlockSize, on_rollback: OnRollback | None = None) -> None:
+                 line_cost: Callable[[], float], size: BlockSize, on_failure: OnFailure | None = None) -> None:
         self.h, self.seed, self.state, self.steps, self.planned = h, seed, state, steps, planned
-        self.on_rollback = on_rollback
+        self.on_failure = on_failure
         self.should_stop, self.checkpointer, self.line_cost = should_stop, checkpointer, line_cost
         self.size = size
         multi = jax.process_count() > 1
@@ -416,6 +417,8 @@ class _Blocks:
             result = BlockResult(h.label, self.seed, block.start, block.end, records)
             self._remember(result)
             self.policy.observe(len(records), failed)
+            if failed and self.on_failure is not None:  # a loss-only failure: its new state was kept
+                self._tell_failures(block, records)
 
             def sized_by_it() -> None:  # once the consumer has the records (progress, the results line queued)
                 size.observe(len(records), failed, cycle, time.perf_counter() - fetched + self.line_cost())
@@ -429,8 +432,8 @@ class _Blocks:
         size.observe(len(records), failed, 0.0, 0.0)
         if rebuilt.ok:
             last = rebuilt.tries[-1]
-            if self.on_rollback is not None:  # the state before the failed step, before the loop donates it
-                self.on_rollback(self.seed, poisoned, records[-1], last.params, last.opt_state)
+            if self.on_failure is not None:  # the state before the failed step, before the loop donates it
+                self.on_failure(self.seed, poisoned, records[-1], lambda: (last.params, last.opt_state))
             state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
         else:
             self.dead = True  # never continue from a state that is not finite: the seed stops
@@ -439,6 +442,23 @@ class _Blocks:
             self.last_resolved = time.perf_counter()
 
         return Verdict(result, kept=False, after=restart_the_clock)
+
+    def _tell_failures(self, block: PendingBlock, records: list[dict]) -> None:
+        """Each failing step of a clean block (its loss or gradients non-finite, its new state finite: not
+        rolled back) to ``on_failure``, with a function that rebuilds the state before it from the block's
+        restore point, as a rollback would (called only for the steps the hook keeps: never counted)."""
+        assert self.on_failure is not None
+        for r in records:
+            if r["finite"] or r.get("injected"):
+                continue
+            step = r["step"]
+
+            def before(step: int = step):
+                rebuilt = self._rebuild(block.point, step)
+                last = rebuilt.tries[-1]
+                return (last.params, last.opt_state) if rebuilt.ok else None
+
+            self.on_failure(self.seed, step, r, before)
 
     def _rebuild(self, point: DevicePoint | None, target: int) -> Rebuilt:
         """The state before step ``target`` (rolled back), by recompute from the block's device copy
@@ -473,12 +493,13 @@ def new_block_size(spec) -> BlockSize:
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],
                should_stop: Callable[[], bool], checkpointer: Checkpointer | None = None,
                line_cost: Callable[[], float] = lambda: 0.0, size: BlockSize | None = None,
-               on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
+               on_failure: OnFailure | None = None) -> Iterator[BlockResult]:
     """Steps [state.next_step, steps) of one (configuration, seed) under the block protocol (see the
     module docstring), one BlockResult per block, in order. ``line_cost``: the CPU seconds a block's
     results line costs its consumer (part of a block's fixed cost, for the block size). ``size``: the
-    block sizer (:func:`new_block_size` when not given). ``on_rollback(seed, step, record, params,
-    opt_state)``: told the rebuilt state before each rolled-back step (``stress --explain`` keeps a
-    host copy), before the loop goes on from it."""
+    block sizer (:func:`new_block_size` when not given). ``on_failure(seed, step, record, before)``:
+    told each failing step as its block is resolved, with ``before()`` giving the state before it (a
+    rolled-back step's, rebuilt anyway; a loss-only failure's, rebuilt from the block's restore point
+    when called): ``stress --explain`` keeps a host copy of the first few."""
     size = size if size is not None else new_block_size(h.spec)
-    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, size, on_rollback).run()
+    yield from _Blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, size, on_failure).run()

@@ -207,12 +207,13 @@ class Explainer:
         """Whether a failing step of ``label`` (of the first ``max_steps``) still lacks its origin."""
         return any((label, f.seed, f.step) not in self.done for f in self.chosen(label))
 
-    def keeper(self, label: str) -> Callable[[int, int, dict, object, object], None]:
-        """The block commit's hook at a rollback: ``(seed, step, record, params, opt_state)``, the state
-        before ``step`` rebuilt; a host copy is kept (``OUT/origins/``) while fewer than ``max_steps``
-        of the configuration's failures have one."""
+    def keeper(self, label: str) -> Callable[[int, int, dict, Callable[[], Any]], None]:
+        """The block commit's hook at each failing step: ``(seed, step, record, before)``, ``before()``
+        giving the state before ``step`` (rebuilt by the rollback, or from the block's restore point for a
+        loss-only failure); a host copy is kept (``OUT/origins/``) while fewer than ``max_steps`` of the
+        configuration's failures have one."""
 
-        def keep(seed: int, step: int, record: dict, params, opt_state) -> None:
+        def keep(seed: int, step: int, record: dict, before: Callable[[], Any]) -> None:
             if record.get("injected") or record.get("finite", True):
                 return
             kept = [p for p in (self.out / ORIGINS_DIR / _slug(label)).glob("seed*-step*.npz")]
@@ -220,7 +221,11 @@ class Explainer:
             if path.is_file() or len(kept) >= self.spec.max_steps:
                 return
             try:  # keeping it must never end the measurement
-                save_state(path, params, opt_state)
+                state = before()
+                if state is None:
+                    self.not_kept[(label, seed, step)] = "the state before it could not be rebuilt"
+                    return
+                save_state(path, *state)
             except Exception as exc:  # noqa: BLE001 - a full disk, a state no host array holds: said later
                 self.not_kept[(label, seed, step)] = f"{type(exc).__name__}: {str(exc)[:200]}"
 

@@ -48,7 +48,7 @@ import jax
 
 from xla_harness.stress import records
 from xla_harness.stress import store as results
-from xla_harness.stress.blocks import BlockSize, OnRollback, new_block_size, run_blocks
+from xla_harness.stress.blocks import BlockSize, OnFailure, new_block_size, run_blocks
 from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from xla_harness.stress.explain import Explainer, ExplainSpec
 from xla_harness.stress.fingerprint import plain_jit
@@ -101,7 +101,7 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
                should_stop: Callable[[], bool] = lambda: False,
                checkpointer: Checkpointer | None = None,
                line_cost: Callable[[], float] = lambda: 0.0,
-               block_size: BlockSize | None = None, on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
+               block_size: BlockSize | None = None, on_failure: OnFailure | None = None) -> Iterator[BlockResult]:
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
     Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
@@ -113,14 +113,14 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
     ``--resume`` checkpoints, written where the loop has nothing in flight. ``line_cost``: what the
     consumer's results line costs, in CPU seconds (the block sizer counts it). ``block_size``: the
     block commit's sizer, carried from seed to seed by the caller (a new one when not given).
-    ``on_rollback``: the block commit's hook at each rollback (:func:`~xla_harness.stress.blocks.run_blocks`).
+    ``on_failure``: the block commit's hook at each failing step (:func:`~xla_harness.stress.blocks.run_blocks`).
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps
     planned = set(injected_steps(seed, steps, spec.inject_rate).tolist())
     if spec.protocol == "train" and spec.commit == "block":
         yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, block_size,
-                              on_rollback)
+                              on_failure)
         return
     if spec.protocol == "train" and state.backup is None:
         state.backup = h.copy((state.params, state.opt_state))
@@ -225,7 +225,7 @@ def _replay_gap(h: Harnessed, seed: int, state: RunState, start: int) -> None:
 
 def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: Path, env: dict,
              should_stop: Callable[[], bool] = lambda: False,
-             block_size: BlockSize | None = None, on_rollback: OnRollback | None = None) -> Iterator[BlockResult]:
+             block_size: BlockSize | None = None, on_failure: OnFailure | None = None) -> Iterator[BlockResult]:
     """Run one (config, seed) to its end: every block appended to ``store`` (the results sink);
     train protocol: a checkpoint for --resume every ``checkpoint_seconds`` and when stopped early (a
     finished seed needs none), written after ``store`` has drained; the block sizer (``block_size``,
@@ -235,7 +235,7 @@ def run_seed(h: Harnessed, seed: int, state: RunState, store: BlockStore, out: P
         checkpointer = Checkpointer(h, checkpoint_path(out, h.label, seed), h.spec.checkpoint_seconds, should_stop,
                                     store.drain)
     for block in run_config(h, seed, state, should_stop=should_stop, checkpointer=checkpointer,
-                            line_cost=store.line_cpu_seconds, block_size=block_size, on_rollback=on_rollback):
+                            line_cost=store.line_cpu_seconds, block_size=block_size, on_failure=on_failure):
         store.append(block_line(block, h, env))
         yield block
 

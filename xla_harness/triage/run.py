@@ -271,11 +271,11 @@ class Triage:
             rounds.append(str(folder.relative_to(self.out)))
             table = report.load_table([self.out / f for f in rounds])
             done_steps = sum(row.n for row in table.rows)
-            ran = sum(row.n for row in recorded)
-            if done.returncode in (124, 143) and ran < steps * configs:  # stopped: say where, keep what ran
-                last = f"no step after step {ran // max(configs, 1) - 1}" if ran >= configs else "no step"
+            got = sum(row.n for row in recorded)
+            if done.returncode in (124, 143) and got < steps * configs:  # stopped: say where, keep what ran
+                last = f"no step after step {got // max(configs, 1) - 1}" if got >= configs else "no step"
                 self.notes.setdefault(stage.name, []).append(
-                    f"round {r + 1} was stopped at its time limit ({max(left, 30.0):.0f} s) with {ran} of "
+                    f"round {r + 1} was stopped at its time limit ({max(left, 30.0):.0f} s) with {got} of "
                     f"{steps * configs} steps recorded: {last} finished (a step that hangs, a collective or a "
                     "host callback, is stopped there; what ran is kept)")
             per_step = (time.monotonic() - t) / max(steps * configs, 1)  # its startup included: conservative

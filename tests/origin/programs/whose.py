@@ -5,7 +5,8 @@ them; ``zero-over-zero-inline`` keeps its loss here. Each planted line ends in `
 
 kinds and the origin each must get: batch-nan (input, a NaN in the batch), init-nan (input, a NaN
 in the initial parameters), zero-over-zero, log-zero, where-trap, adam-eps0, zero-over-zero-inline
-(program), overflow (precision: float64 survives it), clean (nothing fails)."""
+(program), loss-nan-constant (program: a NaN constant in the loss alone, the state stays finite),
+overflow (precision: float64 survives it), clean (nothing fails)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from xla_harness.programs.interface import TrainProgram, step_from_loss
 
 FAIL_STEPS = (3, 11)
 KINDS = ("clean", "batch-nan", "init-nan", "zero-over-zero", "log-zero", "where-trap", "overflow", "adam-eps0",
-         "zero-over-zero-inline")
+         "zero-over-zero-inline", "loss-nan-constant")
 
 
 def inline_mean(params, b):
@@ -29,7 +30,8 @@ def inline_mean(params, b):
 LOSSES = {"clean": whose_losses.regression, "batch-nan": whose_losses.regression, "init-nan": whose_losses.regression,
           "zero-over-zero": whose_losses.mean_of_selected, "log-zero": whose_losses.log_likelihood,
           "where-trap": whose_losses.masked_root, "overflow": whose_losses.log_sum_exp,
-          "adam-eps0": whose_losses.regression, "zero-over-zero-inline": inline_mean}
+          "adam-eps0": whose_losses.regression, "zero-over-zero-inline": inline_mean,
+          "loss-nan-constant": whose_losses.flagged}
 
 
 def make(kind: str = "clean"):

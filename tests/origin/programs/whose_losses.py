@@ -31,3 +31,9 @@ def log_sum_exp(params, b):
     h = b["x"] @ params["w"] + params["b"]
     return jnp.log(jnp.sum(jnp.exp(h + b["shift"])))  # plant: overflow
 
+
+
+def flagged(params, b):
+    """A NaN the loss adds where the batch flags the step: the loss is non-finite, the gradients (of a
+    constant) and so the new state are not: nothing is rolled back."""
+    return regression(params, b) + jnp.where(b["keep"][0] == 0, jnp.nan, 0.0)  # plant: loss-nan-constant
