@@ -123,14 +123,18 @@ def test_a_compiler_fault_is_bisected(tmp_path):
     assert got["triage"]["spec"]["explain_max"] == 1
 
 
-EXITS = '''
+# The head every small program below shares: the imports, the optimizer, init.
+PROGRAM_HEAD = '''
 import os
-import jax, jax.numpy as jnp, optax
+import time
+import jax, jax.numpy as jnp, numpy as np, optax
 from xla_harness.programs.interface import TrainProgram, step_from_loss
 opt = optax.sgd(0.01)
 def init(key):
     p = {"w": jax.random.normal(key, (4, 3))}
     return p, opt.init(p)
+'''
+EXITS = PROGRAM_HEAD + '''
 def batch(key, step):
     if isinstance(step, int) and step == 0:
         os._exit(0)  # the program ends its own process before its first step
@@ -156,14 +160,7 @@ def test_a_round_that_records_no_step_is_said_not_a_crash(tmp_path):
     assert state["stages"]["variants"]["skipped"].startswith("not run: no local stage recorded a step")
 
 
-HANGS = '''
-import time
-import jax, jax.numpy as jnp, numpy as np, optax
-from xla_harness.programs.interface import TrainProgram, step_from_loss
-opt = optax.sgd(0.01)
-def init(key):
-    p = {"w": jax.random.normal(key, (4, 3))}
-    return p, opt.init(p)
+HANGS = PROGRAM_HEAD + '''
 def batch(key, step):
     return {"x": jax.random.normal(key, (8, 4)), "step": jnp.asarray(step, jnp.int32)}
 def wait(step):
