@@ -730,7 +730,8 @@ def bundle_cases() -> list[Case]:
     # results of the built-in given as a user program's: one program's counts never travel with another's code
     out.append(Case("bundle-results-of-another-program",
                     ["bundle", "--out", "{tmp}/o.tar.gz", "--results", "{tmp}/res", "--program", "{tmp}/mine.py:make"],
-                    _files(res__stress__jsonl=GOOD, **{"mine.py": b"def make():\n    raise SystemExit(3)\n"})))
+                    _files(res__stress__jsonl=GOOD, **{"mine.py": TYPE_ERROR_STEP.replace(
+                        b'raise TypeError("the step\'s own bug")', b"return p, o, {'loss': (b['x'] ** 2).mean()}")})))
     return out
 
 
