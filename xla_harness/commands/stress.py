@@ -103,16 +103,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 1: every step)")
     p.add_argument("--explain", action="store_true",
                    help="after each configuration's steps, say whose each of its first failing steps' NaN is: "
-                        "input (a non-finite batch or state before the step), race (a replay from the same "
-                        "state and batch is finite or bit-different), program (op by op in float32 and float64 "
-                        "both non-finite: the equation and your file:line), precision (float64 finite), compiler "
-                        "(op by op finite, every replay non-finite) or unknown (why); one 'origin' line per step "
-                        "in the results file. Nothing measured changes: the state before a failing step is the "
-                        "one its rollback rebuilds, copied to OUT/origins/ (default off)")
+                        "input (a non-finite batch or state before the step that the failure descends from), "
+                        "race (a replay from the same state and batch is finite, or non-finite elsewhere), "
+                        "program (op by op in float32 and float64 both non-finite: the equation and your "
+                        "file:line), precision (float64 finite), compiler (op by op finite, every replay "
+                        "non-finite) or unknown (why); one 'origin' line per step in the results file. Nothing "
+                        "measured changes: the state before a failing step is the one its rollback rebuilds, "
+                        "copied to OUT/origins/ (default off)")
     p.add_argument("--explain-max", type=flags.positive, default=DEFAULT_MAX_STEPS, metavar="N",
                    help="with --explain: the first N failing steps of each configuration get an origin (frozen: "
-                        f"one per seed); each costs up to N replays and about 10 eager steps (default "
-                        f"{DEFAULT_MAX_STEPS})")
+                        f"one per seed); each costs --explain-replays compiled steps and about two eager steps "
+                        f"(default {DEFAULT_MAX_STEPS})")
     p.add_argument("--explain-replays", type=flags.positive, default=DEFAULT_REPLAYS, metavar="N",
                    help=f"with --explain: replays of the compiled step from the state before a failing step "
                         f"(default {DEFAULT_REPLAYS})")

@@ -29,13 +29,14 @@ One command for a step that turns NaN, or a fix that must be shown to work:
    failure seen, nondeterminism seen, the exact 95% upper bound below --rate-of-interest) or its
    share of --budget is spent; progress and the time left go to stderr;
 3. say whose each failing step's NaN is, from the state before it and its batch (the first
-   --explain-max of each stage; stress --explain): input (a non-finite batch or state), race (a
-   replay from the same state is finite or differs), program (op by op in float32 and float64 both
-   non-finite: the equation and your file:line), precision (float64 finite), compiler (op by op
-   finite, every replay not) or unknown (why);
-4. only when a failing step is the compiler's or a race's: every workaround variant the program
-   takes and every compiler-flag variant for the backend against the baseline (until one differs
-   significantly), pass bisection and a repro bundle (OUT/repro.tar.gz);
+   --explain-max of each stage; stress --explain): input (a non-finite batch or state the failure
+   descends from), race (a replay from the same state is finite or non-finite elsewhere), program
+   (op by op in float32 and float64 both non-finite: the equation and your file:line), precision
+   (float64 finite), compiler (op by op finite, every replay not) or unknown (why);
+4. only when the compiler is not ruled out (a failing step is a race's, the compiler's or
+   undecided): every workaround variant the program takes and every compiler-flag variant for the
+   backend against the baseline (until one differs significantly), pass bisection and a repro
+   bundle (OUT/repro.tar.gz);
 5. write OUT/report.md and a self-contained OUT/report.html (figures inline; no network), the answer
    first in one paragraph (whose the NaN is, then each compiler's verdict), which is printed with
    where each seed of the frozen and train stages failed (its non-finite steps, the first bad value
@@ -71,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="plant --inject faults with probability P per step in the local runs (default 0: none)")
     p.add_argument("--explain-max", type=flags.positive, default=EXPLAIN_MAX, metavar="N",
                    help="the first N failing steps of the frozen and of the train stage get their origin "
-                        f"(each: up to 8 replays and about 10 eager steps) (default {EXPLAIN_MAX})")
+                        f"(each: 8 replays and about two eager steps) (default {EXPLAIN_MAX})")
     p.add_argument("--out", type=flags.folder, required=True, help="the triage folder (new, or with --resume its own)")
     p.add_argument("--resume", action="store_true", help="continue the triage in --out")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
