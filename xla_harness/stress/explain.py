@@ -166,7 +166,6 @@ class Explainer:
         self.not_kept: dict[tuple[str, int, int], str] = {}  # a state the keeper could not keep, and why
         self.done = {(o.label, o.seed, o.step) for o in done}
         self.failures: dict[str, list[Failure]] = {}
-        self.planted: dict[str, set[tuple[int, int]]] = {}
         for b in recorded:  # what an earlier run of a resumed one recorded
             for s in b.steps:
                 self.note(b.label, b.seed, s.step, s.finite, s.injected is not None)
@@ -178,11 +177,8 @@ class Explainer:
     # -- during the run
 
     def note(self, label: str, seed: int, step: int, finite: bool, injected: bool) -> None:
-        """A step recorded (its first execution): failing ones are remembered, planted ones set apart."""
-        if finite:
-            return
-        if injected:
-            self.planted.setdefault(label, set()).add((seed, step))
+        """A step recorded (its first execution): failing ones are remembered; planted ones are not explained."""
+        if finite or injected:
             return
         seen = self.failures.setdefault(label, [])
         if all((f.seed, f.step) != (seed, step) for f in seen):
