@@ -218,10 +218,12 @@ def _main(argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     try:
         _check_paths(args)
+        from xla_harness.programs.interface import process_exit_guarded
         from xla_harness.targets.devices import pin_cpu_without_accelerators
 
         pin_cpu_without_accelerators()
-        code = int(args._run(args) or 0)
+        with process_exit_guarded():
+            code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler
         return code
     except HarnessError as exc:

@@ -26,9 +26,11 @@ the user's, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -120,8 +122,41 @@ def check_program_options(spec_text: str, options: Mapping[str, Any]) -> dict:
     return getattr(importlib.import_module(module), attr).validate(options)
 
 
+class ProgramExited(SystemExit):
+    """Raised in place of ``os._exit`` when the user's program calls it in the harness's own process
+    (:func:`process_exit_guarded`): the program may end the work it is given, never the process that
+    measures it, which would stop with its results cut short and exit with the program's code."""
+
+    def __str__(self) -> str:
+        return f"os._exit({self.code!r})"
+
+
+@contextlib.contextmanager
+def process_exit_guarded():
+    """While the CLI runs a command, ``os._exit`` called from outside ``xla_harness`` in this process
+    raises :class:`ProgramExited` (one error line naming the program, exit 2) instead of ending the
+    process unmeasured. A forked child (its pid is not this one) and the harness's own calls (a signal
+    that must end the process at once) exit as before; on leaving, ``os._exit`` is restored."""
+    real = os._exit
+    pid = os.getpid()
+
+    def guard(code: int) -> None:
+        caller = sys._getframe(1).f_globals.get("__name__") or ""
+        if os.getpid() != pid or caller == "xla_harness" or caller.startswith("xla_harness."):
+            real(code)
+        raise ProgramExited(code)
+
+    os._exit = guard
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 def _describe(exc: BaseException) -> str:
     """``Type: first line of the message`` (``SystemExit(0)``-style for an exit)."""
+    if isinstance(exc, ProgramExited):
+        return str(exc)
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r})"
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
@@ -163,6 +198,9 @@ def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessE
                             "program raised it itself)")
     if isinstance(exc, KeyboardInterrupt | HarnessError):
         raise exc
+    if isinstance(exc, ProgramExited):
+        return HarnessError(f"--program {spec_text}: {doing} called {exc}, which would have ended the harness's "
+                            "process with its results cut short")
     return HarnessError(f"--program {spec_text}: {doing} raised {_describe(exc)}")
 
 

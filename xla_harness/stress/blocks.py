@@ -312,7 +312,12 @@ class _Blocks:
             elif kind == "measure":
                 yield from self._measure(s)
             else:
-                yield from pipe.push(self._dispatch(s, end))
+                try:
+                    block = self._dispatch(s, end)
+                except HarnessError:  # the program's error (its batch, its step): the block before it ran
+                    yield from pipe.flush()  # and its records stand
+                    raise
+                yield from pipe.push(block)
 
     def _next(self, s: int) -> tuple[str, int]:
         """What runs from step ``s``: ``done`` (the end, or a stop request met), a block run ``stepwise``

@@ -171,7 +171,15 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     pipe: Pipeline[_Pending] = Pipeline(lambda block: Verdict(block.resolve(h, seed, planned)))
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
-        flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
+        try:
+            flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
+        except HarnessError:  # the program's error: the steps that ran before it stand
+            if count:
+                if names is None and state.first is not None:
+                    names = output_names(state.first)
+                yield from pipe.push(_Pending(block_start, s, (rows, layout), refs, details, names))
+            yield from pipe.flush()
+            raise
         if rows is None or n is None:
             rows, n, layout = packer.start(flags)
         rows, n = h.counters.dispatch(packer.write, rows, n, flags)
