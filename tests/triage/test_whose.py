@@ -146,15 +146,20 @@ def make():
 
 
 @pytest.mark.slow
-def test_a_round_that_records_no_step_is_said_not_a_crash(tmp_path):
-    (tmp_path / "exits.py").write_text(EXITS)
-    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", "--program", f"{tmp_path}/exits.py:make",
+@pytest.mark.parametrize("ends,said", [
+    ("os._exit(0)", "frozen failed: error: --program {program}: batch called os._exit(0), which would have ended "
+                    "the harness's process"),
+    ("os.kill(os.getpid(), 9)", "frozen failed: its process was killed by SIGKILL (signal 9) before it said "
+                                "anything")])
+def test_a_round_that_records_no_step_is_said_not_a_crash(tmp_path, ends, said):
+    (tmp_path / "exits.py").write_text(EXITS.replace("os._exit(0)", ends))
+    program = f"{tmp_path}/exits.py:make"
+    done = subprocess.run([sys.executable, "-m", "xla_harness", "triage", "--program", program,
                            "--budget", "1", "--out", str(tmp_path / "t")], capture_output=True, text=True,
                           timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2, done.stderr  # measured: the compile only; the local questions unanswered
     assert "internal" not in done.stderr and "Traceback" not in done.stderr
-    assert ("frozen: round 1 recorded no step: the program ended its own process (exit 0) before its first step "
-            "was recorded") in done.stdout
+    assert said.format(program=program) in done.stdout, done.stdout
     assert (tmp_path / "t" / "report.html").is_file()
     state = json.loads((tmp_path / "t" / "triage.json").read_text())
     assert state["stages"]["variants"]["skipped"].startswith("not run: no local stage recorded a step")

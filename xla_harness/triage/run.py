@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +41,8 @@ NOTHING_RAN = "not run: no local stage recorded a step, so there is no baseline 
 EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
+BISECT_FLOOR_S = 60.0  # the pass bisection's time when its share is smaller and the budget has that left
+BISECT_MIN_S = 10.0  # with less of the budget left, the bisection is not started (its baseline alone takes that)
 STRESS_GRACE_S = 10.0  # after a round's own --stop-grace: for it to flush and end before it is killed
 STOP_GRACE_FLOOR_S = 5.0  # a round's --stop-grace: three steps' time, at least this, at most stress's default
 MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
@@ -191,7 +194,7 @@ class Triage:
         lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()] \
             if path.is_file() else []
         said = [ln for ln in lines if ln.startswith(("error:", "interrupted"))]
-        return (said or lines or ["(no output)"])[-1][:300]
+        return (said or lines or [NO_OUTPUT])[-1][:300]
 
     # -- stages
 
@@ -259,8 +262,9 @@ class Triage:
             if not ran:
                 if rounds:
                     break  # what the earlier rounds answered stands
+                said = self._child_error(stage, f"round-{r + 1}")
                 return {"ok": False, "error": f"stress {' '.join(extra)} failed: "
-                                              f"{self._child_error(stage, f'round-{r + 1}')}"}
+                                              f"{_ended(done.returncode) if said == NO_OUTPUT else said}"}
             recorded = report.load_table([folder]).rows
             if not sum(row.n for row in recorded):  # the round ran and recorded no step: why, in words
                 why = _no_step(done.returncode, left, self._child_error(stage, f"round-{r + 1}"))
@@ -431,7 +435,11 @@ class Triage:
         elif stage.kind == "variants":
             summary = self.variants_stage(stage, budget, backend)
         elif stage.kind == "bisect":
-            summary = self.bisect_stage(stage, max(budget, 60.0))
+            # its share, at least a minute where the budget still has one: never past the budget's end
+            limit = min(max(budget, BISECT_FLOOR_S), self.left())
+            summary = self.bisect_stage(stage, limit) if limit >= BISECT_MIN_S else {
+                "ok": False, "error": f"the bisection was not started: {self.left():.0f} s of the budget was left "
+                                      f"(it needs {BISECT_MIN_S:.0f} s or more)"}
         else:
             failing_rounds = [r for s in failing or [] for r in summaries[s].get("rounds", [])]
             bisect = summaries.get("bisect", {})
@@ -494,6 +502,21 @@ def _triage_spec(path: Path) -> dict:
         raise HarnessError(f"{path}: not a triage's record (expected {{\"spec\": {{...}}, \"spent_s\": seconds}}); "
                            "choose another --out")
     return {"spec": data["spec"], "spent_s": float(spent)}
+
+
+NO_OUTPUT = "(no output)"
+
+
+def _ended(returncode: int) -> str:
+    """How a child that said nothing on stderr ended, in words."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "a signal"
+        return (f"its process was killed by {name} (signal {-returncode}) before it said anything: the program "
+                "killed it, or the machine ran out of memory")
+    return f"it ended with exit {returncode} and said nothing on stderr"
 
 
 def _no_step(returncode: int, seconds: float, said: str) -> str:
