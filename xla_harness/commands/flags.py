@@ -143,13 +143,15 @@ def stdout_to_stderr(enabled: bool) -> Iterator[None]:
         yield
         return
     sys.stdout.flush()
-    saved = os.dup(1)
+    saved, stream = os.dup(1), sys.stdout
     try:
         os.dup2(2, 1)
+        sys.stdout = sys.stderr  # Python's own stream too, wherever it writes (a caller may have replaced it)
         yield
     finally:
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
+        sys.stdout = stream
         os.dup2(saved, 1)
         os.close(saved)
 
