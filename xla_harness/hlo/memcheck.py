@@ -20,8 +20,10 @@ each value's uses and live interval, and which values are one buffer (:data:`RUL
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -938,14 +940,27 @@ def read_text(path: Path) -> str:
     """A dump file's text, gzip-compressed or not."""
     data = read_regular(path)
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise HarnessError(f"{path}: a broken gzip file ({exc})") from None
+        data = gunzip(data, path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HarnessError(f"{path}: not UTF-8 text (byte offset {exc.start})") from None
+
+
+GUNZIP_CHUNK = 1 << 22  # bytes decompressed between two returns to the interpreter (where a signal acts)
+
+
+def gunzip(data: bytes, path: Path) -> bytes:
+    """``data`` decompressed a few MiB at a time, so Ctrl-C stops a large dump's read at once (one call
+    of ``gzip.decompress`` holds the interpreter until the whole file is out)."""
+    parts = []
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            while chunk := fh.read(GUNZIP_CHUNK):
+                parts.append(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise HarnessError(f"{path}: a broken gzip file ({exc})") from None
+    return b"".join(parts)
 
 
 def beside(module_path: Path, suffix: str) -> Path | None:
