@@ -108,10 +108,19 @@ def verdict(case: Case, code: int | None, out: str, err: str, before: dict, afte
     if code != case.expect:
         return "wrong-exit", f"exit {code}, not {case.expect}: " + (errors[-1] if errors else err.strip()[-200:])
     if case.expect >= 128:
-        return ("internal", errors[0]) if errors else ("clear", err.strip()[-200:])
+        return _interrupted(case, errors, err, seconds)
     if case.expect == 0:
         return ("error-lines", errors[0]) if errors else ("clear", "")
     return _refusal(case, errors, seconds)
+
+
+def _interrupted(case: Case, errors: list[str], err: str, seconds: float) -> tuple[str, str]:
+    """The class of a run a signal must end (130/143): no error line, in time."""
+    if errors:
+        return "internal", errors[0]
+    if case.late is not None and seconds > case.late:  # the signal acted only after work it could not stop
+        return "late", f"{seconds:.1f} s to act on the signal"
+    return "clear", err.strip()[-200:]
 
 
 def _changed(case: Case, before: dict, after: dict) -> list[str]:
@@ -933,7 +942,7 @@ def red_team_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     cases = (results_cases() + stress_cases() + scan_cases() + gradcheck_cases() + compare_cases() + report_cases()
              + series_cases() + bisect_cases() + bundle_cases() + cli_cases() + build_cases() + red_team_cases()
-             + round4_cases() + round5_cases())
+             + round4_cases() + round5_cases() + round6_cases())
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     return cases
@@ -1626,4 +1635,101 @@ def round5_cases() -> list[Case]:
              needle="precision-high", tags=tags),
         Case("r5-out-dangling-link", [*STRESS_TINY[:2], "--out", "{tmp}/o", *STRESS_TINY[4:]],
              _link("o", "{tmp}/nowhere"), needle="does not exist", tags=tags),
+    ]
+
+
+# --------------------------------------------------------------------------- round 6 (#56)
+# A user's program that exits, hangs or prints; refusals that touch nothing; words that name the cause.
+
+def _round6_program(body: str) -> Callable[[Path], None]:
+    return _files(**{"prog.py": _PROGRAM_HEAD + "import os\nimport signal\n" + body})
+
+
+EXITS_IN_BATCH = ("def make():\n    def batch(key, step):\n        if isinstance(step, int) and step == 1:\n"
+                  "            os._exit(0)\n        return _batch(key, step)\n    return program(batch=batch)\n")
+HANGS_IN_STEP = ("import time\nimport numpy as np\n"
+                 "def _wait(step):\n    if int(step) == 3:\n        time.sleep(3600)\n    return np.float32(0)\n"
+                 "def make():\n    def batch(key, step):\n"
+                 "        return {'x': _batch(key, step), 's': jnp.int32(step)}\n"
+                 "    def loss(p, b):\n        z = jax.experimental.io_callback(_wait, jax.ShapeDtypeStruct((), "
+                 "jnp.float32), b['s'])\n        return _loss(p, b['x']) + z\n"
+                 "    return program(batch=batch, step=step_from_loss(loss, OPT))\n")
+PRINTS = ("print('hello from import')\n"
+          "def make():\n    print('hello from make')\n    def step(p, o, b):\n"
+          "        jax.debug.print('loss {}', _loss(p, b))\n        return _good_step(p, o, b)\n"
+          "    return program(step=step)\n")
+TYPE_ERROR_IN_STEP = ("def make():\n    def step(p, o, b):\n        raise TypeError('planted')\n"
+                      "    return program(step=step)\n")
+INTERRUPTS_IN_INIT = ("def make():\n    def init(key):\n        raise KeyboardInterrupt\n"
+                      "    return program(init=init)\n")
+PROGRAM_ARGS = ["--program", "{tmp}/prog.py:make"]
+
+
+def _json_stdout(tmp: Path, out: str) -> str | None:
+    try:
+        json.loads(out)
+    except ValueError:
+        return f"stdout is not JSON: {out[:120]!r}"
+    return None
+
+
+def _commit_said(tmp: Path, out: str) -> str | None:
+    records = [json.loads(line) for line in (tmp / "res" / "stress.jsonl").read_text().splitlines()]
+    commits = {r.get("commit") for r in records if r.get("kind") == "block" and r.get("start", 0) >= 2}
+    return None if commits == {"step"} else f"the resumed blocks record commit {commits}, not step"
+
+
+def _half_run(tmp: Path) -> None:
+    """A run of RUN_ARGS with --commit block (its default) cut after step 2, as an interrupted one is."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]  # a process of its own: jax never imported in a parent that forks
+    subprocess.run([sys.executable, "-m", "xla_harness", "stress", "--quiet", "--out", str(tmp / "res"), *RUN_ARGS],
+                   check=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL)
+    path = tmp / "res" / "stress.jsonl"
+    kept = [line for line in path.read_text().splitlines(keepends=True)
+            if json.loads(line).get("kind") != "block" or json.loads(line)["end"] <= 2]
+    path.write_text("".join(kept))
+
+
+def _large_gzip_dump(tmp: Path) -> None:
+    import gzip
+
+    (tmp / "dump").mkdir()
+    text = b"%x = f32[8]{0} add(%a, %b)\n" * (5 << 23)  # 1.1 GB of text: over a second to decompress
+    (tmp / "dump" / "module_0001.jit_step.after_optimizations.txt.gz").write_bytes(gzip.compress(text, 1))
+    (tmp / "dump" / "module_0001.jit_step.after_optimizations-buffer-assignment.txt").write_bytes(b"")
+
+
+def round6_cases() -> list[Case]:
+    tags = {"round6", "compiles"}
+    stress = ["stress", "--quiet", "--out", "{tmp}/o", *PROGRAM_ARGS, "--steps", "4", "--block", "2"]
+    triage = ["triage", *PROGRAM_ARGS, "--out", "{tmp}/t", "--budget", "1"]
+    return [
+        Case("r6-stress-batch-os-exit", stress, _round6_program(EXITS_IN_BATCH), needle="os._exit(0)", tags=tags,
+             timeout=120),
+        Case("r6-triage-batch-os-exit", triage, _round6_program(EXITS_IN_BATCH), needle="os._exit(0)", tags=tags,
+             timeout=150),
+        Case("r6-triage-step-hangs", triage, _round6_program(HANGS_IN_STEP), needle="not within the budget",
+             tags=tags | {"census-only"}, timeout=150, late=60 + 20),
+        Case("r6-stress-json-program-prints", ["stress", "--json", "--out", "{tmp}/o", *PROGRAM_ARGS, "--steps", "2"],
+             _round6_program(PRINTS), expect=0, check=_json_stdout, tags=tags, timeout=120),
+        Case("r6-stress-resume-other-commit", ["stress", "--resume", "--quiet", "--out", "{tmp}/res", *RUN_ARGS,
+                                               "--commit", "step"], _half_run, expect=0, check=_commit_said, tags=tags,
+             timeout=120),
+        Case("r6-bundle-other-programs-results", ["bundle", "--out", "{tmp}/o.tar.gz", *PROGRAM_ARGS, "--results",
+                                                  "{tmp}/res"],
+             _files(**{"prog.py": _PROGRAM_HEAD + "def make():\n    return program()\n",
+                       "res/stress.jsonl": GOOD}), needle="holds results of --program", late=10, tags=tags,
+             timeout=120),
+        Case("r6-bundle-step-type-error", ["bundle", "--out", "{tmp}/o.tar.gz", *PROGRAM_ARGS, "--steps", "2"],
+             _round6_program(TYPE_ERROR_IN_STEP), needle="raised TypeError: planted", tags=tags, timeout=120),
+        Case("r6-stress-init-keyboard-interrupt", stress, _round6_program(INTERRUPTS_IN_INIT), entry="process",
+             needle="KeyboardInterrupt", tags=tags, timeout=120),
+        Case("r6-triage-hlo-missing", [*triage, "--hlo", "{tmp}/nothere.txt"], _round6_program(""),
+             needle="no such file", tags=tags),
+        Case("r6-bundle-check-folder", ["bundle", "--check", "{tmp}/d"], _files(d="/"), needle="a folder", tags=tags),
+        Case("r6-memcheck-sigint-in-gzip-read", ["memcheck", "{tmp}/dump"], _large_gzip_dump, entry="process",
+             expect=130, signal=(2, 0.5), late=3, tags=tags, timeout=120),
     ]
