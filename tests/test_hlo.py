@@ -430,9 +430,16 @@ def test_scan_dump_directory_with_buffer_assignment(tmp_path, capsys):
     d.mkdir()
     (d / "module_0001.jit_f.cpu_after_optimizations.txt").write_text((HLO / "transpose_moves_data.hlo").read_text())
     (d / "module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt").write_text(BA)
-    assert main(["scan", str(d)]) == 1
+    assert main(["scan", str(d), "--no-memcheck"]) == 1
     out = capsys.readouterr().out
     assert "hazard" in out and "they SHARE a buffer" in out
+    # BA is made up (t{0} of a module whose t is no tuple): its memory plan is not checked, and said so
+    assert main(["scan", str(d)]) == 2
+    out, err = capsys.readouterr()
+    assert "memory plan: not checked (the error line says why)" in out
+    assert err.splitlines() == [f"error: memory plan not checked: {d}/module_0001.jit_f.cpu_after_optimizations-"
+                                "buffer-assignment.txt:8: t has no index {0} in the module's shape f32[64,32]{1,0}: "
+                                "the buffer assignment and the module are not one compile's"]
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from xla_harness.hlo.memcheck import GUNZIP_CHUNK, gunzip
+from xla_harness.hlo.memplan.inputs import GUNZIP_CHUNK, gunzip
 
 
 def test_a_signal_acts_between_two_pieces_of_a_large_dump(tmp_path):

@@ -283,21 +283,31 @@ def _scan_one(path: Path, ba_path: Path | None, backend: str, memcheck: bool):
     plan = None
     if memcheck and ba is not None and ba_path is not None:
         lr = ba_path.with_name(ba_path.name.replace("-buffer-assignment.txt", "-live-range.txt"))
-        plan = _memory_plan(mod, ba, read_regular(lr).decode("utf-8", errors="replace") if lr.is_file() else None,
-                            str(path), backend)
+        plan = _memory_plan(mod, ba, ba_path, read_regular(lr).decode("utf-8", errors="replace") if lr.is_file()
+                            else None, str(path), backend)
     return mod, findings, decisions, backend, ba, plan
 
 
-def _memory_plan(mod, ba, live_range: str | None, label: str, backend: str):
-    """memcheck's report on one module (its buffer assignment, the compiler's live range where dumped)."""
-    from xla_harness.hlo.memcheck import check_module
+def _memory_plan(mod, ba, ba_path: Path | None, live_range: str | None, label: str, backend: str):
+    """memcheck's report on one module (its buffer assignment, the compiler's live range where dumped),
+    or why the plan was not checked (files that are not one compile's, a cut buffer assignment)."""
+    from xla_harness.hlo.memplan import check_module, inputs
 
-    return check_module(mod, ba, live_range, label, backend if backend in ("cpu", "gpu", "tpu") else "")
+    try:
+        ba_text = inputs.read_text(ba_path) if ba_path is not None else None  # --model: the compile just made
+        if ba_text is not None:
+            inputs.check_buffer_text(ba_text, str(ba_path))
+        return check_module(mod, ba, live_range, label, backend if backend in ("cpu", "gpu", "tpu") else "",
+                            ba_text=ba_text, names=(str(ba_path), f"{label} (live range)"))
+    except HarnessError as exc:
+        return str(exc)
 
 
 def _plan_lines(plan) -> list[str]:
     """What scan prints of a memory plan: one line, then each conflict (at most 5) and the count of
-    live-range differences."""
+    live-range differences; or why it was not checked."""
+    if isinstance(plan, str):
+        return ["  memory plan: not checked (the error line says why)"]
     if plan.live_range_compared < 0:
         lr = "no live range dumped"
     else:
@@ -345,7 +355,9 @@ def _module_json(module, findings, decisions, backend, plan=None) -> dict:
     out = module_json(module, findings, decisions, backend)
     if backend in ASSESSED:
         out["nondeterministic"] = [op.to_json() for op in nondeterministic_ops(module, backend)]
-    if plan is not None:
+    if isinstance(plan, str):
+        out["memory_plan"] = {"not_checked": plan}
+    elif plan is not None:
         out["memory_plan"] = plan.as_dict()
     return out
 
@@ -389,12 +401,16 @@ def run(args) -> int:
         mod = parse_module(text, label)
         ba = _model_buffers(label, ba_text, values_text, args.target)
         found = scan(mod, model_backend if args.backend == "auto" else args.backend, ba)
-        plan = _memory_plan(mod, ba, live_range, label, found[2]) if args.memcheck and ba is not None else None
+        plan = _memory_plan(mod, ba, None, live_range, label, found[2]) if args.memcheck and ba is not None else None
         scanned.append((mod, *found, ba, plan))
     hazards = sum(f.cls == "hazard" for _, fs, _, _, _, _ in scanned for f in fs)
     n_decisions = sum(len(ds) for _, _, ds, _, _, _ in scanned)
-    conflicts = sum(len(plan.conflicts) for *_, plan in scanned if plan is not None)
-    plans = sum(plan is not None for *_, plan in scanned)
+    for *_, plan in scanned:
+        if isinstance(plan, str):  # the plan's files are not one compile's, or cut: no verdict on it
+            sys.stderr.write(f"error: memory plan not checked: {plan}\n")
+            errors += 1
+    conflicts = sum(len(plan.conflicts) for *_, plan in scanned if plan is not None and not isinstance(plan, str))
+    plans = sum(plan is not None and not isinstance(plan, str) for *_, plan in scanned)
     if args.json:
         print(json.dumps({"modules": [_module_json(m, fs, ds, be, plan) for m, fs, ds, be, _, plan in scanned]},
                          indent=2))

@@ -21,6 +21,7 @@ from xla_harness.hlo.buffers import BufferAssignment
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 
 KEY = "aliasing_operands"
+NONE_DECLARED = '"aliasing_operands":{"lists":[]}'
 FROM_BACKEND_CONFIG = "backend_config"
 FROM_BUFFER_ASSIGNMENT = "buffer assignment"
 
@@ -58,6 +59,8 @@ def instruction_pairs(ins: Instruction) -> list[tuple[int, tuple[int, ...]]] | N
     says nothing about aliasing (not a libtpu module, or no such key), [] when it says "none"."""
     if KEY not in ins.attr_text:
         return None
+    if NONE_DECLARED in ins.attr_text:  # libtpu's "nothing aliased", printed on most instructions: no JSON to read
+        return []
     raw = ins.attrs.get("backend_config", "")
     try:
         config = json.loads(raw)

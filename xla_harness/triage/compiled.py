@@ -196,7 +196,7 @@ def memory_plan(module_path: Path) -> dict:
     """memcheck's verdict on a compiled module (its buffer assignment and live range beside it), as a
     verdict records it; {"error": ...} when it cannot be checked."""
     from xla_harness.errors import HarnessError
-    from xla_harness.hlo.memcheck import check_files
+    from xla_harness.hlo.memplan import check_files
 
     try:
         report = check_files(module_path)

@@ -216,7 +216,7 @@ class Triage:
         return {"ok": True, "verdict": verdict.to_json(), "record": _record_summary(records[-1])}
 
     def hlo_stage(self, stage: Stage) -> dict:
-        from xla_harness.hlo.memcheck import beside
+        from xla_harness.hlo.memplan import beside
         from xla_harness.hlo.parser import parse_file
 
         module = parse_file(Path(stage.target))
