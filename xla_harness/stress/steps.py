@@ -174,7 +174,7 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
         try:
             flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
         except HarnessError:  # the program's error: the steps that ran before it stand
-            if count:
+            if count and rows is not None:
                 if names is None and state.first is not None:
                     names = output_names(state.first)
                 yield from pipe.push(_Pending(block_start, s, (rows, layout), refs, details, names))
