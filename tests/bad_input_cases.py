@@ -1702,6 +1702,45 @@ def _large_gzip_dump(tmp: Path) -> None:
     (tmp / "dump" / "module_0001.jit_step.after_optimizations-buffer-assignment.txt").write_bytes(b"")
 
 
+MEMPLAN_DUMP = Path(__file__).resolve().parents[1] / "results/gpu/h100-2026-11-28/memory-plan/dump"
+MEMPLAN_STEM = "module_0000.jit_stage.sm_9.0a_gpu_after_optimizations"
+OTHER_BA = (Path(__file__).resolve().parents[1] / "results/cuda-aot/live-range"
+            / "cuda_h100_1x1x8-issue-35409_scale=0.03125_-9aa73c1e.after_optimizations-buffer-assignment.txt.gz")
+
+
+def _memplan_dump(edit: Callable[[str], str] | None = None, ba: Path | None = None) -> Callable[[Path], None]:
+    """A small real XLA:GPU dump as m.txt with its buffer assignment beside it (edited, or another's)."""
+    def setup(tmp: Path) -> None:
+        import gzip
+
+        (tmp / "m.txt").write_bytes(gzip.decompress((MEMPLAN_DUMP / f"{MEMPLAN_STEM}.txt.gz").read_bytes()))
+        text = gzip.decompress((ba or MEMPLAN_DUMP / f"{MEMPLAN_STEM}-buffer-assignment.txt.gz").read_bytes()).decode()
+        (tmp / "m-buffer-assignment.txt").write_text(edit(text) if edit else text)
+    return setup
+
+
+def _memcheck_cases() -> list[Case]:
+    """The memcheck inputs of #55: files that are not one compile's, cut or malformed; not a file."""
+    tags = {"round6", "r6-memcheck"}
+    argv = ["memcheck", "{tmp}/m.txt"]
+    return [
+        Case("r6-memcheck-cut-buffer-assignment", argv, _memplan_dump(lambda t: t[:-9]), needle="cut short",
+             tags=tags),
+        Case("r6-memcheck-negative-size", argv, _memplan_dump(lambda t: t.replace("size=4,", "size=-4,", 1)),
+             needle="negative size", tags=tags),
+        Case("r6-memcheck-repeated-value-id", argv, _memplan_dump(lambda t: t.replace("<1 copy.1", "<0 copy.1")),
+             needle="value id 0 is also", tags=tags),
+        Case("r6-memcheck-bytes-past-allocation", argv,
+             _memplan_dump(lambda t: t.replace("copy.1 @0> (size=4,offset=0)", "copy.1 @0> (size=4,offset=2)")),
+             needle="past the end of allocation", tags=tags),
+        Case("r6-memcheck-another-modules-buffer-assignment", argv, _memplan_dump(ba=OTHER_BA),
+             needle="not one compile's", tags=tags),
+        Case("r6-memcheck-dev-zero", ["memcheck", "/dev/zero"], needle="not a regular file or a folder", tags=tags),
+        Case("r6-memcheck-fifo", ["memcheck", "{tmp}/f"], _files(f=None), needle="not a regular file or a folder",
+             tags=tags),
+    ]
+
+
 def round6_cases() -> list[Case]:
     tags = {"round6", "compiles"}
     stress = ["stress", "--quiet", "--out", "{tmp}/o", *PROGRAM_ARGS, "--steps", "4", "--block", "2"]
@@ -1730,6 +1769,7 @@ def round6_cases() -> list[Case]:
         Case("r6-triage-hlo-missing", [*triage, "--hlo", "{tmp}/nothere.txt"], _round6_program(""),
              needle="no such file", tags=tags),
         Case("r6-bundle-check-folder", ["bundle", "--check", "{tmp}/d"], _files(d="/"), needle="a folder", tags=tags),
+        *_memcheck_cases(),
         Case("r6-memcheck-sigint-in-gzip-read", ["memcheck", "{tmp}/dump"], _large_gzip_dump, entry="process",
              expect=130, signal=(2, 0.5), late=3, tags=tags, timeout=120),
     ]
