@@ -155,7 +155,8 @@ def test_scan_of_a_cuda_dump_directory_reports_the_buffer_assignment(tmp_path, c
     assert main(["scan", str(tmp_path)]) == 0
     assert "the compiler's own aliasing (buffer assignment) agrees with the walk on 4 of 4" in capsys.readouterr().out
     Path(f"{stem}-buffer-assignment.txt").write_text(_move_output(ba_text, "input_scatter_fusion.3", 1 << 40))
-    assert main(["scan", str(tmp_path), "--json"]) == 0
+    # (its memory plan is refused: the moved value's bytes run past its allocation; the aliasing is read still)
+    assert main(["scan", str(tmp_path), "--json", "--no-memcheck"]) == 0
     (m,) = json.loads(capsys.readouterr().out)["modules"]
     assert [(f["fusion"], f["agreement"]) for f in m["findings"] if f["agreement"] != "agree"] == \
         [("input_scatter_fusion.3", "disagree")]

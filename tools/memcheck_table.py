@@ -40,12 +40,12 @@ def modules() -> list[Path]:
 
 def _commit() -> str:
     """This checkout's commit; SystemExit when the tree has local changes (evidence is a clean commit's)."""
-    import subprocess
+    from xla_harness import subproc
 
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    head = subproc.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                       text=True, check=True, timeout=30).stdout.strip()
+    dirty = subproc.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                        capture_output=True, text=True, check=True, timeout=30).stdout.strip()
     if dirty and "--allow-dirty" not in sys.argv:
         raise SystemExit("memcheck_table: the tree has local changes; commit them first (or --allow-dirty, "
                          "for a table that is not evidence)")
