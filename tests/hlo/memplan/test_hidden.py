@@ -9,6 +9,7 @@ and 159 values XLA times go unchecked, each said (test_without_the_ties_the_race
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ from xla_harness.hlo.memplan.hidden import HiddenTies
 from xla_harness.hlo.timeline import parse_live_range
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import memcheck_mutants  # noqa: E402  (every committed dump with XLA's live range, as the mutation test takes them)
+
 CUDA = next((ROOT / "results/cuda-aot/live-range").glob("*.after_optimizations.txt.gz"))
 # (value moved, the value whose bytes it is moved onto): the misses of #55's sampled runs
 MISSED = [("all-gather-start.7", "all-gather.38.1"), ("all-reduce-start.83", "all-gather.36.1")]
@@ -31,12 +36,6 @@ def cuda() -> dict[str, str]:
             "lr": read_text(beside(CUDA, "live-range"))}
 
 
-def committed() -> list[Path]:
-    return sorted(p for p in (ROOT / "results").rglob("*after_optimizations.txt*")
-                  if p.name.endswith((".txt", ".txt.gz")) and "-buffer-assignment" not in p.name
-                  and "-live-range" not in p.name and beside(p, "live-range") and beside(p, "buffer-assignment"))
-
-
 def _moved_onto(ba: str, victim: str, onto: str) -> str:
     v = re.search(rf"^ value: <(\d+) {re.escape(victim)} @\d+>", ba, re.M)
     t = re.search(rf"^ value: <\d+ {re.escape(onto)} @\d+> \(size=\d+,offset=(\d+)\)", ba, re.M)
@@ -45,7 +44,7 @@ def _moved_onto(ba: str, victim: str, onto: str) -> str:
     return move_value(ba, int(v.group(1)), int(alloc.group(1)), int(t.group(1)))
 
 
-@pytest.mark.parametrize("module", committed(), ids=lambda p: str(p.parent.relative_to(ROOT)))
+@pytest.mark.parametrize("module", memcheck_mutants.committed(), ids=lambda p: str(p.parent.relative_to(ROOT)))
 def test_every_value_xla_times_is_timed_and_agrees(module):
     lr = read_text(beside(module, "live-range"))
     r = check_texts(read_text(module), read_text(beside(module, "buffer-assignment")), lr, module.name)

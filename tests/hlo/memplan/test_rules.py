@@ -25,12 +25,11 @@ FUSED_NEG = "%fused_neg (q: f32[4]) -> f32[4] {\n  %q = f32[4]{0} parameter(0)\n
 IDENTITY = "%identity (a: f32[4]) -> f32[4] {\n  ROOT %a = f32[4]{0} parameter(0)\n}\n\n"
 
 
-def _ba(y: str, y_index: str = "", live_out: bool = False) -> str:
+def _ba(y: str, y_index: str = "") -> str:
     """p in its own allocation; x and y on the same bytes of allocation 1; the root's tuple table."""
     x = "" if y == "x" else " value: <2 x @0> (size=16,offset=0): f32[4]{0}\n"
     return ("BufferAssignment:\n"
-            "allocation 0: size 16, parameter 0, shape |f32[4]| at ShapeIndex {}"
-            f"{', maybe-live-out' if live_out else ''}:\n"
+            "allocation 0: size 16, parameter 0, shape |f32[4]| at ShapeIndex {}:\n"
             " value: <1 p @0> (size=16,offset=0): f32[4]{0}\n"
             "allocation 1: size 16, maybe-live-out:\n"
             f"{x} value: <3 {y}{y_index} @0> (size=16,offset=0): f32[4]{{0}}\n"
