@@ -62,7 +62,7 @@ def _run(program, commit, steps=30, seed=1, **spec):
 
 
 def _key(r):
-    return (r["step"], r["finite"], r["first_bad"], r["loss"], r.get("injected"), r.get("nondet", False))
+    return (r.step, r.finite, r.first_bad, r.loss, r.injected, r.nondet)
 
 
 def _same_state(a, b) -> bool:
@@ -89,7 +89,7 @@ def _assert_equal_commits(program, **spec):
 ])
 def test_block_commit_equals_step_commit(case, kw, bad, rolled):
     recs, blocks = _assert_equal_commits(poisoned(**kw), block=5)
-    assert [r["step"] for r in recs if not r["finite"]] == bad, case
+    assert [r.step for r in recs if not r.finite] == bad, case
     # contiguous blocks; a block ends at each step whose new state was rolled back, the next starts after it
     assert [b.start for b in blocks[1:]] == [b.end for b in blocks[:-1]] and blocks[-1].end == 30
     assert [b.end - 1 for b in blocks if b.rolled_back] == rolled
@@ -102,7 +102,7 @@ def test_block_commit_equals_step_commit_with_injected_faults(inject):
     recs, _ = _assert_equal_commits(poisoned(), steps=40, inject=inject, inject_rate=0.15, block=6)
     planted = injected_steps(1, 40, 0.15).tolist()
     assert len(planted) >= 3
-    assert [r["step"] for r in recs if not r["finite"]] == planted
+    assert [r.step for r in recs if not r.finite] == planted
 
 
 def _builtin_both_commits(spec: dict, seed: int) -> dict:
@@ -131,7 +131,7 @@ def test_a_nan_the_step_removes_within_a_block_is_seen():
     it wherever the block ends, as the per-step commit does (a block-end check alone would not)."""
     program = poisoned(vanish_steps=(7,))
     step_recs = [r for b in _run(program, "step", steps=12, block=5)[0] for r in b.records]
-    assert [r["step"] for r in step_recs if not r["finite"]] == [7]
+    assert [r.step for r in step_recs if not r.finite] == [7]
     for block in (4, 5, 12):
         block_recs = [r for b in _run(program, "block", steps=12, block=block)[0] for r in b.records]
         assert [_key(r) for r in block_recs] == [_key(r) for r in step_recs], block
@@ -186,16 +186,16 @@ def noisy(every=4, nan_calls=(), into_state=True) -> TrainProgram:
 def test_frozen_counts_finite_nondeterminism():
     blocks, _ = _run(noisy(every=4), "block", steps=40, protocol="frozen")
     recs = [r for b in blocks for r in b.records]
-    assert all(r["finite"] for r in recs)
-    assert [r["step"] for r in recs if r.get("nondet")] == list(range(3, 40, 4))  # 25% of the calls
+    assert all(r.finite for r in recs)
+    assert [r.step for r in recs if r.nondet] == list(range(3, 40, 4))  # 25% of the calls
 
 
 @pytest.mark.slow
 def test_frozen_deterministic_step_has_no_nondeterminism_and_a_nan_first_call_is_not_the_reference():
     blocks, _ = _run(noisy(every=10**9, nan_calls=(0,)), "block", steps=12, protocol="frozen")
     recs = [r for b in blocks for r in b.records]
-    assert [r["step"] for r in recs if not r["finite"]] == [0]
-    assert not any(r.get("nondet") for r in recs)
+    assert [r.step for r in recs if not r.finite] == [0]
+    assert not any(r.nondet for r in recs)
 
 
 @pytest.mark.slow
@@ -205,8 +205,8 @@ def test_a_nan_the_rerun_does_not_reproduce_is_counted_at_its_step():
     for commit in ("block", "step"):
         blocks, _ = _run(noisy(every=10**9, nan_calls=(7,)), commit, steps=10, block=5)
         recs = [r for b in blocks for r in b.records]
-        assert [r["step"] for r in recs if not r["finite"]] == [7], commit
-        assert not any(r.get("nondet") for r in recs), commit
+        assert [r.step for r in recs if not r.finite] == [7], commit
+        assert not any(r.nondet for r in recs), commit
 
 
 def test_block_size_grows_with_cost_and_shrinks_with_failures():
@@ -279,7 +279,7 @@ def test_a_rerun_whose_losses_differ_from_the_records_is_reported_apart(tmp_path
     (failed,) = [b for b in blocks if b.recompute is not None]
     assert (failed.start, failed.end) == (5, 10)
     assert failed.recompute == {"from": 5, "steps": 4, "nondet": [5, 7]}
-    assert not any(r.get("nondet") for b in blocks for r in b.records)
+    assert not any(r.nondet for b in blocks for r in b.records)
     spec = StressSpec(program=f"{tmp_path}/noisy.py:make", seeds=(1,), steps=15, block=5,
                       program_options=(("every", 4), ("nan_calls", (9,))))
     path = run_matrix(spec, tmp_path / "r")
@@ -296,7 +296,7 @@ def test_frequent_failures_move_the_restore_point_and_keep_the_per_step_trajecto
     records and the trajectory stay the per-step commit's."""
     bad = tuple(range(6, 160, 7))
     recs, blocks = _assert_equal_commits(poisoned(state_nan_steps=bad), steps=160, block=4)
-    assert [r["step"] for r in recs if not r["finite"]] == list(bad)
+    assert [r.step for r in recs if not r.finite] == list(bad)
     recomputed = [b.recompute for b in blocks if b.recompute is not None]
     assert len(recomputed) == len(bad)
     assert max(r["from"] for r in recomputed) > 100  # the restore point moved along

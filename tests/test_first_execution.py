@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -38,10 +39,10 @@ def _run(program, commit: str, steps: int, block: int | None = None, seed: int =
 
 def _check_against_oracle(program, blocks, steps: int) -> list[int]:
     recs = [r for b in blocks for r in b.records]
-    assert [r["step"] for r in recs] == list(range(steps)), "every step recorded once, in order"
+    assert [r.step for r in recs] == list(range(steps)), "every step recorded once, in order"
     want, never = oracle.expected(oracle.entries_of(program), range(steps))
     assert never == [], f"steps with no execution from a finite state: {never}"
-    got = [r["step"] for r in recs if not r["finite"]]
+    got = [r.step for r in recs if not r.finite]
     assert got == want
     return got
 
@@ -107,18 +108,19 @@ def test_a_rerun_that_differs_is_reported_apart_and_not_counted():
     _check_against_oracle(program, blocks, 120)
     differ = [t for b in blocks if b.recompute for t in b.recompute["nondet"]]
     assert differ, "with half the executions perturbed some rerun differs"
-    assert not any(r.get("nondet") for b in blocks for r in b.records)
+    assert not any(r.nondet for b in blocks for r in b.records)
 
 
 def test_a_planted_wrong_count_is_caught():
     """The comparison can fail: a record flipped to finite, or a step dropped, is not the oracle's."""
     program = oracle.make(p=0.1, where="both", seed=2)
     blocks, _ = _run(program, "block", steps=60, block=8)
-    bad = next(r for b in blocks for r in b.records if not r["finite"])
-    bad["finite"] = True
+    block, i = next((b, i) for b in blocks for i, r in enumerate(b.records) if not r.finite)
+    bad = block.records[i]
+    block.records[i] = replace(bad, finite=True)
     with pytest.raises(AssertionError):
         _check_against_oracle(program, blocks, 60)
-    bad["finite"] = False
+    block.records[i] = bad
     blocks[0].records.pop()
     with pytest.raises(AssertionError):
         _check_against_oracle(program, blocks, 60)

@@ -45,7 +45,7 @@ def test_a_batch_that_changes_shape_is_proven_compiled_again_counted_and_said(co
     check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
     assert h.step_compiles == 1
     records = [r for b in run_config(h, 1, state, block_size=new_block_size(spec)) for r in b.records]
-    assert [r["step"] for r in records] == list(range(10)) and all(r["finite"] for r in records)
+    assert [r.step for r in records] == list(range(10)) and all(r.finite for r in records)
     assert h.step_compiles == 2
     err = capsys.readouterr().err
     assert err.count("warning: ") == 1 and "another shape ((4, 3) before, (2, 3) now)" in err

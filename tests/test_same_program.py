@@ -57,7 +57,7 @@ def _harness_losses(program: TrainProgram, steps: int = 8, **spec) -> list[float
     state = initial_state(h, 1)
     batch = h.program.batch(step_keys(1, 0)[0], 0)
     check_same_program(h, state.params, state.opt_state, batch)
-    return [r["loss"] for block in run_config(h, 1, state) for r in block.records]
+    return [r.loss for block in run_config(h, 1, state) for r in block.records]
 
 
 def _plain_losses(program: TrainProgram, steps: int = 8) -> list[float]:
@@ -116,7 +116,7 @@ def test_a_restore_that_makes_a_weak_leaf_strong_is_refused(monkeypatch):
     monkeypatch.undo()  # the same run with the real restore goes through, the NaN counted
     h = _harness(weak_scale_program(), commit="block", inject_rate=0.5)
     records = [r for b in run_config(h, 1, initial_state(h, 1)) for r in b.records]
-    assert any(not r["finite"] for r in records)
+    assert any(not r.finite for r in records)
 
 
 @pytest.mark.slow

@@ -85,11 +85,11 @@ def _tree(nan_at: str | None = None):
 def test_the_row_names_the_first_bad_value_and_the_state_flag(nan_at):
     p, o, aux = _tree(nan_at)
     layout = step_rows.RowLayout.of(p, o, aux)
-    rows, n = step_rows.new_rows()
-    rows, n = step_rows.make_row_writer()(rows, n, p, o, aux)
-    row = np.asarray(rows)[0]
+    rows = step_rows.new_rows()
+    rows = step_rows.make_row_writer()(rows, p, o, aux)
+    row = step_rows.last_rows(np.asarray(rows), 1)[0]
     loss, bad = layout.read(row)
-    assert int(n) == 1
+    assert (np.asarray(rows)[:-1] == 0).all()  # the one write is the last row; the rest untouched
     if nan_at is None:
         assert bad is None and loss == 1.0 and row[2] == 1.0
         return
@@ -103,11 +103,11 @@ def test_leaves_of_one_shape_are_one_reduction(monkeypatch):
     """Machine-independent: the lowered writer holds one reduce per distinct shape, where one
     reduction per leaf holds one per leaf (the row's own reductions, the loss's included, aside)."""
     p, o, aux = _tree()
-    rows, n = step_rows.new_rows()
+    rows = step_rows.new_rows()
 
     def reduces() -> int:
         fresh = jax.jit(lambda *args: step_rows.write_row(*args))  # a new trace, not the cached one
-        return fresh.lower(rows, n, p, o, aux).as_text().count("stablehlo.reduce")
+        return fresh.lower(rows, p, o, aux).as_text().count("stablehlo.reduce")
 
     by_shape = reduces()
     monkeypatch.setattr(step_rows, "all_finite_by_shape", per_leaf)
@@ -142,3 +142,18 @@ def test_bench_counts_what_launches():
     spec.loader.exec_module(module)
     text = jax.jit(lambda x, y: (jnp.sum(x), jnp.sum(y))).lower(jnp.ones(3), jnp.ones(4)).compile().as_text()
     assert module.launches(text) >= 1
+
+
+def test_a_block_of_rows_reads_back_in_order_and_a_recompute_chunk_too():
+    """Each write moves the rows up by one: k writes are the last k rows, oldest first (what a block's
+    and a recompute chunk's reader takes); a reader that took the first k rows would read zeros."""
+    p, o, aux = _tree()
+    write = step_rows.make_row_writer()
+    rows = step_rows.new_rows()
+    for loss in (1.0, 2.0, 3.0):
+        rows = write(rows, p, o, {**aux, "loss": jnp.float32(loss)})
+    host = np.asarray(rows)
+    assert step_rows.last_rows(host, 3)[:, 0].tolist() == [1.0, 2.0, 3.0]
+    assert step_rows.last_rows(host, 2)[:, 0].tolist() == [2.0, 3.0]
+    assert step_rows.last_rows(host, 0).shape == (0, 3)
+    assert host[:3, 0].tolist() == [0.0, 0.0, 0.0]

@@ -33,7 +33,7 @@ def run(program, commit: str, steps: int, block: int | None = None) -> list[int]
     spec = StressSpec(program="oracle", seeds=(1,), steps=steps, commit=commit, block=block)
     h = prepare(spec, {}, program)
     state = initial_state(h, 1)
-    return sorted(r["step"] for b in run_config(h, 1, state) for r in b.records if not r["finite"])
+    return sorted(r.step for b in run_config(h, 1, state) for r in b.records if not r.finite)
 
 
 def main() -> int:

@@ -95,10 +95,10 @@ def main() -> int:
     bad = 0
     for block in run_config(h, task.get("seed", 1), state, steps=steps):
         for r in block.records:
-            if not r["finite"]:
+            if not r.finite:
                 bad += 1
                 if not task.get("count"):
-                    print(json.dumps({"failing": True, "detail": f"non-finite at step {r['step']} (of up to {steps})"}))
+                    print(json.dumps({"failing": True, "detail": f"non-finite at step {r.step} (of up to {steps})"}))
                     return 0
     print(json.dumps({"failing": bad > 0, "nonfinite": bad, "steps": steps,
                       "detail": f"{bad} non-finite in {steps} steps"}))

@@ -45,6 +45,7 @@ from xla_harness.stress.checkpoint import Checkpointer
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.pipeline import Pipeline, Verdict
+from xla_harness.stress.records import Step
 from xla_harness.stress.restore import (
     DevicePoint,
     InitPoint,
@@ -55,12 +56,12 @@ from xla_harness.stress.restore import (
     recompute_checked,
     take_host_point,
 )
-from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, new_rows
+from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, last_rows, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
 # (seed, step, the step's record, a function giving the state before it: (params, opt_state), or None
 # where it cannot be rebuilt); called for each failing step as its block is resolved
-OnFailure = Callable[[int, int, dict, Callable[[], "tuple[Any, Any] | None"]], None]
+OnFailure = Callable[[int, int, Step, Callable[[], "tuple[Any, Any] | None"]], None]
 TRIES = 3  # recomputes from the block's restore point before the older one is tried
 
 @dataclass
@@ -142,7 +143,7 @@ class PendingBlock:
 
     def resolve(self, h: Harnessed) -> np.ndarray:
         """The block's rows on the host: its one fetch."""
-        return h.counters.fetch(self.rows)[:self.end - self.start]
+        return last_rows(h.counters.fetch(self.rows), self.end - self.start)
 
 
 def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: int, planned: set[int],
@@ -156,19 +157,23 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     point = None
     if copy:
         point = DevicePoint(h.copy((state.params, state.opt_state)), start)
-    rows, n = new_rows()
+    rows = new_rows()
     stopped = False
+    # The loop a plain loop runs, plus one row per step: what it calls is bound once per block (the
+    # host's work per step is what a fast device waits on: bench/host_per_step.py).
+    batch_of, call_step, write_row = h.batch, h.call_step, h.write_row
+    params, opt_state = state.params, state.opt_state
     for t in range(start, end):
-        batch = h.batch(seed, t)
+        batch = batch_of(seed, t)
         if t <= watch_until:
-            follow_signature(h, (state.params, state.opt_state, batch))
-        new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
+            follow_signature(h, (params, opt_state, batch))
+        params, opt_state, aux = call_step(params, opt_state, batch)
         if t in planned:
-            new_p, new_o = h.inject(None, new_p, new_o, step_keys(seed, t)[1])
+            params, opt_state = h.inject(None, params, opt_state, step_keys(seed, t)[1])
         if layout is None:
-            layout = RowLayout.of(new_p, new_o, aux)
-        rows, n = h.write_row(rows, n, new_p, new_o, aux)
-        state.params, state.opt_state = new_p, new_o
+            layout = RowLayout.of(params, opt_state, aux)
+        rows = write_row(rows, params, opt_state, aux)
+        state.params, state.opt_state = params, opt_state
         state.next_step = t + 1
         if should_stop():
             stopped = True
@@ -179,14 +184,10 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     return PendingBlock(start, state.next_step, rows, stopped, point, layout)
 
 
-def step_record(h: Harnessed, layout: RowLayout, step: int, row: list[float], planned: set[int]) -> dict:
+def step_record(h: Harnessed, layout: RowLayout, step: int, row: list[float], planned: set[int]) -> Step:
     """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
     loss, bad = layout.read(row)
-    rec: dict[str, object] = {"step": step, "finite": bad is None, "first_bad": bad, "max_abs_update": None,
-                              "loss": loss}
-    if step in planned:
-        rec["injected"] = h.spec.inject
-    return rec
+    return Step(step, bad is None, bad, None, loss, injected=h.spec.inject if step in planned else None)
 
 
 def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:
@@ -267,7 +268,7 @@ class _Blocks:
         self.point: RestorePoint | None = InitPoint(h, seed)
         if state.next_step:  # resumed: the records before it are not at hand
             self.point = None if self.copies else self._host_point(state.next_step)
-        self.history: dict[int, dict] = {}
+        self.history: dict[int, Step] = {}
         self.rolled_back: set[int] = set()  # recorded steps whose new state was not finite
         self.fed = None  # the state's signature as the step returns it (taken at the first step)
         self.last_resolved = time.perf_counter()
@@ -281,7 +282,7 @@ class _Blocks:
 
     def _remember(self, block: BlockResult) -> None:
         for r in block.records:
-            self.history[r["step"]] = r
+            self.history[r.step] = r
         self.rolled_back |= block.rolled_back
 
     def _move_point(self, point: RestorePoint) -> None:
@@ -417,7 +418,7 @@ class _Blocks:
             if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement
                 poisoned = block.start + i
                 break
-        failed = sum(not r["finite"] for r in records)
+        failed = sum(not r.finite for r in records)
         if poisoned is None:
             result = BlockResult(h.label, self.seed, block.start, block.end, records)
             self._remember(result)
@@ -448,15 +449,15 @@ class _Blocks:
 
         return Verdict(result, kept=False, after=restart_the_clock)
 
-    def _tell_failures(self, block: PendingBlock, records: list[dict]) -> None:
+    def _tell_failures(self, block: PendingBlock, records: list[Step]) -> None:
         """Each failing step of a clean block (its loss or gradients non-finite, its new state finite: not
         rolled back) to ``on_failure``, with a function that rebuilds the state before it from the block's
         restore point, as a rollback would (called only for the steps the hook keeps: never counted)."""
         assert self.on_failure is not None
         for r in records:
-            if r["finite"] or r.get("injected"):
+            if r.finite or r.injected:
                 continue
-            step = r["step"]
+            step = r.step
 
             def before(step: int = step):
                 rebuilt = self._rebuild(block.point, step)

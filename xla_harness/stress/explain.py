@@ -172,7 +172,7 @@ class Explainer:
 
     def note_block(self, block: BlockResult) -> None:
         for r in block.records:
-            self.note(block.label, block.seed, r["step"], r["finite"], bool(r.get("injected")))
+            self.note(block.label, block.seed, r.step, r.finite, r.injected is not None)
 
     # -- during the run
 
@@ -203,14 +203,14 @@ class Explainer:
         """Whether a failing step of ``label`` (of the first ``max_steps``) still lacks its origin."""
         return any((label, f.seed, f.step) not in self.done for f in self.chosen(label))
 
-    def keeper(self, label: str) -> Callable[[int, int, dict, Callable[[], Any]], None]:
+    def keeper(self, label: str) -> Callable[[int, int, records.Step, Callable[[], Any]], None]:
         """The block commit's hook at each failing step: ``(seed, step, record, before)``, ``before()``
         giving the state before ``step`` (rebuilt by the rollback, or from the block's restore point for a
         loss-only failure); a host copy is kept (``OUT/origins/``) while fewer than ``max_steps`` of the
         configuration's failures have one."""
 
-        def keep(seed: int, step: int, record: dict, before: Callable[[], Any]) -> None:
-            if record.get("injected") or record.get("finite", True):
+        def keep(seed: int, step: int, record: records.Step, before: Callable[[], Any]) -> None:
+            if record.injected or record.finite:
                 return
             kept = [p for p in (self.out / ORIGINS_DIR / _slug(label)).glob("seed*-step*.npz")]
             path = state_path(self.out, label, seed, step)

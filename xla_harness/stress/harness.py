@@ -25,6 +25,7 @@ from xla_harness.stress.fingerprint import plain_jit
 from xla_harness.stress.inject import make_injector, opt_target_index, step_keys, target_index
 from xla_harness.stress.leaves import is_floating, leaf_names
 from xla_harness.stress.proof import ProvenStep, leaf_signature, signature
+from xla_harness.stress.records import Step
 from xla_harness.stress.spec import StressSpec, build
 from xla_harness.stress.step_rows import make_row_writer
 
@@ -300,7 +301,7 @@ class BlockResult:
     seed: int
     start: int
     end: int
-    records: list[dict] = field(default_factory=list)
+    records: list[Step] = field(default_factory=list)  # each step's record (its first execution's)
     # Block protocol, a block whose last step's new state was not finite: how the state before that
     # step was rebuilt, {"from", "steps", "nondet", ["nonfinite", "tries", "unrecoverable"]} (the steps
     # whose recomputed loss differed from the one recorded; None: no recompute).
@@ -309,15 +310,15 @@ class BlockResult:
 
     @property
     def nonfinite(self) -> int:
-        return sum(not r["finite"] for r in self.records)
+        return sum(not r.finite for r in self.records)
 
     @property
     def silent(self) -> int:
-        return sum(1 for r in self.records if r.get("reference") and not r["reference"]["ok"])
+        return sum(1 for r in self.records if r.reference and not r.reference["ok"])
 
     @property
     def injected(self) -> int:
-        return sum(1 for r in self.records if r.get("injected"))
+        return sum(1 for r in self.records if r.injected)
 
 
 def initial_state(h: Harnessed, seed: int) -> RunState:

@@ -314,6 +314,25 @@ def _nondet_detail(obj: Mapping, what: str) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+def _check_steps(steps: tuple[Step, ...], start: int, end: int) -> None:
+    if end <= start:
+        raise RecordError(f"block end {end} is not after its start {start}")
+    if len(steps) != end - start or [s.step for s in steps] != list(range(start, end)):
+        raise RecordError(f"block steps are not exactly steps {start}..{end - 1} in order")
+
+
+def check_block(block: Block) -> None:
+    """RecordError unless a block made in this process holds what a reader checks of it: its steps
+    exactly start..end-1 in order, each a :class:`Step`, and its counts those of its steps."""
+    if not all(type(s) is Step for s in block.steps):
+        raise RecordError("block steps must be Step records")
+    _check_steps(block.steps, block.start, block.end)
+    if block.nonfinite != sum(not s.finite for s in block.steps):
+        raise RecordError(f"block nonfinite {block.nonfinite} does not match its steps")
+    if block.silent != sum(1 for s in block.steps if s.reference and not s.reference.get("ok")):
+        raise RecordError(f"block silent {block.silent} does not match its steps")
+
+
 def parse_block(obj: Mapping) -> Block:
     what = "block"
     start, end = _int(obj, "start", what), _int(obj, "end", what)
@@ -321,8 +340,7 @@ def parse_block(obj: Mapping) -> Block:
         raise RecordError(f"block end {end} is not after its start {start}")
     raw_steps = _need(obj, "steps", list, what)
     steps = tuple(parse_step(s, f"step {i} of the block") for i, s in enumerate(raw_steps))
-    if [s.step for s in steps] != list(range(start, start + len(steps))) or len(steps) != end - start:
-        raise RecordError(f"block steps are not exactly steps {start}..{end - 1} in order")
+    _check_steps(steps, start, end)
     nonfinite = _int(obj, "nonfinite", what)
     if nonfinite != sum(not s.finite for s in steps):
         raise RecordError(f"block nonfinite {nonfinite} does not match its steps")

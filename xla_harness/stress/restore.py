@@ -31,8 +31,9 @@ from xla_harness.errors import HarnessError
 from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.harness import Harnessed, call_user, check_fed_back, follow_signature
 from xla_harness.stress.inject import step_keys
+from xla_harness.stress.records import Step
 from xla_harness.stress.snapshot import HostSnapshot
-from xla_harness.stress.step_rows import ROWS, new_rows
+from xla_harness.stress.step_rows import ROWS, last_rows, new_rows
 
 
 class RestorePoint(Protocol):
@@ -131,7 +132,7 @@ class Recomputed:
         return self.restored_ok and not self.nonfinite
 
 
-def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, dict],
+def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, Step],
               rolled_back: set[int], planned: set[int], fed_signature) -> Recomputed:
     """The state before step ``target``: ``point``'s (checked finite), then every recorded step in
     between run again as the run ran it (``history``: step -> its record; the steps in
@@ -146,30 +147,30 @@ def recompute(h: Harnessed, seed: int, point: RestorePoint, target: int, history
     finite_fault = h.spec.inject in ("lost-row", "doubled-row")
     ran: list[int] = []
     chunks: list[tuple[list[int], jax.Array]] = []
-    rows, n = new_rows()
+    rows = new_rows()
     for t in _kept_steps(history, rolled_back, point.step, target):
         batch = h.batch(seed, t)
         if len(ran) < 2:
             follow_signature(h, (params, opt_state, batch))
         new_p, new_o, aux = _run_again(h, seed, t, params, opt_state, batch, finite_fault and t in planned)
-        rows, n = h.write_row(rows, n, new_p, new_o, aux)
+        rows = h.write_row(rows, new_p, new_o, aux)
         params, opt_state = new_p, new_o
         ran.append(t)
         if len(ran) % ROWS == 0:
             chunks.append((ran[-ROWS:], rows))
-            rows, n = new_rows()
+            rows = new_rows()
     if len(ran) % ROWS:
         chunks.append((ran[-(len(ran) % ROWS):], rows))
     out = Recomputed(params, opt_state, point.step, len(ran))
     if not ran:
         out.restored_ok = bool(h.counters.fetch(h.state_check(params, opt_state)))
     for steps, chunk in chunks:
-        _read_rows(h.counters.fetch(chunk), steps, history, out)
+        _read_rows(last_rows(h.counters.fetch(chunk), len(steps)), steps, history, out)
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def _kept_steps(history: dict[int, dict], rolled_back: set[int], start: int, target: int):
+def _kept_steps(history: dict[int, Step], rolled_back: set[int], start: int, target: int):
     """The recorded steps in [start, target) whose new state was kept (not rolled back), in order."""
     for t in range(start, target):
         if t not in history:
@@ -195,15 +196,15 @@ def _restored(h: Harnessed, point: RestorePoint, fed_signature) -> tuple:
     return params, opt_state
 
 
-def _read_rows(host: np.ndarray, steps: list[int], history: dict[int, dict], out: Recomputed) -> None:
+def _read_rows(host: np.ndarray, steps: list[int], history: dict[int, Step], out: Recomputed) -> None:
     for t, row in zip(steps, host, strict=False):
         if row[2] == 0:
             out.nonfinite.append(t)
-        if not same_loss(history[t]["loss"], float(row[0])):
+        if not same_loss(history[t].loss, float(row[0])):
             out.nondet.append(t)
 
 
-def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, dict],
+def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int, history: dict[int, Step],
                       rolled_back: set[int], planned: set[int], fed_signature, tries: int) -> Recomputed:
     """:func:`recompute`, each step committed as ``--commit step`` commits it (a backup copy of the
     state before it on the device; a new state that is not finite rolled back) and its flags fetched
@@ -230,7 +231,7 @@ def recompute_checked(h: Harnessed, seed: int, point: RestorePoint, target: int,
             out.steps += 1
             state_ok, loss = (float(x) for x in h.counters.fetch(
                 jax.numpy.stack([flags["state_ok"].astype(jax.numpy.float32), flags["loss"]])))
-            if attempt == 0 and not same_loss(rec["loss"], loss):
+            if attempt == 0 and not same_loss(rec.loss, loss):
                 out.nondet.append(t)
             if state_ok:
                 break

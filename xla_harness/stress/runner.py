@@ -46,6 +46,7 @@ from pathlib import Path
 
 import jax
 
+from xla_harness.errors import HarnessError
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.blocks import BlockSize, OnFailure, new_block_size, run_blocks
@@ -137,28 +138,20 @@ def built_with(options: dict) -> dict:
     return json.loads(json.dumps(dict(options), default=str))
 
 
-def block_line(b: BlockResult, h: Harnessed, env: dict) -> dict:
-    return {
-        "kind": "block",
-        "config": h.options,
-        "label": b.label,
-        "program": h.spec.program,
-        "protocol": h.spec.protocol,
-        **({"commit": h.spec.commit} if h.spec.protocol == "train" else {}),
-        "seed": b.seed,
-        "start": b.start,
-        "end": b.end,
-        "nonfinite": b.nonfinite,
-        "silent": b.silent,
-        "injected": b.injected,
-        "steps": b.records,
-        "fingerprint": h.fingerprint,
-        "donate_argnums": list(h.donate),
-        **({"built_with": built_with(h.program.options)} if h.program.options else {}),
-        "time": results.now(),
-        "env": env,
-        **({"recompute": b.recompute} if b.recompute is not None else {}),
-    }
+def block_line(b: BlockResult, h: Harnessed, env: dict) -> records.Block:
+    """The results record of a block: its steps' records as the loop made them (typed: nothing is
+    parsed again on the way to the file), held to the block's invariants (:func:`records.check_block`)."""
+    block = records.Block(label=b.label, seed=b.seed, start=b.start, end=b.end, nonfinite=b.nonfinite,
+                          silent=b.silent, steps=tuple(b.records), config=h.options, env=env, time=results.now(),
+                          program=h.spec.program, protocol=h.spec.protocol, fingerprint=h.fingerprint,
+                          donate_argnums=tuple(h.donate), recompute=b.recompute,
+                          built_with=built_with(h.program.options) if h.program.options else None,
+                          commit=h.spec.commit if h.spec.protocol == "train" else None)
+    try:
+        records.check_block(block)
+    except records.RecordError as exc:
+        raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
+    return block
 
 
 # ----------------------------------------------------------------------------- matrix

@@ -8,8 +8,9 @@ writing 12 bytes. The array is fetched once per block.
 The per-step protocols keep their flags the same way (:class:`FlagPacker`): a row per step, one
 array per block, one fetch.
 
-The writer compiles once per state signature (the array has a fixed number of rows and the row's
-index is a device scalar it returns incremented), so no block length, however it changes, compiles
+The writer compiles once per state signature (the array has a fixed number of rows: each write moves
+the rows up by one and puts the new row last, so a block of k steps holds its rows in the last k, in
+order, and no index travels with the array), so no block length, however it changes, compiles
 anything; the same writer records the steps a recompute runs again.
 
 :class:`RowLayout` turns a row's code back into the name the per-step protocol gives the first bad
@@ -46,27 +47,31 @@ def _ok_parts(new_params, new_opt, aux) -> tuple[list[jax.Array], int]:
     return [loss_ok, *all_finite_by_shape(checked)], state_from
 
 
-def write_row(rows, n, new_params, new_opt, aux):
-    """``rows`` with row ``n`` set to (the loss as float32, the first non-finite value's position or
-    -1, 1.0 when the new state is finite), and ``n + 1``."""
+def write_row(rows, new_params, new_opt, aux):
+    """``rows`` moved up by one row, its last row set to (the loss as float32, the first non-finite
+    value's position or -1, 1.0 when the new state is finite)."""
     parts, state_from = _ok_parts(new_params, new_opt, aux)
     ok = jnp.stack(parts)
     code = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.float32)
     state_ok = jnp.all(ok[state_from:]) if len(parts) > state_from else jnp.bool_(True)
     loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
     row = jnp.stack([loss, code, state_ok.astype(jnp.float32)])[None]
-    return jax.lax.dynamic_update_slice(rows, row, (n, jnp.int32(0))), n + 1
+    return jnp.concatenate([rows[1:], row])
 
 
 def make_row_writer() -> Callable:
-    """jit(rows, n, new_params, new_opt, aux) -> (rows', n + 1): :func:`write_row`, ``rows`` donated
-    (updated in place)."""
+    """jit(rows, new_params, new_opt, aux) -> rows': :func:`write_row`, ``rows`` donated."""
     return jax.jit(write_row, donate_argnums=(0,))
 
 
-def new_rows() -> tuple[jax.Array, jax.Array]:
-    """A block's empty array and its first row's index (device arrays of their own)."""
-    return jnp.zeros((ROWS, 3), jnp.float32), jnp.zeros((), jnp.int32)
+def new_rows() -> jax.Array:
+    """A block's empty array (a device array of its own)."""
+    return jnp.zeros((ROWS, 3), jnp.float32)
+
+
+def last_rows(host: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the last ``k`` writes, oldest first."""
+    return host[host.shape[0] - k:] if k else host[:0]
 
 
 @dataclass(frozen=True)

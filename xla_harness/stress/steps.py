@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import jax
 
@@ -26,6 +27,7 @@ from xla_harness.stress.harness import (
 )
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.pipeline import Pipeline, Verdict
+from xla_harness.stress.records import Step
 from xla_harness.stress.reference import reference_check
 from xla_harness.stress.step_rows import FlagPacker
 
@@ -45,22 +47,20 @@ def _first_bad(f: dict, h: Harnessed) -> str | None:
 
 
 def host_records(start: int, host_flags: list, h: Harnessed, planned: set[int],
-                 names: list[str] | None = None) -> list[dict]:
+                 names: list[str] | None = None) -> list[Step]:
     """The records of steps ``start``... from their flags on the host; ``names``: the step's output
     leaves (frozen: which leaves a nondeterministic call changed)."""
     out = []
     for i, f in enumerate(host_flags):
         first = None if bool(f["ok"]) else (_first_bad(f, h) or "?")
         mx, loss = float(f["max_abs_update"]), float(f["loss"])
-        rec: dict[str, object] = {"step": start + i, "finite": first is None, "first_bad": first,
-               "max_abs_update": mx if math.isfinite(mx) else None, "loss": loss if math.isfinite(loss) else None}
-        if start + i in planned:
-            rec["injected"] = h.spec.inject
-        if bool(f.get("nondet", False)):
-            rec["nondet"] = True
-            if "nondet_detail" in f and names is not None:
-                rec["nondet_detail"] = leaf_detail(names, f["nondet_detail"])
-        out.append(rec)
+        nondet = bool(f.get("nondet", False))
+        detail = tuple(leaf_detail(names, f["nondet_detail"])) if nondet and "nondet_detail" in f and \
+            names is not None else None
+        out.append(Step(start + i, first is None, first, mx if math.isfinite(mx) else None,
+                        loss if math.isfinite(loss) else None,
+                        injected=h.spec.inject if start + i in planned else None, nondet=nondet,
+                        nondet_detail=detail))
     return out
 
 
@@ -108,11 +108,11 @@ class _Pending:
                 f["nondet_detail"] = h.counters.fetch(self.details[self.start + i])
         records = host_records(self.start, host, h, planned, self.names)
         rolled_back = {self.start + i for i, f in enumerate(host) if "state_ok" in f and not bool(f["state_ok"])}
-        for r in records:
-            if r["step"] in self.refs:
-                ref = self.refs.pop(r["step"])
+        for i, r in enumerate(records):
+            if r.step in self.refs:
+                ref = self.refs.pop(r.step)
                 # A rejected (non-finite) step was not applied: nothing to compare.
-                r["reference"] = ref if r["finite"] else {**ref, "ok": True, "skipped": "non-finite"}
+                records[i] = replace(r, reference=ref if r.finite else {**ref, "ok": True, "skipped": "non-finite"})
         return BlockResult(h.label, seed, self.start, self.end, records,
                            rolled_back=rolled_back if h.spec.protocol == "train" else set())
 
