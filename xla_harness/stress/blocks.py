@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
+from xla_harness.programs.interface import guard_user_error
 from xla_harness.stress.checkpoint import Checkpointer
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
 from xla_harness.stress.inject import step_keys
@@ -161,10 +162,13 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     stopped = False
     # The loop a plain loop runs, plus one row per step: what it calls is bound once per block (the
     # host's work per step is what a fast device waits on: bench/host_per_step.py).
-    batch_of, call_step, write_row = h.batch, h.call_step, h.write_row
+    program_batch, call_step, write_row = h.program.batch, h.call_step, h.write_row
     params, opt_state = state.params, state.opt_state
     for t in range(start, end):
-        batch = batch_of(seed, t)
+        try:  # the user's batch, guarded as Harnessed.batch guards it (two calls less a step)
+            batch = program_batch(step_keys(seed, t)[0], t)
+        except BaseException as e:  # noqa: BLE001 - the user's code: one error line
+            raise guard_user_error(e, h.spec.program, "batch") from e
         if t <= watch_until:
             follow_signature(h, (params, opt_state, batch))
         params, opt_state, aux = call_step(params, opt_state, batch)
@@ -187,7 +191,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
 def step_record(h: Harnessed, layout: RowLayout, step: int, row: list[float], planned: set[int]) -> Step:
     """A step's record from its row (:class:`~xla_harness.stress.step_rows.RowLayout`)."""
     loss, bad = layout.read(row)
-    return Step(step, bad is None, bad, None, loss, injected=h.spec.inject if step in planned else None)
+    return Step.of_row(step, loss, bad, h.spec.inject if step in planned else None)
 
 
 def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:
