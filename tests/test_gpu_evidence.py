@@ -25,19 +25,26 @@ def _run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_the_tiny_evidence_runs_every_step_and_writes_its_table(tmp_path):
     out = tmp_path / "ev"
-    done = _run("--tiny", "--out", str(out), "--budget", "600")
+    done = _run("--tiny", "--out", str(out), "--budget", "900", timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
     outcomes = {o["step"]: o for o in json.loads((out / "outcomes.json").read_text())}
-    assert list(outcomes) == ["bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen",
-                              "frozen-deterministic", "memory-plan-full", "memcheck"]
-    for name in ("bench-100", "bench-1000", "first-failure", "memory-plan", "first-block", "frozen",
-                 "memory-plan-full", "memcheck"):
+    assert list(outcomes) == ["breakdown", "k16", "k1024", "bench-100", "bench-1000", "first-failure", "memory-plan",
+                              "first-block", "frozen", "frozen-deterministic", "memory-plan-full", "memcheck",
+                              "full-size"]
+    for name in ("breakdown", "k16", "k1024", "bench-100", "bench-1000", "first-failure", "memory-plan",
+                 "first-block", "frozen", "memory-plan-full", "memcheck", "full-size"):
         assert outcomes[name]["status"] == "ok", outcomes[name]
         assert outcomes[name]["figures"], name
         assert (out / name / "output.txt").read_text().startswith("$ ")
     assert outcomes["frozen-deterministic"]["status"] == "needs a GPU"
     assert any(f.startswith("first failure: step") for f in outcomes["first-failure"]["figures"])
     assert (out / "frozen" / "stress.jsonl").exists() and (out / "bench-100" / "bench.json").exists()
+    breakdown = json.loads((out / "breakdown" / "breakdown.json").read_text())
+    parts = breakdown[breakdown["headline"]]["parts_s"]
+    assert list(parts) == ["row", "copy", "loop", "verdict and writer"]
+    assert isinstance(breakdown[breakdown["headline"]]["adds_up"], bool)
+    assert breakdown["trace"]["timelines"] and Path(breakdown["trace"]["file"]).is_file()
+    assert json.loads((out / "full-size" / "full.json").read_text())["program"] == "issue-35409"
     dump = sorted(p.name for p in (out / "memory-plan" / "dump").iterdir())
     assert any(n.endswith("buffer-assignment.txt") for n in dump), dump  # the compiler's memory plan
     assert any(n.endswith("after_optimizations.txt") for n in dump), dump

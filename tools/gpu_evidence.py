@@ -3,6 +3,11 @@ has (run from source: ``PYTHONPATH=$PWD python3 tools/gpu_evidence.py``; no netw
 at most ``--budget`` seconds (default 480), each step in its own process with what is left of the
 budget as its limit, in this order:
 
+0. ``bench/gpu_breakdown.py --size realistic --block 128 --steps 300 --rounds 9 --trace``: where the
+   block loop's time goes (user, +row, +copy, quiet, block; the parts add up to the gap) and a
+   ``jax.profiler`` trace of three block boundaries summarized (device idle gaps, main-thread CPU);
+   then the same, user and block loops only, at ``--block 16`` and ``--block 1024`` (1024 steps x 9
+   rounds): the K sweep;
 1. ``bench/stress_overhead.py --size realistic --steps 100`` (2 rounds): the harness against a plain
    loop, wall time and counts;
 2. ``bench/stress_overhead.py`` at 1000 steps (1 round);
@@ -18,7 +23,9 @@ budget as its limit, in this order:
    deterministic`` sets (one compile, without a second baseline);
 8. ``stress --program issue-35409 --compile-only`` at full size: the device compiler's module, buffer
    assignment and live range (the harness keeps all three), the full-size input of a memory-plan check;
-9. ``xla-harness memcheck`` over both memory-plan compiles (steps 4 and 8), on the device machine's CPU.
+9. ``xla-harness memcheck`` over both memory-plan compiles (steps 4 and 8), on the device machine's CPU;
+10. ``bench/gpu_breakdown.py --program issue-35409 --program-option scale=1 --loops user,block``: the
+    full-size ratio, at what fits (20 steps x 3 rounds of a ~0.6 s step, two compiles).
 
 ``--only memory-plan,memory-plan-full,memcheck`` runs the named steps alone, in this order.
 
@@ -87,6 +94,7 @@ def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
               f"scale={scale}", "--protocol", "frozen", "--modes", "full", "--remat", "on", "--seeds", "1",
               "--steps", frozen_steps]
     bench_keep = r"^(user|block|step) |device->host|target"
+    breakdown_keep = r"^==|gap block|per step"
     first_block_program = (["--program", "examples/quickstart/my_model.py:make"] if tiny else
                            ["--program", "issue-35409", "--option", "scale=0.03125"])
     autotune = str(out / "frozen" / "autotune.txt")
@@ -99,7 +107,22 @@ def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
                         "--out", str(out / "memory-plan-full")]
     memcheck = [py, "-m", "xla_harness.cli", "memcheck", str(out / "memory-plan" / "hlo"),
                 str(out / "memory-plan-full" / "hlo")]
+    breakdown = [py, "bench/gpu_breakdown.py", "--size", size]
+    k_sweep = [Step(f"k{k}", f"the block loop against a plain loop at --block {k} ({size}, "
+                    f"{'32' if tiny else '1024'} steps x {'2' if tiny else '9'} rounds)",
+                    [*breakdown, "--loops", "user,block", "--block", str(k // 8 if tiny else k), "--steps",
+                     "32" if tiny else "1024", "--rounds", "2" if tiny else "9",
+                     "--json", str(out / f"k{k}" / "k.json")],
+                    90, keep=breakdown_keep) for k in (16, 1024)]
     return [
+        Step("breakdown", f"where the block loop's time goes: user, +row, +copy, quiet, block ({size}, --block "
+             f"{'8' if tiny else '128'}, {'16' if tiny else '300'} steps x {'2' if tiny else '9'} rounds), and a "
+             "jax.profiler trace of three block boundaries",
+             [*breakdown, "--block", "8" if tiny else "128", "--steps", "16" if tiny else "300", "--rounds",
+              "2" if tiny else "9", "--trace", str(out / "breakdown" / "trace"), "--json",
+              str(out / "breakdown" / "breakdown.json")], 150,
+             keep=breakdown_keep + r"|^  (row|copy|loop|verdict)|idle"),
+        *k_sweep,
         Step("bench-100", f"the harness against a plain loop, {size}, 100 steps x 2 rounds",
              [py, "bench/stress_overhead.py", "--size", size, "--steps", "20" if tiny else "100", "--rounds",
               "1" if tiny else "2", "--json", str(out / "bench-100" / "bench.json")], 90, keep=bench_keep),
@@ -129,6 +152,13 @@ def steps(out: Path, tiny: bool, frozen_scale: float = 1.0) -> list[Step]:
         Step("memcheck", "xla-harness memcheck over both memory-plan compiles (the device compiler's live range "
              "compared)", memcheck, 120, keep=r"^(?!left out).*(conflict|live range|modules|checked)",
              measured_exits=(0, 1)),
+        Step("full-size", f"#35409 at scale {'1/64' if tiny else '1'}: the block loop against a plain loop "
+             f"({'8' if tiny else '20'} steps x {'2' if tiny else '3'} rounds, --block {'4' if tiny else '16'}: "
+             "what fits the budget, not the 9 rounds of 300 steps a 0.01 interval needs)",
+             [*breakdown, "--program", "issue-35409", "--program-option", "scale=0.015625" if tiny else "scale=1",
+              "--loops", "user,block", "--block", "4" if tiny else "16", "--steps", "8" if tiny else "20",
+              "--rounds", "2" if tiny else "3", "--json", str(out / "full-size" / "full.json")], 420,
+             keep=breakdown_keep),
     ]
 
 
