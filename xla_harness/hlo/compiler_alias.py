@@ -38,17 +38,18 @@ class CompilerAlias:
     source: str = FROM_BACKEND_CONFIG  # where the compiler said it: backend_config or buffer assignment
 
 
-def _find_key(value, key: str):
+def find_key(value, key: str):
+    """The value of ``key`` anywhere in a parsed JSON value (dicts and lists searched depth-first); None if absent."""
     if isinstance(value, dict):
         if key in value:
             return value[key]
         for v in value.values():
-            found = _find_key(v, key)
+            found = find_key(v, key)
             if found is not None:
                 return found
     elif isinstance(value, list):
         for v in value:
-            found = _find_key(v, key)
+            found = find_key(v, key)
             if found is not None:
                 return found
     return None
@@ -66,7 +67,7 @@ def instruction_pairs(ins: Instruction) -> list[tuple[int, tuple[int, ...]]] | N
         config = json.loads(raw)
     except ValueError:
         return None
-    field = _find_key(config, KEY)
+    field = find_key(config, KEY)
     groups = field.get("lists", []) if isinstance(field, dict) else []
     n = len(ins.operands)
     pairs: list[tuple[int, tuple[int, ...]]] = []

@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo.shapes import Shape, _skip_string
+from xla_harness.hlo.lexer import split_top
+from xla_harness.hlo.shapes import Shape
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Instruction:
         if rest.startswith(","):
             rest = rest[1:]
         if rest:
-            for part in _split_top(rest):
+            for part in split_top(rest):
                 key, eq, value = part.partition("=")
                 if eq:
                     out[key.strip()] = value.strip()
@@ -177,37 +178,9 @@ def check_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], i
     body = body[1:-1]
     pairs = []
     if body.strip():
-        for part in _split_top(body):
+        for part in split_top(body):
             m = _OTOA_ONE.fullmatch(part)
             if m is None:
                 raise ValueError(f"malformed output_to_operand_aliasing entry {part.strip()[:60]!r}")
             pairs.append((_index(m.group(1)), int(m.group(2)), _index(m.group(3))))
     return pairs
-
-
-_SPECIAL = re.compile(r'[{}()\[\]",]')
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas not nested in brackets or strings."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    i = 0
-    while True:
-        m = _SPECIAL.search(text, i)
-        if m is None:
-            break
-        ch = m.group()
-        i = m.end()
-        if ch == '"':
-            i = _skip_string(text, i)
-        elif ch in "{([":
-            depth += 1
-        elif ch in "})]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i - 1])
-            start = i
-    parts.append(text[start:])
-    return parts
