@@ -18,9 +18,10 @@ import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from xla_harness.hlo.fusion_decisions import FUSION_DECISION_CLASS
 from xla_harness.hlo.ir import Computation, HloModule, Instruction
 from xla_harness.hlo.nondeterminism import ASSESSED, SourceLines, nondeterministic_ops, source_of
-from xla_harness.hlo.scan import FUSION_DECISION_CLASS, scan
+from xla_harness.hlo.scan import scan
 from xla_harness.hlo.tied import tied_summary
 
 
