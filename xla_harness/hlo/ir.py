@@ -90,18 +90,19 @@ class Computation:
     line: int = 0
     execution_thread: str = ""
     by_name: dict[str, Instruction] = field(default_factory=dict)
-    _users: dict[str, list[Instruction]] | None = field(default=None, repr=False)
+    # the ROOT instruction, or the last one when none is marked (as in XLA); set when made
+    root: Instruction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.by_name:
             self.by_name = {ins.name: ins for ins in self.instructions}
-
-    @functools.cached_property
-    def root(self) -> Instruction:
         for ins in self.instructions:
             if ins.is_root:
-                return ins
-        return self.instructions[-1]
+                self.root = ins
+                break
+        else:
+            if self.instructions:
+                self.root = self.instructions[-1]
 
     def operand(self, ref: str) -> tuple[Instruction, tuple[int, ...]]:
         """The instruction an operand reference names, and the tuple index of ``name#k``
@@ -109,20 +110,22 @@ class Computation:
         base, index = split_ref(ref)
         return self.by_name[base], index
 
-    def users(self, name: str) -> list[Instruction]:
-        """Instructions using ``name`` as an operand (index built on first use)."""
-        if self._users is None:
-            index: dict[str, list[Instruction]] = {}
-            for ins in self.instructions:
-                for op in ins.operands:
-                    base = op.partition("#")[0] if "#" in op else op
-                    users = index.get(base)
-                    if users is None:
-                        index[base] = [ins]
-                    elif users[-1] is not ins:  # each user once, however many operands it takes
-                        users.append(ins)
-            self._users = index
-        return self._users.get(name, [])
+
+
+def users_index(comp: Computation) -> dict[str, list[Instruction]]:
+    """Instruction name -> the instructions of ``comp`` using it as an operand, in order, each user
+    once however many operands it takes (``name#k`` is a use of ``name``); one pass over the
+    computation, so a caller asking about many names builds it once and keeps it."""
+    index: dict[str, list[Instruction]] = {}
+    for ins in comp.instructions:
+        for op in ins.operands:
+            base = op.partition("#")[0] if "#" in op else op
+            users = index.get(base)
+            if users is None:
+                index[base] = [ins]
+            elif users[-1] is not ins:  # each user once, however many operands it takes
+                users.append(ins)
+    return index
 
 
 @dataclass

@@ -104,8 +104,8 @@ _COMMENT_START = re.compile(r"/[*/]")  # one regex search: faster than two subst
 
 
 def strip_comments(text: str) -> str:
-    """The text with /* */ and // comments outside strings removed, keeping line numbers (the
-    text itself when it has none)."""
+    """The text with /* */ comments (strings not looked at) and // comments outside strings
+    removed, keeping line numbers (the text itself when it has neither)."""
     if _COMMENT_START.search(text) is None:
         return text
     if "/*" in text:

@@ -33,7 +33,7 @@ from xla_harness.errors import HarnessError
 from xla_harness.hlo import alias, compiler_alias
 from xla_harness.hlo.buffers import BufferAssignment
 from xla_harness.hlo.fusion_decisions import FUSION_DECISION_CLASS, FusionDecisionFinding, fusion_decision_findings
-from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
+from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref, users_index
 from xla_harness.hlo.parser import parse_module
 from xla_harness.table import format_rows
 
@@ -135,16 +135,17 @@ def _element(user: Instruction, ref: str) -> tuple[int, ...]:
     return index
 
 
-def _context(module: HloModule, caller: Computation, fusion: Instruction, parameter: int
+def _context(module: HloModule, caller_users: dict[str, list[Instruction]], fusion: Instruction, parameter: int
              ) -> tuple[str, list[str], bool]:
-    """The caller's value feeding the fusion parameter and its other users: users of the same
-    tuple element only (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
+    """The caller's value feeding the fusion parameter and its other users (``caller_users``: the
+    caller's :func:`~xla_harness.hlo.ir.users_index`): users of the same tuple element only
+    (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
     if parameter >= len(fusion.operands):
         return "", [], False
     source = fusion.operands[parameter]
     base, index = split_ref(source)
     users = []
-    for u in caller.users(base):
+    for u in caller_users.get(base, []):
         if u.name == fusion.name:
             continue
         for ref in u.operands:
@@ -287,11 +288,14 @@ def _classify_outputs(analysis: alias.AliasAnalysis, fusion: Instruction, backen
 
 def scan_fusion(analysis: alias.AliasAnalysis, caller: Computation, fusion: Instruction, backend: str = "unknown",
                 buffers: BufferAssignment | None = None, memo: dict | None = None,
-                structure: tuple | None = None, ops: frozenset[str] | None = None) -> list[Finding]:
+                structure: tuple | None = None, ops: frozenset[str] | None = None,
+                uses: dict[str, dict[str, list[Instruction]]] | None = None) -> list[Finding]:
     """The in-place outputs of ``fusion`` (called from ``caller``; ``analysis`` its module's) classified.
     ``memo`` with the fusion's
     :func:`_structure` reuses the classification of a fusion of the same structure; ``ops`` are
-    :func:`alias.opcodes` of its computation when the caller has them."""
+    :func:`alias.opcodes` of its computation when the caller has them; ``uses`` holds the
+    :func:`~xla_harness.hlo.ir.users_index` of each computation by name, the caller's added when a
+    hazard first needs it (a scan passes one for the whole module)."""
     if alias.IN_PLACE_OPCODES.isdisjoint(ops if ops is not None else alias.opcodes(analysis, fusion.called[0])) \
             and "output_to_operand_aliasing" not in fusion.attr_text:
         return []  # no in-place op anywhere in it and no annotation: no in-place output
@@ -303,8 +307,15 @@ def scan_fusion(analysis: alias.AliasAnalysis, caller: Computation, fusion: Inst
     findings = []
     verdict = _compiler_verdict(caller, fusion, buffers)
     for index, classes, cls, stock, proposed, la, pair, root_opcode, output_path in outputs:
-        source, users, dense = _context(analysis.module, caller, fusion, pair.operand_index) if cls == "hazard" \
-            else ("", [], False)
+        if cls == "hazard":
+            if uses is None:
+                uses = {}
+            caller_users = uses.get(caller.name)
+            if caller_users is None:
+                caller_users = uses[caller.name] = users_index(caller)
+            source, users, dense = _context(analysis.module, caller_users, fusion, pair.operand_index)
+        else:
+            source, users, dense = "", [], False
         compiler, said_in = verdict(pair.operand_index, tuple(index)) if not pair.operand_shape_index else ("", "")
         findings.append(Finding(fusion.name, caller.name, root_opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
@@ -337,6 +348,7 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
         fusions = [(c, i) for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called]
         fused = {i.called[0] for _, i in fusions}
         by_structure: dict = {}  # classifications by fused-computation structure (repeated layers read once)
+        uses: dict[str, dict[str, list[Instruction]]] = {}  # users_index of each caller a hazard is in
         numbers: dict[tuple, tuple[int]] = {}  # each structure as a small key (hashed once, not per lookup)
         in_place = alias.IN_PLACE_OPCODES
         analysis = alias.analyze(module)
@@ -347,7 +359,7 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
                 found = _structure(module.computation(ins.called[0]), ins)
                 if found is not None:
                     structure = numbers.setdefault(found, (len(numbers),))
-            findings.extend(scan_fusion(analysis, comp, ins, backend, buffers, by_structure, structure, ops))
+            findings.extend(scan_fusion(analysis, comp, ins, backend, buffers, by_structure, structure, ops, uses))
             if comp.name not in fused:
                 decisions.extend(fusion_decision_findings(analysis, comp, ins, backend, by_structure, structure, ops))
     finally:
