@@ -17,10 +17,10 @@ _CALL_RE = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computat
                       r"branch_computations|called_computations|select|scatter)=\s*(\{[^}]*\}|%?[^\s,{}]+)")
 
 SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
-                       "exponential-minus-one", "floor", "log", "log-plus-one", "logistic", "maximum", "minimum",
-                       "multiply", "negate", "power", "remainder", "round-nearest-afz", "round-nearest-even",
-                       "rsqrt", "sign", "sine", "sqrt", "subtract", "tanh", "and", "or", "xor", "not",
-                       "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
+                      "exponential-minus-one", "floor", "log", "log-plus-one", "logistic", "maximum", "minimum",
+                      "multiply", "negate", "power", "remainder", "round-nearest-afz", "round-nearest-even",
+                      "rsqrt", "sign", "sine", "sqrt", "subtract", "tanh", "and", "or", "xor", "not",
+                      "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
 
 
 def infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict[str, Instruction],

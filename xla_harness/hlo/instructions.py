@@ -21,13 +21,13 @@ from xla_harness.hlo.lexer import attr_end, match_brace, split_top
 from xla_harness.hlo.shapes import Shape, ShapeTable, array_shape, parse_shape
 from xla_harness.hlo.validate import XLA_OPCODES, check_instruction
 
-LITERAL_OPCODES = {"constant", "parameter", "iota", "rng-bit-generator-state"}
+LITERAL_OPCODES = {"constant", "parameter", "iota", "rng-bit-generator-state"}  # their (...) is a literal, not operands
 _OPERAND_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*(?:#\d+)*)\s*$")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
 # Opcodes XLA has of its own with these suffixes; any other 'X-start' etc. is async sugar.
 NATIVE_ASYNC = {"all-gather-start", "all-gather-done", "all-reduce-start", "all-reduce-done",
-                 "collective-permute-start", "collective-permute-done", "copy-start", "copy-done",
-                 "send-done", "recv-done", "async-start", "async-update", "async-done"}
+                "collective-permute-start", "collective-permute-done", "copy-start", "copy-done",
+                "send-done", "recv-done", "async-start", "async-update", "async-done"}
 ASYNC_SUFFIXES = ("-start", "-update", "-done")
 
 
