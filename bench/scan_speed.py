@@ -5,9 +5,9 @@ transpose, dynamic-update-slice, elementwise), metadata on every line like real 
 and one entry computation. Both parsers read the same text, rounds interleaved, best of
 each; jaxlib's in a child process (its CHECK failures, e.g. on some scheduled dumps, abort
 the process: that is reported as an error, not the end of the bench), timed there by the
-child's own process CPU time around the parse alone. Before each of our rounds the reader's
-and the alias model's caches are cleared, so every round starts as a fresh
-``xla-harness scan`` would.
+child's own process CPU time around the parse alone. Each of our rounds starts as a fresh
+``xla-harness scan`` would: every parse reads through a shape table of its own and every scan
+builds its module's alias analysis anew (nothing is kept between them).
 A module jaxlib's parser aborts on as scheduled (libtpu's dumps: an async wrapper's operand
 after it) is read by both parsers without ``is_scheduled=true``. Each round's ratio (our
 parse+scan, then XLA's parse right after, process CPU time) is printed as a median and range:
@@ -31,7 +31,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from xla_harness.hlo import alias, bitcast, shapes  # noqa: E402
 from xla_harness.hlo.parser import HloParseError, parse_module  # noqa: E402
 from xla_harness.hlo.scan import scan_module  # noqa: E402
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser  # noqa: E402
@@ -151,9 +150,6 @@ def _measure(args: argparse.Namespace, text: str, xla: IsolatedXlaParser) -> int
         return 2
     t_py, t_cc, cpu_py, cpu_cc, cpu_parse = [], [], [], [], []
     for _ in range(args.repeat):  # interleaved rounds, best of each
-        shapes.clear_caches()
-        bitcast.clear_caches()
-        alias.clear_caches()
         t0, c0 = time.perf_counter(), time.process_time()
         mod = parse_module(text, str(args.hlo or "bench"))
         c1 = time.process_time()

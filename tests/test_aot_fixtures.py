@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness.cli import main
-from xla_harness.hlo import buffers
+from xla_harness.hlo import alias, buffers
 from xla_harness.hlo.compiler_alias import (
     FROM_BACKEND_CONFIG,
     FROM_BUFFER_ASSIGNMENT,
@@ -63,7 +63,8 @@ def _walk_pairs(findings) -> set:
 def _compiler_pairs(mod, ba) -> set:
     """The compiler's own pairs on the fusions the scanner classifies: libtpu's backend_config, or the
     buffer assignment where the module has none."""
-    in_place = {i.name for c in mod.computations for i in c.instructions if in_place_fusion(mod, i)}
+    analysis = alias.analyze(mod)
+    in_place = {i.name for c in mod.computations for i in c.instructions if in_place_fusion(analysis, i)}
     pairs = module_pairs(mod) if ba is None else buffer_pairs(mod, ba)
     return {(p.instruction, p.output_index, p.operand) for p in pairs if p.instruction in in_place}
 

@@ -100,11 +100,12 @@ def test_fixture_findings(name):
 def test_policies_are_nested(name):
     """stock finds a subset of layout-aware, which finds a subset of proposed."""
     mod = parse_file(FIXTURE_PATHS[name])
+    analysis = alias.analyze(mod)
     for comp in mod.computations:
         for ins in comp.instructions:
             if ins.opcode != "fusion":
                 continue
-            got = {p: set(alias.fusion_in_place_pairs(mod, ins, p)) for p in alias.POLICIES}
+            got = {p: set(alias.fusion_in_place_pairs(analysis, ins, p)) for p in alias.POLICIES}
             assert got["stock"] <= got["layout-aware"] <= got["proposed"]
 
 
@@ -179,10 +180,10 @@ def test_in_place_ops_as_upstream():
 def test_in_place_opcodes_are_every_op_with_pairs():
     """The scan skips fusions without an op of IN_PLACE_OPCODES (and no annotation): no other
     opcode may have in-place pairs, even annotated and with operands to spare."""
-    from xla_harness.hlo import inference, ir, parser, validate
+    from xla_harness.hlo import inference, instructions, ir, validate
 
-    known = (set(parser._NO_CALL_OPCODES) | set(inference._SAME_SHAPE_OPCODES) | set(validate._OPERAND_COUNTS)
-             | set(parser._NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
+    known = (set(instructions.NO_CALL_OPCODES) | set(inference.SAME_SHAPE_OPCODES) | set(validate.OPERAND_COUNTS)
+             | set(instructions.NATIVE_ASYNC) | alias.IN_PLACE_OPCODES
              | {"call", "map", "reduce", "reduce-window", "scatter", "select-and-scatter", "sort", "while",
                 "conditional", "all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-broadcast",
                 "infeed", "outfeed", "rng-bit-generator", "topk", "partition-id", "replica-id", "after-all"})
@@ -202,7 +203,7 @@ def test_in_place_opcodes_are_every_op_with_pairs():
 def test_multi_output_pair_and_hazard_context():
     mod = parse_file(HLO / "multi_output_scatter_index1.hlo")
     fusion = mod.entry.root
-    assert alias.fusion_in_place_pairs(mod, fusion, "stock") == [alias.InPlacePair(1, (), (1,), ())]
+    assert alias.fusion_in_place_pairs(alias.analyze(mod), fusion, "stock") == [alias.InPlacePair(1, (), (1,), ())]
     (f,) = scan_module(parse_file(HLO / "transpose_moves_data.hlo"))
     assert f.source == "w" and f.feeds_dense and f.other_users == ["logits (dot)"]
     # state#1 feeds the hazard, state#0 the dot: another element, not the tied pattern
@@ -364,7 +365,7 @@ def test_tuple_element_operands_are_traced():
     text = text.replace("(p0: f32[8,32], p1: f32[64,32], p2: s32[8,1])",
                         "(p0: f32[8,32], pt: (f32[64,32], f32[1]), p2: s32[8,1])")
     mod = parse_module(text, "hash")
-    pairs = alias.fusion_in_place_pairs(mod, mod.entry.by_name["fusion"], "stock")
+    pairs = alias.fusion_in_place_pairs(alias.analyze(mod), mod.entry.by_name["fusion"], "stock")
     assert pairs == [alias.InPlacePair(1, (0,), (1,), ())]
 
 
@@ -525,7 +526,7 @@ def test_itertools_sanity():
     # policies are an ordered, closed set used in JSON keys
     assert list(itertools.islice(alias.POLICIES, 3)) == ["stock", "proposed", "layout-aware"]
     with pytest.raises(HarnessError):
-        alias.fusion_in_place_pairs(parse_file(HLO / "operand_is_parameter.hlo"),
-                                    parse_file(HLO / "operand_is_parameter.hlo").entry.root, "other")
+        mod = parse_file(HLO / "operand_is_parameter.hlo")
+        alias.fusion_in_place_pairs(alias.analyze(mod), mod.entry.root, "other")
     with pytest.raises(HloParseError):
         parse_module("HloModule a\nHloModule b\n", "two")

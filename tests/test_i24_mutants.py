@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness import jaxcompat
-from xla_harness.hlo.ir import _split_top
+from xla_harness.hlo.lexer import split_top
 from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.scan import scan
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser
@@ -82,10 +82,10 @@ def mutants(text: str, rng: random.Random, per_kind: dict[str, int],
     swappable = []
     for k, _ in defs:
         span = _operand_span(lines[k])
-        if span and len(_split_top(lines[k][span[0]:span[1]])) >= 2:
+        if span and len(split_top(lines[k][span[0]:span[1]])) >= 2:
             swappable.append((k, span))
     for k, (s, e) in rng.sample(swappable, min(len(swappable), per_kind["swap-operands"])):
-        parts = _split_top(lines[k][s:e])
+        parts = split_top(lines[k][s:e])
         i, j = rng.sample(range(len(parts)), 2)
         parts[i], parts[j] = parts[j], parts[i]
         parts = [p.strip() for p in parts]

@@ -13,9 +13,9 @@ import pytest
 
 from xla_harness import jaxcompat
 from xla_harness.cli import main
+from xla_harness.hlo.lexer import match_brace
 from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.scan import scan
-from xla_harness.hlo.shapes import _match_brace
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser, compare, compare_many
 
 HLO = Path(__file__).resolve().parent / "hlo"
@@ -128,7 +128,7 @@ def test_xla_accepts_them_too(name, text):
 ])
 def test_truncation_names_the_bracket_left_open(text, opener):
     with pytest.raises(ValueError) as exc:
-        _match_brace(text, text.index("{"))
+        match_brace(text, text.index("{"))
     assert str(exc.value) == f"unbalanced '{opener}': the text ends before its '{dict(['{}', '[]', '()'])[opener]}'"
 
 
@@ -144,7 +144,7 @@ def test_truncated_file_error_names_the_open_brace(tmp_path, capsys):
 
 def test_mismatched_closer_names_both():
     with pytest.raises(ValueError, match=r"unbalanced '\]', expected '\}'"):
-        _match_brace("{a]", 0)
+        match_brace("{a]", 0)
 
 
 # ----------------------------------------------------------------------------- XLA out of process

@@ -355,7 +355,7 @@ def test_cpp_tests_match_python_model(tmp_path, patches, policy):
         mod = parse_module(hlo, name)
         fusion = mod.entry.by_name["fusion"]
         got = [(p.operand_index, p.operand_shape_index, p.output_index)
-               for p in alias.fusion_in_place_pairs(mod, fusion, policy)]
+               for p in alias.fusion_in_place_pairs(alias.analyze(mod), fusion, policy)]
         assert got == expected, name
     # The C++ modules are the fixtures, byte for byte.
     texts = {hlo for hlo, _ in cases.values()}

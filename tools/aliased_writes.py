@@ -84,7 +84,7 @@ def _check_aliasing(path: Path, module) -> None:
     reads it: JSON, ``{"lists": [{"indices": [...]}, ...]}``, each index a non-negative integer (or
     its decimal string). ValueError naming the file, line and fusion otherwise: read leniently, a
     malformed field would be a fusion the compiler did not alias, and the column would be wrong."""
-    from xla_harness.hlo.compiler_alias import KEY, _find_key
+    from xla_harness.hlo.compiler_alias import KEY, find_key
 
     for comp in module.computations:
         for ins in comp.instructions:
@@ -92,7 +92,7 @@ def _check_aliasing(path: Path, module) -> None:
                 continue
             at = f"{path}:{ins.line}: {ins.name}'s backend_config"
             try:
-                field = _find_key(json.loads(ins.attrs.get("backend_config", "")), KEY)
+                field = find_key(json.loads(ins.attrs.get("backend_config", "")), KEY)
             except (ValueError, RecursionError):
                 raise ValueError(f"{at} names {KEY} but is not JSON") from None
             lists = field.get("lists") if isinstance(field, dict) else None

@@ -51,7 +51,8 @@ from xla_harness.commands import flags  # noqa: E402
 from xla_harness.errors import HarnessError  # noqa: E402
 from xla_harness.files import read_regular  # noqa: E402
 from xla_harness.hlo import fidelity  # noqa: E402
-from xla_harness.hlo.parser import HloModule, parse_module  # noqa: E402
+from xla_harness.hlo.ir import HloModule  # noqa: E402
+from xla_harness.hlo.parser import parse_module  # noqa: E402
 from xla_harness.stress.compile_only import read_compile_records  # noqa: E402
 from xla_harness.targets import Target, parse_target  # noqa: E402
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo.bitcast import is_bitcast_equivalent
+from xla_harness.hlo.bitcast import BitcastDecisions
 from xla_harness.hlo.ir import Computation, HloModule, Instruction
 from xla_harness.hlo.shapes import Shape
 
@@ -46,7 +46,9 @@ class InPlacePair(NamedTuple):
     path: tuple[str, ...] = ()  # opcodes walked from the in-place operand back to the parameter
 
 
-def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cpu") -> bool:
+def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str, bitcasts: BitcastDecisions) -> bool:
+    """Is ``ins`` a no-op indirection under ``policy`` on top of ``backend``'s rule (layout-aware:
+    as ``bitcasts`` decides)."""
     if ins.opcode == "bitcast":
         return True
     if ins.opcode == "reshape" and backend == "gpu" and ins.operands:
@@ -55,7 +57,7 @@ def is_noop(ins: Instruction, comp: Computation, policy: str, backend: str = "cp
         if policy == "proposed":
             return True
         if policy == "layout-aware":
-            return is_bitcast_equivalent(ins, comp)
+            return bitcasts.is_bitcast_equivalent(ins, comp)
     return False
 
 
@@ -70,7 +72,7 @@ class Model(NamedTuple):
 
 
 def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], model: Model,
-            path: list[str]) -> tuple[Instruction, tuple[int, ...]]:
+            path: list[str], bitcasts: BitcastDecisions) -> tuple[Instruction, tuple[int, ...]]:
     """Tuple indirections, then no-op indirections (as upstream's follow_indirections)."""
     while ins.opcode == "tuple" and index:
         (ins, k), index = comp.operand(ins.operands[index[0]]), index[1:]
@@ -81,7 +83,7 @@ def _follow(comp: Computation, ins: Instruction, index: tuple[int, ...], model: 
         path.append("get-tuple-element")
         ins, k = comp.operand(ins.operands[0])
         index = k + index
-    while not index and is_noop(ins, comp, model.policy, model.backend):
+    while not index and is_noop(ins, comp, model.policy, model.backend, bitcasts):
         path.append(ins.opcode)
         ins, index = comp.operand(ins.operands[0])
     return ins, index
@@ -167,13 +169,6 @@ def op_in_place_pairs(ins: Instruction, comp: Computation | None = None) -> list
     return []
 
 
-def _cache(module: HloModule) -> dict:
-    cache = module.__dict__.get("_alias_cache")
-    if cache is None:
-        cache = module.__dict__["_alias_cache"] = {}
-    return cache
-
-
 _MODELS = {(p, b): Model(p, b) for p in POLICIES for b in BACKEND_RULES}  # made once: NamedTuple() is slow
 _ALL_MODELS = tuple(_MODELS.values())
 
@@ -185,10 +180,35 @@ IN_PLACE_OPCODES = frozenset(("scatter", "dynamic-update-slice", "all-reduce-sta
                               "async-done", "set-dimension-size", "ragged-all-to-all"))
 
 
-def opcodes(module: HloModule, comp_name: str) -> frozenset[str]:
+class AliasAnalysis:
+    """What the alias model derives from one module, each answer computed once (made by
+    :func:`analyze`, then handed to whatever asks about the module's fusions): per computation
+    its opcodes (nested fusions included) and its table of effective models, per fused
+    computation and model the pairs its body shows, and the bitcast decisions of the
+    layout-aware policy. The answers are the module's as it was when asked: a module changed
+    afterwards needs a new analysis."""
+
+    __slots__ = ("bitcasts", "module", "results", "tables")
+
+    def __init__(self, module: HloModule) -> None:
+        self.module = module
+        self.bitcasts = BitcastDecisions()
+        # ("ops", computation) -> opcodes; ("effective", computation) -> model table;
+        # (fused computation, model) -> discovered pairs; (fused computation, model, "visiting") -> True
+        self.results: dict = {}
+        self.tables: dict[tuple, dict[Model, Model]] = {}  # effective tables by what they depend on (a few)
+
+
+def analyze(module: HloModule) -> AliasAnalysis:
+    """The alias analysis of ``module``, empty: each answer is computed when first asked for."""
+    return AliasAnalysis(module)
+
+
+def opcodes(analysis: AliasAnalysis, comp_name: str) -> frozenset[str]:
     """The opcodes of a computation and of the fusions nested in it (computed for every
     computation of the module on first use, callees first)."""
-    cache = _cache(module)
+    module = analysis.module
+    cache = analysis.results
     ops = cache.get(("ops", comp_name))
     if ops is None:
         for comp in module.computations:
@@ -201,21 +221,22 @@ def opcodes(module: HloModule, comp_name: str) -> frozenset[str]:
     return ops
 
 
-def _effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
+def _effective_table(analysis: AliasAnalysis, comp_name: str) -> dict[Model, Model]:
     """Every model -> the simplest one with the same pairs here, computed once per computation."""
-    ops = opcodes(module, comp_name)
+    module = analysis.module
+    ops = opcodes(analysis, comp_name)
     # layout-aware is proposed when every transpose/reshape here is a bitcast, stock when none is
     layout_aware_as = "layout-aware"
     if "fusion" not in ops and ("transpose" in ops or "reshape" in ops):
         comp = module.computation(comp_name)
-        bitcasts = {is_bitcast_equivalent(i, comp) for i in comp.instructions
+        bitcasts = {analysis.bitcasts.is_bitcast_equivalent(i, comp) for i in comp.instructions
                     if (i.opcode == "transpose" or i.opcode == "reshape") and i.operands}
         if len(bitcasts) == 1:
             layout_aware_as = "proposed" if True in bitcasts else "stock"
     key = ("reshape" in ops, "transpose" in ops, layout_aware_as)
-    table = _TABLES.get(key)
+    table = analysis.tables.get(key)
     if table is None:
-        table = _TABLES[key] = {}
+        table = analysis.tables[key] = {}
         for model in _ALL_MODELS:
             policy, backend = model
             if "reshape" not in ops:
@@ -228,24 +249,15 @@ def _effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
     return table
 
 
-_TABLES: dict[tuple, dict[Model, Model]] = {}  # effective tables by what they depend on (a few)
-
-
-def clear_caches() -> None:
-    """Forget the effective tables made so far (per-module results live on the module and go
-    with it; :func:`xla_harness.hlo.bitcast.clear_caches` forgets the bitcast decisions)."""
-    _TABLES.clear()
-
-
-def effective_table(module: HloModule, comp_name: str) -> dict[Model, Model]:
+def effective_table(analysis: AliasAnalysis, comp_name: str) -> dict[Model, Model]:
     """Every model -> the simplest one giving this computation the same pairs (cached): without
     reshapes (nested fusions included) the backend rules agree; without transposes and
     reshapes the policies do; layout-aware is proposed or stock when every transpose and
     reshape here is, or none is, a bitcast."""
-    cache = _cache(module)
+    cache = analysis.results
     table = cache.get(("effective", comp_name))
     if table is None:
-        table = cache[("effective", comp_name)] = _effective_table(module, comp_name)
+        table = cache[("effective", comp_name)] = _effective_table(analysis, comp_name)
     return table
 
 
@@ -253,26 +265,27 @@ def model(policy: str, backend: str) -> Model:
     return _MODELS[policy, backend]
 
 
-def discovered_pairs(module: HloModule, fusion: Instruction, model: Model) -> list[InPlacePair]:
+def discovered_pairs(analysis: AliasAnalysis, fusion: Instruction, model: Model) -> list[InPlacePair]:
     """The pairs a fusion's body shows under ``model`` (an effective model, as
     ``effective_table`` gives), without the fusion's own annotation; cached, do not modify."""
-    cache = _cache(module)
+    cache = analysis.results
     key = (fusion.called[0], model)
     found = cache.get(key)
     if found is None:
         ops = cache.get(("ops", key[0]))
         if ops is not None and "fusion" not in ops:  # nothing nested: trace this one directly
-            found = cache[key] = _discover(module, module.computation(key[0]), fusion, model)
+            found = cache[key] = _discover(analysis, analysis.module.computation(key[0]), fusion, model)
         else:
-            _ensure_nested(module, fusion, model)
+            _ensure_nested(analysis, fusion, model)
             found = cache[key]
     return found
 
 
-def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None:
+def _ensure_nested(analysis: AliasAnalysis, fusion: Instruction, model: Model) -> None:
     """Compute the pairs of every fusion nested under ``fusion`` first, innermost first,
     with an explicit stack (no recursion, whatever the nesting depth)."""
-    cache = _cache(module)
+    module = analysis.module
+    cache = analysis.results
     if (fusion.called[0], model) in cache:
         return
     stack = [fusion]
@@ -287,41 +300,42 @@ def _ensure_nested(module: HloModule, fusion: Instruction, model: Model) -> None
             continue
         stack.pop()
         if (top.called[0], model) not in cache:
-            cache[(top.called[0], model)] = _discover(module, comp, top, model)
+            cache[(top.called[0], model)] = _discover(analysis, comp, top, model)
 
 
-def _output_source_pairs(module: HloModule, ins: Instruction, model: Model, comp: Computation) -> list[Pair]:
+def _output_source_pairs(analysis: AliasAnalysis, ins: Instruction, model: Model, comp: Computation) -> list[Pair]:
     """Pairs of an output source: a nested fusion contributes only what its body shows."""
     if ins.opcode == "fusion":
         return [(p.operand_index, p.operand_shape_index, p.output_index)
-                for p in _cache(module)[(ins.called[0], model)]]
+                for p in analysis.results[(ins.called[0], model)]]
     return op_in_place_pairs(ins, comp)
 
 
-def _nested_pairs(module: HloModule, ins: Instruction, model: Model) -> list[Pair]:
+def _nested_pairs(analysis: AliasAnalysis, ins: Instruction, model: Model) -> list[Pair]:
     """A nested fusion's public pairs: discovered plus annotated."""
     found = [(p.operand_index, p.operand_shape_index, p.output_index)
-             for p in _cache(module)[(ins.called[0], model)]]
+             for p in analysis.results[(ins.called[0], model)]]
     return found + _annotated(ins)
 
 
-def _discover(module: HloModule, comp: Computation, fusion: Instruction, model: Model) -> list[InPlacePair]:
+def _discover(analysis: AliasAnalysis, comp: Computation, fusion: Instruction, model: Model) -> list[InPlacePair]:
     out: list[InPlacePair] = []
+    bitcasts = analysis.bitcasts
     for index, _ in fusion.shape.leaves():
-        src, src_index = _follow(comp, comp.root, index, model, [])
+        src, src_index = _follow(comp, comp.root, index, model, [], bitcasts)
         found: tuple[Instruction, tuple[int, ...], list[str]] | None = None
-        for op_num, op_index, out_index in _output_source_pairs(module, src, model, comp):
+        for op_num, op_index, out_index in _output_source_pairs(analysis, src, model, comp):
             if out_index != src_index or op_num >= len(src.operands):
                 continue
             path: list[str] = []
             first, k = comp.operand(src.operands[op_num])
-            inp, inp_index = _follow(comp, first, k + op_index, model, path)
+            inp, inp_index = _follow(comp, first, k + op_index, model, path, bitcasts)
             if inp.opcode == "fusion" and inp.called:  # peephole through a nested fusion's pairs
-                for n_op, n_op_index, n_out in _nested_pairs(module, inp, model):
+                for n_op, n_op_index, n_out in _nested_pairs(analysis, inp, model):
                     if n_out == inp_index and n_op < len(inp.operands):
                         path.append("fusion")
                         nxt, k = comp.operand(inp.operands[n_op])
-                        inp, inp_index = _follow(comp, nxt, k + n_op_index, model, path)
+                        inp, inp_index = _follow(comp, nxt, k + n_op_index, model, path, bitcasts)
                         break
             found = (inp, inp_index, path)
         if found is not None and found[0].opcode == "parameter":
@@ -330,7 +344,7 @@ def _discover(module: HloModule, comp: Computation, fusion: Instruction, model: 
     return out
 
 
-def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, backend: str = "cpu"
+def fusion_in_place_pairs(analysis: AliasAnalysis, fusion: Instruction, policy: str, backend: str = "cpu"
                           ) -> list[InPlacePair]:
     """In-place (operand, operand index) -> output index pairs of a fusion under ``policy`` and
     ``backend``'s no-op rule, discovered pairs first, then the annotated ones."""
@@ -340,19 +354,19 @@ def fusion_in_place_pairs(module: HloModule, fusion: Instruction, policy: str, b
         raise HarnessError(f"unknown backend rule {backend!r}; expected one of {', '.join(BACKEND_RULES)}")
     if fusion.opcode != "fusion" or not fusion.called:
         raise HarnessError(f"{fusion.name} is not a fusion instruction")
-    model = effective_table(module, fusion.called[0])[_MODELS[policy, backend]]
-    _ensure_nested(module, fusion, model)
-    out = list(_cache(module)[(fusion.called[0], model)])
+    model = effective_table(analysis, fusion.called[0])[_MODELS[policy, backend]]
+    _ensure_nested(analysis, fusion, model)
+    out = list(analysis.results[(fusion.called[0], model)])
     if "output_to_operand_aliasing" in fusion.attr_text:
         for out_index, op, op_index in fusion.output_to_operand_aliasing():
             out.append(InPlacePair(op, op_index, out_index, ()))
     return out
 
 
-def output_source_path(module: HloModule, fusion: Instruction, index: tuple[int, ...], policy: str,
+def output_source_path(analysis: AliasAnalysis, fusion: Instruction, index: tuple[int, ...], policy: str,
                        backend: str = "cpu") -> tuple[Instruction, list[str]]:
     """The output source and the opcodes walked to it from the fused root (tuple,
     get-tuple-element, no-ops), root first."""
-    comp = module.computation(fusion.called[0])
+    comp = analysis.module.computation(fusion.called[0])
     path: list[str] = []
-    return _follow(comp, comp.root, index, _MODELS[policy, backend], path)[0], path
+    return _follow(comp, comp.root, index, _MODELS[policy, backend], path, analysis.bitcasts)[0], path

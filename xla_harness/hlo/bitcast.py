@@ -9,7 +9,8 @@ it and element by element up to a size limit otherwise, and the padded sizes mus
 is not decided counts as not a bitcast. The memory space (``S(n)``) must be the same.
 
 Used by the ``layout-aware`` alias policy (:mod:`xla_harness.hlo.alias`) and by the scan.
-Decisions are cached by shapes and on each instruction; :func:`clear_caches` forgets the former.
+The decisions about one module's instructions are kept in a :class:`BitcastDecisions` (the
+module's alias analysis holds one); nothing is kept between modules.
 """
 
 from __future__ import annotations
@@ -303,44 +304,47 @@ def copy_is_bitcast(operand: Shape, result: Shape) -> bool:
     return transpose_is_bitcast(operand, result, tuple(range(len(operand.dims))))
 
 
-def is_bitcast_equivalent(ins: Instruction, comp: Computation) -> bool:
-    """Is this transpose/reshape/copy (or bitcast) a bitcast under its layouts (cached on it)."""
-    cached = ins.__dict__.get("_bitcast_equivalent")
-    if cached is not None:
-        return cached
-    src, k = comp.operand(ins.operands[0])
-    operand = src.shape.subshape(k)
-    key: tuple[Shape, Shape, tuple[int, ...] | str]
-    if ins.opcode == "transpose":
-        perm = ins.int_list("dimensions")
-        key = (operand, ins.shape, perm)
-        result = _BITCAST_BY_SHAPES.get(key)
-        if result is None:
-            result = _remember(key, transpose_is_bitcast(operand, ins.shape, perm))
-    elif ins.opcode in ("reshape", "copy"):
-        key = (operand, ins.shape, ins.opcode)
-        result = _BITCAST_BY_SHAPES.get(key)
-        if result is None:
-            is_bitcast = reshape_is_bitcast if ins.opcode == "reshape" else copy_is_bitcast
-            result = _remember(key, is_bitcast(operand, ins.shape))
-    else:
-        result = ins.opcode == "bitcast"
-    ins.__dict__["_bitcast_equivalent"] = result
-    return result
+class BitcastDecisions:
+    """Which transposes, reshapes and copies of one module are bitcasts under their layouts, each
+    decided once: by instruction (the instruction is kept with its answer, so no other object ever
+    takes its answer), and by (operand shape, result shape, permutation or the opcode of a
+    reshape/copy), since a model's many transposes and reshapes repeat a few shape pairs (Shape
+    is immutable). Made per module by :func:`xla_harness.hlo.alias.analyze`, or on its own."""
 
+    __slots__ = ("by_instruction", "by_shapes")
+    LIMIT = 100_000  # shape pairs kept at most
 
-# (operand shape, result shape, permutation or the opcode of a reshape/copy) -> is a bitcast: a
-# model's many transposes and reshapes repeat a few shape pairs (Shape is immutable).
-_BITCAST_BY_SHAPES: dict[tuple, bool] = {}
+    def __init__(self) -> None:
+        self.by_instruction: dict[int, tuple[Instruction, bool]] = {}  # id -> (the instruction, its answer)
+        self.by_shapes: dict[tuple, bool] = {}
 
+    def is_bitcast_equivalent(self, ins: Instruction, comp: Computation) -> bool:
+        """Is this transpose/reshape/copy (or bitcast) a bitcast under its layouts."""
+        cached = self.by_instruction.get(id(ins))
+        if cached is not None and cached[0] is ins:
+            return cached[1]
+        src, k = comp.operand(ins.operands[0])
+        operand = src.shape.subshape(k)
+        key: tuple[Shape, Shape, tuple[int, ...] | str]
+        by_shapes = self.by_shapes
+        if ins.opcode == "transpose":
+            perm = ins.int_list("dimensions")
+            key = (operand, ins.shape, perm)
+            result = by_shapes.get(key)
+            if result is None:
+                result = self._remember(key, transpose_is_bitcast(operand, ins.shape, perm))
+        elif ins.opcode in ("reshape", "copy"):
+            key = (operand, ins.shape, ins.opcode)
+            result = by_shapes.get(key)
+            if result is None:
+                is_bitcast = reshape_is_bitcast if ins.opcode == "reshape" else copy_is_bitcast
+                result = self._remember(key, is_bitcast(operand, ins.shape))
+        else:
+            result = ins.opcode == "bitcast"
+        self.by_instruction[id(ins)] = (ins, result)
+        return result
 
-def clear_caches() -> None:
-    """Forget the bitcast decisions made so far (the decision for one instruction is cached on it
-    and goes with its module)."""
-    _BITCAST_BY_SHAPES.clear()
-
-
-def _remember(key: tuple, result: bool) -> bool:
-    if len(_BITCAST_BY_SHAPES) < 100_000:
-        _BITCAST_BY_SHAPES[key] = result
-    return result
+    def _remember(self, key: tuple, result: bool) -> bool:
+        if len(self.by_shapes) < self.LIMIT:
+            self.by_shapes[key] = result
+        return result

@@ -74,15 +74,22 @@ class BufferAssignment:
     filename: str = "<string>"
     # From the values file: (user, operand number, shape index) -> the id of the value it reads.
     uses: dict[tuple[str, int, tuple[int, ...]], int] | None = None
-    _by_id: dict[int, tuple[int, int, int]] | None = field(default=None, repr=False)
-    _by_name: dict[tuple[str, tuple[int, ...]], tuple[Allocation, BufferValue]] | None = \
-        field(default=None, repr=False)
+    # Lookups built when made (the allocations are not changed afterwards): value id -> (allocation,
+    # offset, size); (name, index) -> the allocation and value listed first for it.
+    by_id: dict[int, tuple[int, int, int]] = field(init=False, repr=False, compare=False)
+    by_name: dict[tuple[str, tuple[int, ...]], tuple[Allocation, BufferValue]] = \
+        field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.by_id = {v.id: (a.number, v.offset, v.size) for a in self.allocations for v in a.values}
+        self.by_name = {}
+        for a in self.allocations:
+            for v in a.values:
+                self.by_name.setdefault((v.name, v.index), (a, v))
 
     def slice_of_id(self, value_id: int) -> tuple[int, int, int] | None:
         """(allocation, offset, size) of the value with this id, None when no allocation holds it."""
-        if self._by_id is None:
-            self._by_id = {v.id: (a.number, v.offset, v.size) for a in self.allocations for v in a.values}
-        return self._by_id.get(value_id)
+        return self.by_id.get(value_id)
 
     def slice_of(self, name: str, index: tuple[int, ...] = ()) -> tuple[int, int, int] | None:
         """(allocation, offset, size) of the value ``name`` defines at ``index``."""
@@ -91,12 +98,7 @@ class BufferAssignment:
 
     def find(self, name: str, index: tuple[int, ...] = ()) -> tuple[Allocation, BufferValue] | None:
         """The allocation and value ``name`` defines at ``index`` (the first listed), or None."""
-        if self._by_name is None:
-            self._by_name = {}
-            for a in self.allocations:
-                for v in a.values:
-                    self._by_name.setdefault((v.name, v.index), (a, v))
-        return self._by_name.get((name, index))
+        return self.by_name.get((name, index))
 
 
 def parse_buffer_assignment(text: str, filename: str = "<string>") -> BufferAssignment:

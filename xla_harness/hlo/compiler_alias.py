@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from xla_harness.hlo.alias import IN_PLACE_OPCODES, opcodes
+from xla_harness.hlo.alias import IN_PLACE_OPCODES, AliasAnalysis, analyze, opcodes
 from xla_harness.hlo.buffers import BufferAssignment
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 
@@ -38,17 +38,18 @@ class CompilerAlias:
     source: str = FROM_BACKEND_CONFIG  # where the compiler said it: backend_config or buffer assignment
 
 
-def _find_key(value, key: str):
+def find_key(value, key: str):
+    """The value of ``key`` anywhere in a parsed JSON value (dicts and lists searched depth-first); None if absent."""
     if isinstance(value, dict):
         if key in value:
             return value[key]
         for v in value.values():
-            found = _find_key(v, key)
+            found = find_key(v, key)
             if found is not None:
                 return found
     elif isinstance(value, list):
         for v in value:
-            found = _find_key(v, key)
+            found = find_key(v, key)
             if found is not None:
                 return found
     return None
@@ -66,7 +67,7 @@ def instruction_pairs(ins: Instruction) -> list[tuple[int, tuple[int, ...]]] | N
         config = json.loads(raw)
     except ValueError:
         return None
-    field = _find_key(config, KEY)
+    field = find_key(config, KEY)
     groups = field.get("lists", []) if isinstance(field, dict) else []
     n = len(ins.operands)
     pairs: list[tuple[int, tuple[int, ...]]] = []
@@ -97,6 +98,7 @@ def summary(module: HloModule) -> dict:
     """Counts for a compile record: instructions carrying the compiler's aliasing field, fusions it
     aliased, and of those the ones holding a scatter (nested fusions included)."""
     carrying = aliased = scatter = 0
+    analysis = analyze(module)
     for comp in module.computations:
         for ins in comp.instructions:
             pairs = instruction_pairs(ins)
@@ -105,7 +107,7 @@ def summary(module: HloModule) -> dict:
             carrying += 1
             if pairs and ins.opcode == "fusion":
                 aliased += 1
-                if any("scatter" in opcodes(module, c) for c in ins.called):
+                if any("scatter" in opcodes(analysis, c) for c in ins.called):
                     scatter += 1
     return {"instructions_with_field": carrying, "aliased_fusions": aliased, "aliased_scatter_fusions": scatter}
 
@@ -113,11 +115,11 @@ def summary(module: HloModule) -> dict:
 # ----------------------------------------------------------------------------- from the buffer assignment
 
 
-def in_place_fusion(module: HloModule, ins: Instruction) -> bool:
+def in_place_fusion(analysis: AliasAnalysis, ins: Instruction) -> bool:
     """A fusion the scanner classifies: one holding an in-place op (nested fusions included) or
-    annotated with ``output_to_operand_aliasing``."""
+    annotated with ``output_to_operand_aliasing`` (``analysis``: its module's)."""
     return ins.opcode == "fusion" and bool(ins.called) and (
-        not IN_PLACE_OPCODES.isdisjoint(opcodes(module, ins.called[0]))
+        not IN_PLACE_OPCODES.isdisjoint(opcodes(analysis, ins.called[0]))
         or "output_to_operand_aliasing" in ins.attr_text)
 
 
@@ -197,9 +199,10 @@ def buffer_pairs(module: HloModule, ba: BufferAssignment) -> list[CompilerAlias]
     """Every (operand, output) pair of an in-place fusion (:func:`in_place_fusion`) that the compiler
     gave one buffer slice, read from its buffer assignment."""
     out = []
+    analysis = analyze(module)
     for comp in module.computations:
         for ins in comp.instructions:
-            if in_place_fusion(module, ins):
+            if in_place_fusion(analysis, ins):
                 for operand, _, index in fusion_buffer_pairs(ba, comp, ins) or ():
                     out.append(CompilerAlias(comp.name, ins.name, ins.opcode, operand, index, FROM_BUFFER_ASSIGNMENT))
     return out

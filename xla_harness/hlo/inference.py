@@ -16,14 +16,14 @@ from xla_harness.hlo.shapes import Shape
 _CALL_RE = re.compile(r"(?<![\w.\-])(calls|to_apply|body|condition|true_computation|false_computation|"
                       r"branch_computations|called_computations|select|scatter)=\s*(\{[^}]*\}|%?[^\s,{}]+)")
 
-_SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
-                       "exponential-minus-one", "floor", "log", "log-plus-one", "logistic", "maximum", "minimum",
-                       "multiply", "negate", "power", "remainder", "round-nearest-afz", "round-nearest-even",
-                       "rsqrt", "sign", "sine", "sqrt", "subtract", "tanh", "and", "or", "xor", "not",
-                       "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
+SAME_SHAPE_OPCODES = {"abs", "add", "atan2", "cbrt", "ceil", "clamp", "copy", "cosine", "divide", "exponential",
+                      "exponential-minus-one", "floor", "log", "log-plus-one", "logistic", "maximum", "minimum",
+                      "multiply", "negate", "power", "remainder", "round-nearest-afz", "round-nearest-even",
+                      "rsqrt", "sign", "sine", "sqrt", "subtract", "tanh", "and", "or", "xor", "not",
+                      "shift-left", "shift-right-arithmetic", "shift-right-logical", "add-dependency"}
 
 
-def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict[str, Instruction],
+def infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict[str, Instruction],
                  comps: dict[str, Computation]) -> Shape:
     """The shape XLA infers for an instruction written without one (the ops the scanner
     follows; others are refused rather than guessed)."""
@@ -43,7 +43,7 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict
         m = re.search(r"\bindex=(\d+)", attr_text)
         if m:
             return of(operands[0]).subshape((int(m.group(1)),))
-    if opcode in _SAME_SHAPE_OPCODES and operands:
+    if opcode in SAME_SHAPE_OPCODES and operands:
         return of(operands[0])
     if opcode == "after-all":
         return Shape("token")
@@ -59,11 +59,11 @@ def _infer_shape(opcode: str, operands: list[str], attr_text: str, defined: dict
     raise ValueError(f"a {opcode} written without a shape is not supported here")
 
 
-_SHAPE_BUILT_BY_XLA = {"send", "recv", "send-done", "recv-done", "outfeed"}
+SHAPE_BUILT_BY_XLA = {"send", "recv", "send-done", "recv-done", "outfeed"}
 _TOKEN = Shape("token")
 
 
-def _built_shape(opcode: str, operands: list[str], written: Shape, defined: dict[str, Instruction]) -> Shape:
+def built_shape(opcode: str, operands: list[str], written: Shape, defined: dict[str, Instruction]) -> Shape:
     """The shape XLA's parser gives send/recv/outfeed and their -done ops, built from the
     operands whatever the text says (a wrong operand count is left to the checks after)."""
     sources = [defined.get(split_ref(o)[0]) for o in operands]

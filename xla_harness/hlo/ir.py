@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo.shapes import Shape, _skip_string
+from xla_harness.hlo.lexer import split_top
+from xla_harness.hlo.shapes import Shape
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Instruction:
         if rest.startswith(","):
             rest = rest[1:]
         if rest:
-            for part in _split_top(rest):
+            for part in split_top(rest):
                 key, eq, value = part.partition("=")
                 if eq:
                     out[key.strip()] = value.strip()
@@ -89,18 +90,19 @@ class Computation:
     line: int = 0
     execution_thread: str = ""
     by_name: dict[str, Instruction] = field(default_factory=dict)
-    _users: dict[str, list[Instruction]] | None = field(default=None, repr=False)
+    # the ROOT instruction, or the last one when none is marked (as in XLA); set when made
+    root: Instruction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.by_name:
             self.by_name = {ins.name: ins for ins in self.instructions}
-
-    @functools.cached_property
-    def root(self) -> Instruction:
         for ins in self.instructions:
             if ins.is_root:
-                return ins
-        return self.instructions[-1]
+                self.root = ins
+                break
+        else:
+            if self.instructions:
+                self.root = self.instructions[-1]
 
     def operand(self, ref: str) -> tuple[Instruction, tuple[int, ...]]:
         """The instruction an operand reference names, and the tuple index of ``name#k``
@@ -108,20 +110,22 @@ class Computation:
         base, index = split_ref(ref)
         return self.by_name[base], index
 
-    def users(self, name: str) -> list[Instruction]:
-        """Instructions using ``name`` as an operand (index built on first use)."""
-        if self._users is None:
-            index: dict[str, list[Instruction]] = {}
-            for ins in self.instructions:
-                for op in ins.operands:
-                    base = op.partition("#")[0] if "#" in op else op
-                    users = index.get(base)
-                    if users is None:
-                        index[base] = [ins]
-                    elif users[-1] is not ins:  # each user once, however many operands it takes
-                        users.append(ins)
-            self._users = index
-        return self._users.get(name, [])
+
+
+def users_index(comp: Computation) -> dict[str, list[Instruction]]:
+    """Instruction name -> the instructions of ``comp`` using it as an operand, in order, each user
+    once however many operands it takes (``name#k`` is a use of ``name``); one pass over the
+    computation, so a caller asking about many names builds it once and keeps it."""
+    index: dict[str, list[Instruction]] = {}
+    for ins in comp.instructions:
+        for op in ins.operands:
+            base = op.partition("#")[0] if "#" in op else op
+            users = index.get(base)
+            if users is None:
+                index[base] = [ins]
+            elif users[-1] is not ins:  # each user once, however many operands it takes
+                users.append(ins)
+    return index
 
 
 @dataclass
@@ -177,37 +181,9 @@ def check_output_to_operand_aliasing(text: str) -> list[tuple[tuple[int, ...], i
     body = body[1:-1]
     pairs = []
     if body.strip():
-        for part in _split_top(body):
+        for part in split_top(body):
             m = _OTOA_ONE.fullmatch(part)
             if m is None:
                 raise ValueError(f"malformed output_to_operand_aliasing entry {part.strip()[:60]!r}")
             pairs.append((_index(m.group(1)), int(m.group(2)), _index(m.group(3))))
     return pairs
-
-
-_SPECIAL = re.compile(r'[{}()\[\]",]')
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas not nested in brackets or strings."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    i = 0
-    while True:
-        m = _SPECIAL.search(text, i)
-        if m is None:
-            break
-        ch = m.group()
-        i = m.end()
-        if ch == '"':
-            i = _skip_string(text, i)
-        elif ch in "{([":
-            depth += 1
-        elif ch in "})]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i - 1])
-            start = i
-    parts.append(text[start:])
-    return parts

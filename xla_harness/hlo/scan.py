@@ -30,18 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.hlo import alias, bitcast, compiler_alias
+from xla_harness.hlo import alias, compiler_alias
 from xla_harness.hlo.buffers import BufferAssignment
-from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
+from xla_harness.hlo.fusion_decisions import FUSION_DECISION_CLASS, FusionDecisionFinding, fusion_decision_findings
+from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref, users_index
 from xla_harness.hlo.parser import parse_module
 from xla_harness.table import format_rows
 
 CLASSES = ("aliased", "layout-preserving-miss", "hazard")
-FUSION_DECISION_CLASS = "scatter-fused-with-data-moving-producer"
 DENSE_OPCODES = ("dot", "convolution")
 BACKENDS = ("cpu", "gpu", "tpu", "unknown")
 RULES_FOR_BACKEND = {"cpu": ("cpu",), "gpu": ("gpu",), "tpu": ("cpu", "gpu"), "unknown": ("cpu", "gpu")}
-_DATA_MOVING_UNARY = ("transpose", "reshape", "copy", "reverse")
 
 
 @dataclass
@@ -95,25 +94,6 @@ class Finding:
         return d
 
 
-@dataclass(frozen=True)
-class FusionDecisionFinding:
-    """A scatter fused with the data-moving producer of its in-place operand."""
-
-    fusion: str
-    computation: str
-    scatter: str
-    operand: int  # the scatter's in-place operand number
-    producer: str  # the first data-moving op on the way, 'name (opcode)'
-    parameter: int
-    path: list[str]  # opcodes from the scatter operand back to the parameter
-    cls: str = FUSION_DECISION_CLASS
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["class"] = d.pop("cls")
-        return d
-
-
 def detect_backend(module: HloModule, filename: str = "") -> str:
     """cpu / gpu / tpu from the dump's file name or the module's content; 'unknown' otherwise."""
     name = Path(filename or module.filename).name.lower()
@@ -155,16 +135,17 @@ def _element(user: Instruction, ref: str) -> tuple[int, ...]:
     return index
 
 
-def _context(module: HloModule, caller: Computation, fusion: Instruction, parameter: int
+def _context(module: HloModule, caller_users: dict[str, list[Instruction]], fusion: Instruction, parameter: int
              ) -> tuple[str, list[str], bool]:
-    """The caller's value feeding the fusion parameter and its other users: users of the same
-    tuple element only (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
+    """The caller's value feeding the fusion parameter and its other users (``caller_users``: the
+    caller's :func:`~xla_harness.hlo.ir.users_index`): users of the same tuple element only
+    (``name#k`` resolved), so a sibling element feeding a dot is not counted."""
     if parameter >= len(fusion.operands):
         return "", [], False
     source = fusion.operands[parameter]
     base, index = split_ref(source)
     users = []
-    for u in caller.users(base):
+    for u in caller_users.get(base, []):
         if u.name == fusion.name:
             continue
         for ref in u.operands:
@@ -179,7 +160,7 @@ def _context(module: HloModule, caller: Computation, fusion: Instruction, parame
     return source, [f"{u.name} ({u.opcode})" for u in users], dense
 
 
-def _classify(module: HloModule, fusion: Instruction, rule: str, table: dict, traced: dict
+def _classify(analysis: alias.AliasAnalysis, fusion: Instruction, rule: str, table: dict, traced: dict
               ) -> dict[tuple[int, ...], tuple]:
     """output index -> (class, stock, proposed, layout-aware, pair) under one backend rule.
     ``table`` is the computation's effective-model table; ``traced`` holds the pairs by output
@@ -189,7 +170,7 @@ def _classify(module: HloModule, fusion: Instruction, rule: str, table: dict, tr
         model = table[alias.model(p, rule)]
         pairs = traced.get(model)
         if pairs is None:
-            pairs = traced[model] = _by_output(module, fusion, model)
+            pairs = traced[model] = _by_output(analysis, fusion, model)
         by_policy.append(pairs)
     stock_pairs, proposed_pairs, la_pairs = by_policy
     out = {}
@@ -208,10 +189,11 @@ def _classify(module: HloModule, fusion: Instruction, rule: str, table: dict, tr
     return out
 
 
-def _by_output(module: HloModule, fusion: Instruction, model: alias.Model) -> dict[tuple[int, ...], alias.InPlacePair]:
+def _by_output(analysis: alias.AliasAnalysis, fusion: Instruction, model: alias.Model
+               ) -> dict[tuple[int, ...], alias.InPlacePair]:
     """A fusion's in-place pairs under one effective model by output index (the last pair
     for an output wins, the annotated ones after the discovered ones)."""
-    pairs = {pair.output_index: pair for pair in alias.discovered_pairs(module, fusion, model)}
+    pairs = {pair.output_index: pair for pair in alias.discovered_pairs(analysis, fusion, model)}
     if "output_to_operand_aliasing" in fusion.attr_text:
         for out_index, op, op_index in fusion.output_to_operand_aliasing():
             pairs[out_index] = alias.InPlacePair(op, op_index, out_index, ())
@@ -284,136 +266,62 @@ def _structure(comp: Computation, fusion: Instruction) -> tuple | None:
     return tuple(parts)
 
 
-def _classify_outputs(module: HloModule, fusion: Instruction, backend: str) -> list[tuple]:
+def _classify_outputs(analysis: alias.AliasAnalysis, fusion: Instruction, backend: str) -> list[tuple]:
     """(output index, classes by rule, class, stock, proposed, layout-aware, pair, root opcode, output
     path) of every in-place output of the fusion: what does not depend on its caller."""
     rules = RULES_FOR_BACKEND[backend]
-    table = alias.effective_table(module, fusion.called[0])
+    table = alias.effective_table(analysis, fusion.called[0])
     traced: dict = {}
     per_rule: dict[str, dict] = {}
     for r in rules:  # rules that agree on this computation are classified once
         same = table[alias.model("proposed", r)].backend
-        per_rule[r] = per_rule[same] if same in per_rule else _classify(module, fusion, r, table, traced)
+        per_rule[r] = per_rule[same] if same in per_rule else _classify(analysis, fusion, r, table, traced)
     out = []
     for index in sorted({k for v in per_rule.values() for k in v}):
         classes = {r: per_rule[r][index][0] for r in rules if index in per_rule[r]}
         worst = max(classes, key=lambda r: CLASSES.index(classes[r]))
         cls, stock, proposed, la, pair = per_rule[worst][index]
-        root, output_path = alias.output_source_path(module, fusion, index, "proposed", worst)
+        root, output_path = alias.output_source_path(analysis, fusion, index, "proposed", worst)
         out.append((index, classes, cls, stock, proposed, la, pair, root.opcode, output_path))
     return out
 
 
-def scan_fusion(module: HloModule, caller: Computation, fusion: Instruction, backend: str = "unknown",
+def scan_fusion(analysis: alias.AliasAnalysis, caller: Computation, fusion: Instruction, backend: str = "unknown",
                 buffers: BufferAssignment | None = None, memo: dict | None = None,
-                structure: tuple | None = None, ops: frozenset[str] | None = None) -> list[Finding]:
-    """The in-place outputs of ``fusion`` (called from ``caller``) classified. ``memo`` with the fusion's
+                structure: tuple | None = None, ops: frozenset[str] | None = None,
+                uses: dict[str, dict[str, list[Instruction]]] | None = None) -> list[Finding]:
+    """The in-place outputs of ``fusion`` (called from ``caller``; ``analysis`` its module's) classified.
+    ``memo`` with the fusion's
     :func:`_structure` reuses the classification of a fusion of the same structure; ``ops`` are
-    :func:`alias.opcodes` of its computation when the caller has them."""
-    if alias.IN_PLACE_OPCODES.isdisjoint(ops if ops is not None else alias.opcodes(module, fusion.called[0])) \
+    :func:`alias.opcodes` of its computation when the caller has them; ``uses`` holds the
+    :func:`~xla_harness.hlo.ir.users_index` of each computation by name, the caller's added when a
+    hazard first needs it (a scan passes one for the whole module)."""
+    if alias.IN_PLACE_OPCODES.isdisjoint(ops if ops is not None else alias.opcodes(analysis, fusion.called[0])) \
             and "output_to_operand_aliasing" not in fusion.attr_text:
         return []  # no in-place op anywhere in it and no annotation: no in-place output
     outputs = memo.get((structure, backend)) if memo is not None and structure is not None else None
     if outputs is None:
-        outputs = _classify_outputs(module, fusion, backend)
+        outputs = _classify_outputs(analysis, fusion, backend)
         if memo is not None and structure is not None:
             memo[(structure, backend)] = outputs
     findings = []
     verdict = _compiler_verdict(caller, fusion, buffers)
     for index, classes, cls, stock, proposed, la, pair, root_opcode, output_path in outputs:
-        source, users, dense = _context(module, caller, fusion, pair.operand_index) if cls == "hazard" \
-            else ("", [], False)
+        if cls == "hazard":
+            if uses is None:
+                uses = {}
+            caller_users = uses.get(caller.name)
+            if caller_users is None:
+                caller_users = uses[caller.name] = users_index(caller)
+            source, users, dense = _context(analysis.module, caller_users, fusion, pair.operand_index)
+        else:
+            source, users, dense = "", [], False
         compiler, said_in = verdict(pair.operand_index, tuple(index)) if not pair.operand_shape_index else ("", "")
         findings.append(Finding(fusion.name, caller.name, root_opcode, list(index), pair.operand_index,
                                 list(pair.operand_shape_index), list(pair.path), stock, proposed, la, cls,
                                 dict(classes), list(output_path), compiler, said_in if compiler else "", source,
                                 users, dense))
     return findings
-
-
-def _moves_data(ins: Instruction, comp: Computation) -> bool:
-    """Physically, under the layouts (whatever a backend's alias rule calls a no-op)."""
-    if ins.opcode in ("transpose", "reshape", "copy"):  # a copy moves data when it changes the layout,
-        return not bitcast.is_bitcast_equivalent(ins, comp)  # the tiles or the memory space
-    return ins.opcode == "reverse"
-
-
-def _scatters(module: HloModule, comp: Computation, frames: tuple = (), depth: int = 0):
-    """Every scatter in ``comp`` and in the fusions nested in it (libtpu puts each scatter at the root
-    of a kCustom fusion inside a kLoop fusion), with the frames (outer computation, nested fusion
-    instruction) that lead from ``comp`` to the scatter's computation."""
-    if depth > 16:
-        return
-    for ins in comp.instructions:
-        if ins.opcode == "scatter":
-            yield ins, comp, frames
-        elif ins.opcode == "fusion" and ins.called and ins.called[0] in module.by_name:
-            yield from _scatters(module, module.computation(ins.called[0]), (*frames, (comp, ins)), depth + 1)
-
-
-def _trace_to_parameter(module: HloModule, comp: Computation, ref: str, frames: tuple
-                        ) -> tuple[int | None, list[str], Instruction | None]:
-    """Follow operand ``ref`` of ``comp`` back through bitcasts, data-moving unary ops and nested
-    fusions (into a nested fusion's root; out of a nested computation's parameter to the operand of
-    the fusion that calls it, ``frames`` saying which) to a parameter of the outermost computation:
-    (its number or None, the opcodes passed, the first data-moving op)."""
-    path: list[str] = []
-    producer = None
-    stack = list(frames)
-    ins, index = comp.operand(ref)
-    for _ in range(100_000):
-        if ins.opcode == "parameter" and not index:
-            if not stack:
-                return ins.parameter_number, path, producer
-            comp, nested = stack.pop()
-            if ins.parameter_number >= len(nested.operands):
-                return None, path, producer
-            ins, index = comp.operand(nested.operands[ins.parameter_number])
-        elif not index and ins.opcode in ("bitcast", *_DATA_MOVING_UNARY) and ins.operands:
-            if producer is None and _moves_data(ins, comp):
-                producer = ins
-            path.append(ins.opcode)
-            ins, index = comp.operand(ins.operands[0])
-        elif not index and ins.opcode == "fusion" and ins.called and ins.called[0] in module.by_name \
-                and not ins.shape.is_tuple and len(stack) < 32:
-            stack.append((comp, ins))
-            comp = module.computation(ins.called[0])
-            path.append("fusion")
-            ins, index = comp.root, ()
-        else:
-            return None, path, producer
-    return None, path, producer
-
-
-def fusion_decision_findings(module: HloModule, caller: Computation, fusion: Instruction,
-                             backend: str = "unknown", memo: dict | None = None,
-                             structure: tuple | None = None, ops: frozenset[str] | None = None
-                             ) -> list[FusionDecisionFinding]:
-    """Scatters in the fusion (nested fusions included) whose in-place operand is a data-moving op
-    reading one of the fusion's parameters (inside a nested fusion too). ``memo`` with the fusion's
-    :func:`_structure` reuses the answer for a fusion of the same structure (by positions)."""
-    if "scatter" not in (ops if ops is not None else alias.opcodes(module, fusion.called[0])):
-        return []
-    fused = module.computation(fusion.called[0])
-    key = ("decisions", structure)
-    found = memo.get(key) if memo is not None and structure is not None else None
-    if found is None:
-        found = []
-        for scatter, comp, frames in _scatters(module, fused):
-            for operand in range((len(scatter.operands) - 1) // 2):
-                parameter, path, producer = _trace_to_parameter(module, comp, scatter.operands[operand], frames)
-                if producer is not None and parameter is not None:
-                    found.append((scatter, comp, operand, producer, parameter, path))
-        if memo is not None and structure is not None:  # by positions: a structure has no nested fusion
-            where = {id(ins): k for k, ins in enumerate(fused.instructions)}
-            memo[key] = [(where[id(s)], operand, where[id(p)], parameter, path)
-                         for s, _, operand, p, parameter, path in found]
-    else:
-        found = [(fused.instructions[s], fused, operand, fused.instructions[p], parameter, path)
-                 for s, operand, p, parameter, path in found]
-    return [FusionDecisionFinding(fusion.name, caller.name, scatter.name, operand,
-                                  f"{producer.name} ({producer.opcode})", parameter, list(path))
-            for scatter, _, operand, producer, parameter, path in found]
 
 
 def scan_module(module: HloModule, backend: str = "auto") -> list[Finding]:
@@ -440,18 +348,20 @@ def scan(module: HloModule, backend: str = "auto", buffers: BufferAssignment | N
         fusions = [(c, i) for c in module.computations for i in c.instructions if i.opcode == "fusion" and i.called]
         fused = {i.called[0] for _, i in fusions}
         by_structure: dict = {}  # classifications by fused-computation structure (repeated layers read once)
+        uses: dict[str, dict[str, list[Instruction]]] = {}  # users_index of each caller a hazard is in
         numbers: dict[tuple, tuple[int]] = {}  # each structure as a small key (hashed once, not per lookup)
         in_place = alias.IN_PLACE_OPCODES
+        analysis = alias.analyze(module)
         for comp, ins in fusions:
-            ops = alias.opcodes(module, ins.called[0])
+            ops = alias.opcodes(analysis, ins.called[0])
             structure = None
             if memo and not in_place.isdisjoint(ops) and "fusion" not in ops:
                 found = _structure(module.computation(ins.called[0]), ins)
                 if found is not None:
                     structure = numbers.setdefault(found, (len(numbers),))
-            findings.extend(scan_fusion(module, comp, ins, backend, buffers, by_structure, structure, ops))
+            findings.extend(scan_fusion(analysis, comp, ins, backend, buffers, by_structure, structure, ops, uses))
             if comp.name not in fused:
-                decisions.extend(fusion_decision_findings(module, comp, ins, backend, by_structure, structure, ops))
+                decisions.extend(fusion_decision_findings(analysis, comp, ins, backend, by_structure, structure, ops))
     finally:
         if gc_was_enabled:
             gc.enable()

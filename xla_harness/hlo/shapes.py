@@ -1,8 +1,8 @@
 """HLO shapes as XLA prints them, read into an immutable :class:`Shape`.
 
 ``f32[2,3]{1,0}``, nested tuples, ``b(...)`` buffers, dynamic dims, layouts with tiles and
-memory spaces (``{1,0:T(8,128)S(1)}``); array shapes are cached by their text. Also the
-bracket and string skipping that the rest of the HLO reader shares.
+memory spaces (``{1,0:T(8,128)S(1)}``). A :class:`ShapeTable` holds the shapes one parse
+has read by their text (the reader makes one per parse; nothing here is kept between calls).
 Tuples are read with an explicit stack: no recursion on the input's nesting.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from xla_harness.hlo.lexer import ws_end
 
 
 @dataclass(frozen=True)
@@ -70,86 +72,46 @@ class Shape:
 
 _DIM_RE = re.compile(r"<?=?(\d+|\?)")
 _DIMS_OK = re.compile(r"\s*(?:<=)?\s*(?:\d+|\?)\s*(?:,\s*(?:<=)?\s*(?:\d+|\?)\s*)*")
-_WS = re.compile(r"\s*")
-
-
-def _ws_end(text: str, i: int) -> int:
-    """Index of the first non-whitespace character at or after text[i] (len(text) if none)."""
-    m = _WS.match(text, i)
-    assert m is not None  # '\s*' matches (possibly empty) at every index
-    return m.end()
-
-_BRACKETS = re.compile(r'[{}()\[\]"]')
-_OPENERS = {"{": "}", "(": ")", "[": "]"}
-_CLOSER_OF = {v: k for k, v in _OPENERS.items()}
 # An array shape with an optional layout (no nested braces inside a layout), in one match.
 _ARRAY_FAST = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\](?:\s*\{(?=\s*[\d}:])([^}:]*)(?::([^}]*))?\})?")
-
-
-def _match_brace(text: str, i: int) -> int:
-    """Index just past the bracket closing the one at text[i] (quotes respected, any
-    bracket kind nested inside)."""
-    stack: list[str] = []  # the closers expected, innermost last
-    n = len(text)
-    pat = _BRACKETS
-    while i < n:
-        m = pat.search(text, i)
-        if m is None:
-            break
-        ch = m.group()
-        i = m.end()
-        if ch == '"':
-            i = _skip_string(text, i)
-        elif ch in _OPENERS:
-            stack.append(_OPENERS[ch])
-        else:
-            if not stack or stack[-1] != ch:
-                expected = f", expected '{stack[-1]}'" if stack else ""
-                raise ValueError(f"unbalanced '{ch}'{expected}")
-            stack.pop()
-            if not stack:
-                return i
-    if not stack:
-        raise ValueError("expected a bracket")
-    opener = _CLOSER_OF[stack[-1]]
-    raise ValueError(f"unbalanced '{opener}': the text ends before its '{stack[-1]}'")
-
-
-_STR_END = re.compile(r'\\.|"', re.S)
-
-
-def _skip_string(text: str, i: int) -> int:
-    """Index just past the closing quote of a string whose body starts at i."""
-    while True:
-        m = _STR_END.search(text, i)
-        if m is None:
-            raise ValueError("unterminated string")
-        if m.group() == '"':
-            return m.end()
-        i = m.end()
-
-
 _MAX_DIM = 2**63 - 1
-_SHAPE_CACHE: dict[str, Shape] = {}  # array shapes by their text (Shape is immutable)
 
 
-_TUPLE_SHAPES: dict[str, Shape] = {}  # flat tuple shapes of one-line instructions by their text (the reader's)
+class ShapeTable:
+    """The shapes one parse has read, by their printed text: ``arrays`` (array shapes, as any
+    reader of the parse meets them) and ``tuples`` (the flat tuple shapes of one-line
+    instructions and of computation signatures). Made fresh for each parse and handed to what
+    reads shapes in it (a parse never sees another's); Shape is immutable, so a text read
+    again gives the same object. Each part holds at most ``LIMIT`` shapes."""
+
+    __slots__ = ("arrays", "tuples")
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, Shape] = {}
+        self.tuples: dict[str, Shape] = {}
+
+    def get(self, text: str) -> Shape | None:
+        """The shape read before from exactly this text (array or tuple); None if none was."""
+        return self.arrays.get(text) or self.tuples.get(text)
+
+    def remember_tuple(self, text: str, shape: Shape) -> None:
+        """Keep a tuple shape by its text (ignored once the table holds ``LIMIT`` of them)."""
+        if len(self.tuples) < self.LIMIT:
+            self.tuples[text] = shape
 
 
-def clear_caches() -> None:
-    """Forget the shapes read so far (the next parse starts as a fresh process would)."""
-    _SHAPE_CACHE.clear()
-    _TUPLE_SHAPES.clear()
-
-
-def _array_shape(text: str, i: int) -> tuple[Shape, int]:
+def array_shape(text: str, i: int, table: ShapeTable | None = None) -> tuple[Shape, int]:
+    """Read one array shape (no tuple, no buffer) at text[i]: it and the index after it; with a
+    table, a text read before gives the shape read then, and a new one is kept in it."""
     m = _ARRAY_FAST.match(text, i)
     if m is None:
         raise ValueError(f"expected a shape near {text[i:i + 30]!r}")
     key = m.group()
-    shape = _SHAPE_CACHE.get(key)
-    if shape is not None:
-        return shape, m.end()
+    if table is not None:
+        shape = table.arrays.get(key)
+        if shape is not None:
+            return shape, m.end()
     etype, dims_text, main, extra = m.groups()
     if dims_text.isdigit() and len(dims_text) < 19:
         dims: tuple[int, ...] = (int(dims_text),)
@@ -169,41 +131,42 @@ def _array_shape(text: str, i: int) -> tuple[Shape, int]:
             raise ValueError(f"layout {{{main}}} is not a permutation of the {len(dims)} dimension(s) of "
                              f"{etype}[{dims_text}]")
     shape = Shape(etype, dims, m2m, None, extra or "")
-    if len(_SHAPE_CACHE) < 100_000:
-        _SHAPE_CACHE[key] = shape
+    if table is not None and len(table.arrays) < ShapeTable.LIMIT:
+        table.arrays[key] = shape
     return shape, m.end()
 
 
-def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
-    """Parse a shape starting at text[i]; return it and the index after it.
+def parse_shape(text: str, i: int = 0, table: ShapeTable | None = None) -> tuple[Shape, int]:
+    """Parse a shape starting at text[i]; return it and the index after it (its array shapes
+    kept in and taken from ``table`` when one is given).
     Tuples are read with an explicit stack, so any nesting depth is fine."""
     c = text[i:i + 1]
     if c.isalpha() and not text.startswith("b(", i):  # the common case: one array shape
-        return _array_shape(text, i)
+        return array_shape(text, i, table)
     stack: list[list[Shape]] = []
     while True:
-        i = _ws_end(text, i)
+        i = ws_end(text, i)
         if text.startswith("(", i):
             stack.append([])
-            i = _ws_end(text, i + 1)
+            i = ws_end(text, i + 1)
             if not text.startswith(")", i):
                 continue
             shape, i = Shape("tuple", tuple_shapes=()), i + 1
             stack.pop()
         elif text.startswith("b(", i):
-            inner, i = _array_shape(text, _ws_end(text, i + 2))
-            i = _ws_end(text, i)
+            inner, i = array_shape(text, ws_end(text, i + 2), table)
+            i = ws_end(text, i)
             if not text.startswith(")", i):
                 raise ValueError(f"expected ')' closing a buffer shape near {text[i:i + 20]!r}")
             shape, i = Shape(inner.element_type, inner.dims, inner.minor_to_major, None, inner.layout_extra,
                              True), i + 1
         else:
-            shape, i = _array_shape(text, i)
+            shape, i = array_shape(text, i, table)
         while True:  # attach the finished shape to the enclosing tuple(s)
             if not stack:
                 return shape, i
             stack[-1].append(shape)
-            i = _ws_end(text, i)
+            i = ws_end(text, i)
             if text.startswith(",", i):
                 i += 1
                 break

@@ -28,7 +28,7 @@ class LineError(ValueError):
 
 
 # Minimum/exact operand counts of the ops the alias model reads (as XLA's parser demands).
-_OPERAND_COUNTS: dict[str, tuple[int, int | None]] = {
+OPERAND_COUNTS: dict[str, tuple[int, int | None]] = {
     "bitcast": (1, 1), "transpose": (1, 1), "reshape": (1, 1), "copy": (1, 1),
     "get-tuple-element": (1, 1), "dynamic-update-slice": (2, None), "set-dimension-size": (2, 2),
     "ragged-all-to-all": (6, 6), "async-done": (1, 1), "async-update": (1, None),
@@ -69,7 +69,7 @@ def check_instruction(ins: Instruction, defined: dict[str, Instruction], comps: 
     for callee in ins.called:
         if callee not in comps:
             raise LineError(ins.line, f"{ins.name} calls computation {callee!r}, which is not defined before it")
-    if ins.opcode in _OPERAND_COUNTS or ins.opcode == "scatter":
+    if ins.opcode in OPERAND_COUNTS or ins.opcode == "scatter":
         _check_operand_count(ins)
     if ins.opcode not in XLA_OPCODES:
         raise LineError(ins.line, f"{ins.name}: unknown opcode {ins.opcode!r}")
@@ -106,7 +106,7 @@ def check_line_instruction(ins: Instruction, defined: dict[str, Instruction], co
         if n < 3 or n % 2 == 0:
             _check_operand_count(ins)
     else:
-        lo_hi = _OPERAND_COUNTS.get(opcode)
+        lo_hi = OPERAND_COUNTS.get(opcode)
         if lo_hi is not None and not ins.async_wrapped:
             n = len(ins.operands)
             if n < lo_hi[0] or (lo_hi[1] is not None and n > lo_hi[1]):
@@ -202,7 +202,7 @@ def _check_operand_count(ins: Instruction) -> None:
     n = len(ins.operands)
     if ins.opcode == "scatter" and (n < 3 or n % 2 == 0):
         raise LineError(ins.line, f"{ins.name}: scatter takes 2N+1 operands (N inputs, indices, N updates), got {n}")
-    lo_hi = _OPERAND_COUNTS.get(ins.opcode)
+    lo_hi = OPERAND_COUNTS.get(ins.opcode)
     if lo_hi is not None and (not ins.async_wrapped or ins.opcode in ("async-update", "async-done")):
         lo, hi = lo_hi
         if n < lo or (hi is not None and n > hi):

@@ -18,9 +18,10 @@ import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xla_harness.hlo.ir import Computation, HloModule, Instruction
+from xla_harness.hlo.fusion_decisions import FUSION_DECISION_CLASS
+from xla_harness.hlo.ir import Computation, HloModule, Instruction, users_index
 from xla_harness.hlo.nondeterminism import ASSESSED, SourceLines, nondeterministic_ops, source_of
-from xla_harness.hlo.scan import FUSION_DECISION_CLASS, scan
+from xla_harness.hlo.scan import scan
 from xla_harness.hlo.tied import tied_summary
 
 
@@ -148,7 +149,7 @@ def neighbourhood(module: HloModule, comp: Computation, fusion: Instruction, in_
                                                 "operand" if level == 0 else "producer")
                     nxt.append(producer)
         frontier = nxt
-    for user in comp.users(fusion.name)[:4]:
+    for user in users_index(comp).get(fusion.name, [])[:4]:
         nodes.setdefault(user.name, Node(user.name, _label(user, module), "user"))
         edges.append((fusion.name, user.name, ""))
     return Neighbourhood(fusion.name, list(nodes.values()), edges)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from xla_harness.hlo.alias import AliasAnalysis, analyze
 from xla_harness.hlo.buffers import BufferAssignment, BufferValue
 from xla_harness.hlo.ir import Computation, HloModule, Instruction, split_ref
 from xla_harness.hlo.memplan.hidden import HiddenTies, tie_hidden_async_roots
@@ -40,6 +41,7 @@ class Plan:
     carried: frozenset[int]  # fusion outputs aliased to an operand they pass through unwritten
     branch_spans: tuple[tuple[str, tuple[int, int]], ...]  # each conditional branch's span in time
     sources: dict[str, str]  # scheduled instruction -> where it came from in the program (file:line, op_name)
+    aliases: AliasAnalysis  # the module's alias analysis (the in-place pairs its fusions' bodies show)
 
 
 def plan_of(module: HloModule, ba: BufferAssignment, backend: str = "cpu") -> Plan:
@@ -61,7 +63,7 @@ def plan_of(module: HloModule, ba: BufferAssignment, backend: str = "cpu") -> Pl
                 hidden, _deferred(tl), _dones(tl), frozenset(i.name for _, i in tl.order if i.opcode == "parameter"),
                 _carried(module, tl, by_pos), tuple((c, tl.span[c]) for c, (caller, _) in tl.caller.items()
                                                     if caller.opcode == "conditional" and c in tl.span),
-                {ins.name: source_of(ins) for _, ins in tl.order})
+                {ins.name: source_of(ins) for _, ins in tl.order}, analyze(module))
 
 
 def chain_start(comp: Computation, ins: Instruction) -> Instruction:

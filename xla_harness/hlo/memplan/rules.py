@@ -91,7 +91,7 @@ def in_place_rule(plan: Plan, flow: Flow) -> Groups:
     def pairs_of(comp: Computation, ins: Instruction) -> list:
         if ins.opcode == "fusion" and ins.called:
             try:
-                found = alias_rules.discovered_pairs(plan.module, ins, model)
+                found = alias_rules.discovered_pairs(plan.aliases, ins, model)
             except (HarnessError, KeyError, IndexError, ValueError):
                 return []
             return [(p.operand_index, p.operand_shape_index, p.output_index) for p in found]
