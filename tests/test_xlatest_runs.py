@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness.errors import HarnessError
-from xla_harness.upstream import xlatest
+from xla_harness.upstream import xlatest, xlatest_build, xlatest_plan
 from xla_harness.upstream.patchfile import preimage_tree
 from xla_harness.upstream.series import load_series
 
@@ -25,14 +25,14 @@ def _dead_pid() -> int:
 
 def test_each_run_gets_its_own_folder_and_shares_the_object_cache(tmp_path):
     work = tmp_path / "xla-test"
-    a, b = xlatest.new_run_dir(work), xlatest.new_run_dir(work)
+    a, b = xlatest_build.new_run_dir(work), xlatest_build.new_run_dir(work)
     assert a != b and a.parent == b.parent == work / "runs"
     assert a.name.startswith(f"{os.getpid()}-")
     for run in (a, b):
         assert (run / "obj").resolve() == (work / "obj").resolve()
     (a / "tree").mkdir()
     (a / "tree" / "f.cc").write_text("a")
-    xlatest.new_run_dir(work)  # a third run leaves the two live ones alone
+    xlatest_build.new_run_dir(work)  # a third run leaves the two live ones alone
     assert (a / "tree" / "f.cc").read_text() == "a" and b.is_dir()
 
 
@@ -42,7 +42,7 @@ def test_a_folder_left_by_a_dead_run_is_removed(tmp_path):
     (stale / "tree").mkdir(parents=True)
     unnamed = work / "runs" / "not-a-run"
     unnamed.mkdir()
-    xlatest.new_run_dir(work)
+    xlatest_build.new_run_dir(work)
     assert not stale.exists()
     assert unnamed.is_dir()  # only folders named by a pid are judged
 
@@ -55,29 +55,29 @@ def _fake_compiler(monkeypatch) -> list[list[str]]:
         Path(argv[argv.index("-o") + 1]).write_bytes(b"obj")
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(xlatest.subproc, "run", run)
+    monkeypatch.setattr(xlatest_build.subproc, "run", run)
     return calls
 
 
-def _toolchain(run: Path) -> xlatest.Toolchain:
+def _toolchain(run: Path) -> xlatest_plan.Toolchain:
     (run / "tree" / "xla").mkdir(parents=True, exist_ok=True)
     (run / "tree" / "xla" / "a.h").write_text("// header\n")
     (run / "tree" / "xla" / "a.cc").write_text('#include "xla/a.h"\n')
-    return xlatest.Toolchain("g++", run / "tree", run / "whl" / "include", run / "whl")
+    return xlatest_plan.Toolchain("g++", run / "tree", run / "whl" / "include", run / "whl")
 
 
 def test_objects_are_shared_between_runs_by_content_not_by_folder(tmp_path, monkeypatch):
     calls = _fake_compiler(monkeypatch)
     obj = tmp_path / "obj"
     tc1, tc2 = _toolchain(tmp_path / "runs" / "1-a"), _toolchain(tmp_path / "runs" / "2-b")
-    first = xlatest.compile_cached(tc1, tc1.tree / "xla" / "a.cc", obj, lambda s: None)
-    second = xlatest.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
+    first = xlatest_build.compile_cached(tc1, tc1.tree / "xla" / "a.cc", obj, lambda s: None)
+    second = xlatest_build.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
     assert first == second and len(calls) == 1
     # the temporary output names the process, so two runs never write one file
     assert f".{os.getpid()}.tmp.o" in calls[0][calls[0].index("-o") + 1]
     assert not list(obj.glob("*.tmp.o"))
     (tc2.tree / "xla" / "a.h").write_text("// another header\n")
-    third = xlatest.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
+    third = xlatest_build.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
     assert third != first and len(calls) == 2
 
 
@@ -94,10 +94,10 @@ def test_a_failed_run_removes_its_folder(tmp_path, monkeypatch, capsys):
 
 def test_files_lists_every_file_a_partial_tree_needs():
     texts = [p.path(SERIES.root).read_text() for p in SERIES.upstream("xla").select("default")]
-    files = xlatest.source_files_needed(texts)
+    files = xlatest_plan.source_files_needed(texts)
     for f in ("xla/hlo/analysis/alias_info.h", "xla/service/BUILD", "xla/service/instruction_fusion.h",
               "xla/service/instruction_fusion.cc", "xla/service/instruction_fusion_test.cc",
-              *xlatest.SUPPORT_FILES):
+              *xlatest_plan.SUPPORT_FILES):
         assert f in files, f
     assert len(files) == len(set(files))
 
@@ -122,10 +122,10 @@ def test_compile_failure_leaves_no_temporary_object(tmp_path, monkeypatch):
     def run(argv, **kw):
         return subprocess.CompletedProcess(argv, 1, "", "a.cc:1: error: nope\n")
 
-    monkeypatch.setattr(xlatest.subproc, "run", run)
+    monkeypatch.setattr(xlatest_build.subproc, "run", run)
     tc = _toolchain(tmp_path / "runs" / "1-a")
     with pytest.raises(HarnessError, match="does not compile"):
-        xlatest.compile_cached(tc, tc.tree / "xla" / "a.cc", tmp_path / "obj", lambda s: None)
+        xlatest_build.compile_cached(tc, tc.tree / "xla" / "a.cc", tmp_path / "obj", lambda s: None)
     assert not list((tmp_path / "obj").glob("*.o"))
 
 
@@ -145,12 +145,12 @@ def test_sources_from_puts_another_version_under_the_patched_tests(tmp_path):
     other = tmp_path / "other"
     (other / "xla/service").mkdir(parents=True)
     (other / "xla/service/instruction_fusion.cc").write_text("// another version\n")
-    units, _ = xlatest.prepare_tree(src, patches, tmp_path / "t", tmp_path / "inc", sources_from=other)
+    units, _ = xlatest_build.prepare_tree(src, patches, tmp_path / "t", tmp_path / "inc", sources_from=other)
     assert (tmp_path / "t/xla/service/instruction_fusion.cc").read_text() == "// another version\n"
     assert "ShouldFuseInPlaceOpForbidsLayoutChangingCopyIntoScatter" in (
         tmp_path / "t/xla/service/instruction_fusion_test.cc").read_text()
     with pytest.raises(HarnessError, match="is not in the --sources-from folder"):
-        xlatest.prepare_tree(src, patches, tmp_path / "u", tmp_path / "inc", sources_from=tmp_path / "none")
+        xlatest_build.prepare_tree(src, patches, tmp_path / "u", tmp_path / "inc", sources_from=tmp_path / "none")
 
 
 def test_pr_evidence_says_what_each_xla_log_is(tmp_path):
