@@ -86,7 +86,8 @@ def test_a_failed_run_removes_its_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(xlatest, "ensure_wheel", lambda cache: tmp_path / "whl")
     src = tmp_path / "empty-xla"
     src.mkdir()
-    assert xlatest.main(["test", "--xla-src", str(src), "--cache", str(tmp_path / "cache")]) == 2
+    # --allow-dirty: whether this checkout has local changes is not what this test is about
+    assert xlatest.main(["test", "--xla-src", str(src), "--cache", str(tmp_path / "cache"), "--allow-dirty"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "is not in the XLA tree" in err[0]
     assert list((tmp_path / "cache" / "xla-test" / "runs").iterdir()) == []
@@ -166,3 +167,75 @@ def test_pr_evidence_says_what_each_xla_log_is(tmp_path):
     assert lines[0].endswith("(exit 0)")  # a log of no known kind gets no label
     assert "failed: 3 tests, 1 failed (exit 1) (the patch's tests over stock sources" in lines[1]
     assert lines[2].endswith("(exit 0) (the patched source and its tests)")
+
+
+# ----------------------------------------------------------------------------- evidence from a clean commit
+
+
+def _git(repo: Path, *argv: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *argv], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip()
+
+
+@pytest.fixture
+def planted_checkout(tmp_path, monkeypatch):
+    """A git repository standing in for the xla-harness checkout, with one commit and a tracked
+    file changed since: what the run's log would record as xla-harness <commit>-dirty."""
+    repo = tmp_path / "harness"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    _git(repo, "add", "a.py")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    (repo / "a.py").write_text("x = 2\n")
+    monkeypatch.setattr(xlatest_build, "source_checkout", lambda: repo)
+    return repo
+
+
+def _argv(command: str, tmp_path: Path) -> list[str]:
+    src = tmp_path / "xla-src"
+    src.mkdir(exist_ok=True)
+    argv = [command, "--xla-src", str(src), "--cache", str(tmp_path / "cache")]
+    if command == "blast-radius":
+        (tmp_path / "modules").mkdir(exist_ok=True)
+        (tmp_path / "modules" / "m.before_fusion.txt").write_text("HloModule m\n")
+        argv += ["--modules", str(tmp_path / "modules")]
+    return argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["test", "mutants", "blast-radius"])
+def test_a_checkout_with_local_changes_writes_no_evidence(planted_checkout, tmp_path, monkeypatch, capsys, command):
+    reached = []
+    monkeypatch.setattr(xlatest, "check_toolchain", lambda cxx: reached.append(cxx))
+    assert xlatest.main(_argv(command, tmp_path)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: xla-{command}: the xla-harness checkout ")
+    assert "has local changes (M a.py)" in err[0] and "--allow-dirty" in err[0]
+    assert reached == []  # refused before anything is built or downloaded
+
+
+def _stop_at_the_toolchain(cxx: str) -> None:
+    raise HarnessError("the toolchain check was reached")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["test", "mutants", "blast-radius"])
+def test_allow_dirty_runs_from_a_checkout_with_local_changes(planted_checkout, tmp_path, monkeypatch, capsys,
+                                                             command):
+    monkeypatch.setattr(xlatest, "check_toolchain", _stop_at_the_toolchain)
+    assert xlatest.main([*_argv(command, tmp_path), "--allow-dirty"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: the toolchain check was reached"]
+    head = _git(planted_checkout, "rev-parse", "--short=12", "HEAD")
+    assert xlatest_build.tool_versions("g++").endswith(f"; xla-harness {head}-dirty")  # what its log records
+
+
+@pytest.mark.slow
+def test_a_clean_checkout_runs_without_allow_dirty(planted_checkout, tmp_path, monkeypatch, capsys):
+    _git(planted_checkout, "checkout", "-q", "--", "a.py")
+    (planted_checkout / "untracked.txt").write_text("not part of the commit\n")  # as git describe --dirty
+    monkeypatch.setattr(xlatest, "check_toolchain", _stop_at_the_toolchain)
+    assert xlatest.main(_argv("test", tmp_path)) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: the toolchain check was reached"]
+    head = _git(planted_checkout, "rev-parse", "--short=12", "HEAD")
+    assert xlatest_build.tool_versions("g++").endswith(f"; xla-harness {head}")

@@ -42,6 +42,7 @@ from xla_harness.upstream.xlatest_build import (
     ensure_wheel,
     new_run_dir,
     prepare_tree,
+    refuse_local_changes,
     source_commit,
 )
 from xla_harness.upstream.xlatest_guards import check_guards_cover, guards_for_base, load_guards, mutate
@@ -52,6 +53,7 @@ def _setup(args: argparse.Namespace, series: Series) -> tuple[Toolchain, list, l
     xla_src = Path(args.xla_src)
     if not xla_src.is_dir():
         raise HarnessError(f"XLA_SRC {xla_src} is not a directory")
+    refuse_local_changes(args.allow_dirty, f"xla-{args.command}")
     check_toolchain(args.cxx)
     patches = list(series.upstream("xla").select(args.series, args.base_ref))
     wheel = ensure_wheel(Path(args.cache))
@@ -243,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--base-ref", default="", help="the base the XLA tree is, as series.toml names it "
                        "(e.g. jax-v0.9.0.1): its variant's files; default: the variant recorded for the "
                        "tree's XLA commit, else the series' own files")
+        p.add_argument("--allow-dirty", action="store_true",
+                       help="run from an xla-harness checkout with local changes (its log records "
+                            "xla-harness <commit>-dirty and is not evidence); refused without it")
         if name == "test":
             p.add_argument("--series", default="default", help="default | experimental")
         if name in ("test", "blast-radius"):

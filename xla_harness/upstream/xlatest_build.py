@@ -229,6 +229,27 @@ def tool_versions(cxx: str) -> str:
     return f"{_first_line([cxx, '--version'])}; libgtest-dev {gtest}; xla-harness {repo}"
 
 
+def refuse_local_changes(allow_dirty: bool, what: str) -> None:
+    """A run's log records this checkout's commit (``xla-harness <commit>``, tool_versions) and is
+    committed as evidence under results/xla/: from a checkout with local changes (``-dirty``) it is
+    refused unless ``allow_dirty`` (a run that is not evidence). Installed from a wheel there is
+    no checkout, and the log records the version."""
+    here = source_checkout()
+    if allow_dirty or here is None:
+        return
+    try:
+        res = subproc.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                          capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, HarnessError):
+        return  # no git: the log records "unknown", not a dirty commit
+    changed = res.stdout.strip().splitlines() if res.returncode == 0 else []
+    if changed:
+        raise HarnessError(f"{what}: the xla-harness checkout {here} has local changes ({changed[0].strip()}"
+                           f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}), so the log would "
+                           "record xla-harness <commit>-dirty; commit them first, or give --allow-dirty "
+                           "(ALLOW_DIRTY=1) for a run that is not evidence")
+
+
 def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool,
              sources_from: str = "") -> list[str]:
     from xla_harness.files import shown
