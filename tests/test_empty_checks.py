@@ -7,11 +7,11 @@ import types
 
 from xla_harness.cli import main
 from xla_harness.gradcheck import cross
-from xla_harness.upstream import xlatest
+from xla_harness.upstream import xlatest, xlatest_build, xlatest_gtest, xlatest_plan
 
 # ----------------------------------------------------------------------------- xla-test
 
-UNIT = xlatest.TestUnit("xla/service/a.cc", "xla/service/a.h", "xla/service/a_test.cc")
+UNIT = xlatest_plan.TestUnit("xla/service/a.cc", "xla/service/a.h", "xla/service/a_test.cc")
 
 
 def _fake_xla(monkeypatch, tmp_path, units, output, returncode=0):
@@ -19,7 +19,7 @@ def _fake_xla(monkeypatch, tmp_path, units, output, returncode=0):
     monkeypatch.setattr(xlatest, "_setup", lambda args, series: (tc, [], units, [], tmp_path))
     monkeypatch.setattr(xlatest, "describe", lambda *a: [])
     def build_and_run(tc, unit, support, work, log, filt=""):
-        return xlatest.UnitRun(unit, xlatest.parse_gtest(output), returncode, output)
+        return xlatest_build.UnitRun(unit, xlatest_gtest.parse_gtest(output), returncode, output)
 
     monkeypatch.setattr(xlatest, "build_and_run", build_and_run)
 

@@ -11,7 +11,7 @@ import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.upstream import xlatest
+from xla_harness.upstream import xlatest, xlatest_guards, xlatest_plan
 from xla_harness.upstream.patchcheck import CheckResult, nothing_checked
 
 PATCH = """\
@@ -69,14 +69,14 @@ def test_a_tree_where_every_patch_is_not_checked_fails(tmp_path, capsys):
 
 
 def test_unit_for_names_the_guard_instead_of_stopiteration():
-    unit = xlatest.TestUnit("xla/a.cc", "xla/a.h", "xla/a_test.cc")
+    unit = xlatest_plan.TestUnit("xla/a.cc", "xla/a.h", "xla/a_test.cc")
     assert xlatest.unit_for([unit], "xla/a.cc", "g") is unit
     with pytest.raises(HarnessError, match="guard g1 of p: no unit test is built with xla/b.cc"):
         xlatest.unit_for([unit], "xla/b.cc", "guard g1 of p")
 
 
 def test_mutants_with_a_guard_in_a_file_without_a_unit_test(tmp_path, monkeypatch, capsys):
-    guard = xlatest.Guard("xla/0001.patch", "xla/b.cc", "g1", "keep();", "")
+    guard = xlatest_guards.Guard("xla/0001.patch", "xla/b.cc", "g1", "keep();", "")
     (tmp_path / "xla").mkdir()
     (tmp_path / "xla" / "b.cc").write_text("keep();\n")
 
@@ -90,7 +90,7 @@ def test_mutants_with_a_guard_in_a_file_without_a_unit_test(tmp_path, monkeypatc
             return [argparse.Namespace(file="xla/0001.patch")]
 
     tc = argparse.Namespace(tree=tmp_path, wheel_lib_dir=tmp_path)
-    unit = xlatest.TestUnit("xla/a.cc", "xla/a.h", "xla/a_test.cc")
+    unit = xlatest_plan.TestUnit("xla/a.cc", "xla/a.h", "xla/a_test.cc")
     monkeypatch.setattr(xlatest, "load_series", Series)
     monkeypatch.setattr(xlatest, "load_guards", lambda: [guard])
     monkeypatch.setattr(xlatest, "_setup", lambda args, series: (tc, [], [unit], [], tmp_path))

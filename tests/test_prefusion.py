@@ -15,7 +15,7 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.targets import HOST, parse_target
 from xla_harness.targets.devices import missing
-from xla_harness.upstream import prefusion, xlatest
+from xla_harness.upstream import prefusion, xlatest, xlatest_blast
 
 V6E = parse_target("tpu:v6e:2x4")
 H100 = parse_target("cuda:h100")
@@ -80,9 +80,10 @@ def test_modules_the_parser_refuses_are_named_with_its_message():
     stderr = ("unparsable\t/d/m1.before_tpu_fusion.txt\tSyntax error: expected '}' at 3:17\n"
               "unreadable\t/d/m2.before_fusion.txt\n"
               "W0000 a warning line\n")
-    assert xlatest.refused_modules(stderr) == [("/d/m1.before_tpu_fusion.txt", "Syntax error: expected '}' at 3:17"),
-                                               ("/d/m2.before_fusion.txt", "unreadable")]
-    assert xlatest.refused_modules("") == []
+    assert xlatest_blast.refused_modules(stderr) == [
+        ("/d/m1.before_tpu_fusion.txt", "Syntax error: expected '}' at 3:17"),
+        ("/d/m2.before_fusion.txt", "unreadable")]
+    assert xlatest_blast.refused_modules("") == []
 
 
 def _dump(target: str, program: str, out: Path) -> subprocess.CompletedProcess:

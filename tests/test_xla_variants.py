@@ -10,7 +10,7 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.upstream import jaxlib_build as bj
 from xla_harness.upstream import jaxlib_stages as stages
-from xla_harness.upstream import xlatest
+from xla_harness.upstream import xlatest, xlatest_build, xlatest_guards
 from xla_harness.upstream.jaxlib_context import Ctx
 from xla_harness.upstream.patchfile import preimage_tree
 from xla_harness.upstream.series import declared_base, load_series
@@ -42,17 +42,17 @@ def test_the_variant_for_jax_0_9_0_1_is_declared_for_its_xla_commit():
 
 
 def test_base_ref_for_picks_the_variant_recorded_for_the_trees_commit():
-    assert xlatest.base_ref_for(XLA, BB760) == "jax-v0.9.0.1"
-    assert xlatest.base_ref_for(XLA, "131bf41acb4650e4391a640c3f1859c1c86ad74b") == "jax-v0.11.0"
-    assert xlatest.base_ref_for(XLA, "5a9e73cbd92530cac2ac36f4736a774b2412afe2") == "jax-v0.10.2"
-    assert xlatest.base_ref_for(XLA, "183fa00cb5d82384463a1a7aed1ab06bc9026974") is None  # the series' own
-    assert xlatest.base_ref_for(XLA, "unknown") is None
-    assert xlatest.base_ref_for(XLA, "unknown", "jax-v0.9.0.1") == "jax-v0.9.0.1"
-    assert xlatest.base_ref_for(XLA, "0" * 40, XLA.base_ref) is None
+    assert xlatest_build.base_ref_for(XLA, BB760) == "jax-v0.9.0.1"
+    assert xlatest_build.base_ref_for(XLA, "131bf41acb4650e4391a640c3f1859c1c86ad74b") == "jax-v0.11.0"
+    assert xlatest_build.base_ref_for(XLA, "5a9e73cbd92530cac2ac36f4736a774b2412afe2") == "jax-v0.10.2"
+    assert xlatest_build.base_ref_for(XLA, "183fa00cb5d82384463a1a7aed1ab06bc9026974") is None  # the series' own
+    assert xlatest_build.base_ref_for(XLA, "unknown") is None
+    assert xlatest_build.base_ref_for(XLA, "unknown", "jax-v0.9.0.1") == "jax-v0.9.0.1"
+    assert xlatest_build.base_ref_for(XLA, "0" * 40, XLA.base_ref) is None
     with pytest.raises(HarnessError, match="made for XLA bb760b047bdb, but the tree is at 000000000000"):
-        xlatest.base_ref_for(XLA, "0" * 40, "jax-v0.9.0.1")
+        xlatest_build.base_ref_for(XLA, "0" * 40, "jax-v0.9.0.1")
     with pytest.raises(HarnessError, match="no xla series for jax-v0.9.2"):
-        xlatest.base_ref_for(XLA, BB760, "jax-v0.9.2")
+        xlatest_build.base_ref_for(XLA, BB760, "jax-v0.9.2")
 
 
 def test_xla_test_files_for_the_variant(capsys):
@@ -65,26 +65,26 @@ def test_xla_test_files_for_the_variant(capsys):
 
 
 def test_the_variants_guards_are_the_series_guards_spelled_as_at_its_base():
-    guards, absent = xlatest.guards_for_base(xlatest.load_guards(), XLA, "jax-v0.9.0.1")
-    assert xlatest.check_guards_cover(guards, [V0901]) == [] and {g.patch for g in guards} == {V0901}
+    guards, absent = xlatest_guards.guards_for_base(xlatest_guards.load_guards(), XLA, "jax-v0.9.0.1")
+    assert xlatest_guards.check_guards_cover(guards, [V0901]) == [] and {g.patch for g in guards} == {V0901}
     assert len(guards) == 21
     # the guards of a backend's no-op hook (its exemption and its order) are listed as absent there, with why
     assert sorted(g.name.split(":")[0] for g, _ in absent) == ["exemption", "hook order", "hook order"]
     assert all("no backend no-op hook at this base" in why for _, why in absent)
     # four guards are spelled otherwise there (no alias_info); the rest are the series' own text
-    own = {g.name: g for g in xlatest.load_guards()}
+    own = {g.name: g for g in xlatest_guards.load_guards()}
     respelled = sorted(g.name for g in guards if g.find != own[g.name].find)
     assert len(respelled) == 4 and all("alias_info" not in g.find + g.replace for g in guards)
     # the variants that use the series' own file take its guards as written
     for ref in ("jax-v0.10.2", "jax-v0.11.0"):
-        same, none = xlatest.guards_for_base(xlatest.load_guards(), XLA, ref)
+        same, none = xlatest_guards.guards_for_base(xlatest_guards.load_guards(), XLA, ref)
         assert none == [] and [(g.patch, g.name, g.find, g.replace) for g in same] == [
-            (g.patch, g.name, g.find, g.replace) for g in xlatest.load_guards()]
+            (g.patch, g.name, g.find, g.replace) for g in xlatest_guards.load_guards()]
 
 
 @pytest.mark.slow
 def test_every_guard_of_the_variant_is_in_its_patched_file_once(tmp_path):
-    guards, _ = xlatest.guards_for_base(xlatest.load_guards(), XLA, "jax-v0.9.0.1")
+    guards, _ = xlatest_guards.guards_for_base(xlatest_guards.load_guards(), XLA, "jax-v0.9.0.1")
     text = (ROOT / "patches" / V0901).read_text()
     tree = tmp_path / "tree"
     preimage_tree(text, tree)
@@ -93,7 +93,7 @@ def test_every_guard_of_the_variant_is_in_its_patched_file_once(tmp_path):
     added = "".join(ln[1:] + "\n" for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
     for g in guards:
         patched = (tree / g.file).read_text()
-        assert xlatest.mutate(patched, g) != patched, g.name
+        assert xlatest_guards.mutate(patched, g) != patched, g.name
         assert re.sub(r"\s+", " ", g.find).strip() in re.sub(r"\s+", " ", added), g.name
 
 

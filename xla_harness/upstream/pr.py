@@ -12,15 +12,18 @@
                     GPU's rule, the change, its tests and limits.
 
 Nothing is hand-written per release: texts come from series.toml, the patches' own commit
-messages and the results files; missing evidence is stated, never invented.
+messages, the results files and the per-target prose that does not change between releases
+(templates/pr_<target>.md); missing evidence is stated, never invented.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
@@ -29,197 +32,19 @@ from xla_harness.upstream.series import Series, Upstream
 
 ROOT = source_checkout() or Path()  # results/ of this checkout; installed from a wheel, the cwd's
 
-# Per-target prose that does not change between releases.
-CONTEXT = {
-    "xla": {
-        "problem": (
-            "A model that ties its embedding matrix (token lookup = gather, output projection = "
-            "dot with the same matrix) has two gradient paths into one parameter: a sparse "
-            "scatter-add and a dense dot. jax-ml/jax#35409 reports non-finite updates in 34 of 80 "
-            "steps on TPU v6e-8 for the full tied model with remat, 0 of 80 in five other "
-            "configurations. The optimized HLO had a fusion whose root is a scatter whose in-place "
-            "operand is `transpose(parameter)` (openxla/xla#38597)."),
-        "review": (
-            "This answers the review of openxla/xla#38607 (https://github.com/openxla/xla/pull/38607): "
-            "\"most likely not the right fix. Instead, such fusions should not be created.\" That "
-            "PR skipped every transpose and reshape when tracing fusion in-place operands; this "
-            "change instead stops the fusion from being created, at the fusion decision."),
-        "root_cause": (
-            "Generic `InstructionFusion::ShouldFuseInPlaceOp` (xla/service/instruction_fusion.cc) "
-            "applies its index checks to a dynamic-update-slice only (`if (dus_ops.empty()) return "
-            "Allow();`, under a TODO asking which other ops have an in-place emitter). For any other "
-            "in-place op a producer with one non-elementwise op fuses into the in-place operand, "
-            "`transpose(w)` into a scatter included, and a producer of the updates may read the "
-            "in-place operand (`scatter(w, idx, negate(w))`). `AliasInfo` gives the transposed case no "
-            "in-place pair; openxla/xla#38607 proposed giving it one, which would let the scatter "
-            "overwrite elements the transpose has yet to read."),
-        "why": (
-            "Tracing the in-place pair through a data-moving transpose (openxla/xla#38607) is "
-            "unsound: element i of `transpose(p)` is not the bytes of element i of `p`. Refusing the "
-            "fusion leaves alias analysis as it is and keeps the invariant every sharing of the "
-            "output with what the in-place operand reads needs: element i comes from element i. "
-            "PR.md says what is refused and why; at bases without the backend's no-op hook (the XLA "
-            "jax 0.9.0.1 pins) the no-ops are bitcasts, what `AliasInfo` follows there."),
-        "refuses": (
-            "For every in-place op but a dynamic-update-slice (whose index checks stay as they are): "
-            "scatter, in-place collectives, custom-calls with `output_to_operand_aliasing`. "
-            "`ShouldFuseInPlaceOp` now refuses to fuse (1) a producer that moves data into the op's "
-            "in-place operand: element i of its result is not element i of the buffer it reads (a "
-            "transpose or reshape that is not a bitcast under its layouts, an elementwise op such as "
-            "`copy` whose operand layout or element size differs from its result's, a broadcast of as "
-            "many elements as it makes, any other non-elementwise op the backend's "
-            "`IsNoOpForAliasAnalysis` does not name), also inside a fusion nested in the producer; "
-            "(2) a producer of another operand (the updates) that reads the in-place operand."),
-        "reason": (
-            "A fused in-place op writes its output into the buffer its in-place operand reads whenever "
-            "the two share one: through `AliasInfo`'s in-place pairs, buffer reuse of an operand that "
-            "dies there, or a backend's own aliasing (libtpu states its own in `backend_config`). "
-            "Sharing is safe when element i is computed from element i, since each element is read "
-            "before the op overwrites it: elementwise producers, iota and broadcasts of fewer "
-            "elements keep fusing. It is not safe when the producer moves data: writing element i "
-            "overwrites the element some later i' still has to read. (2) is a race whatever the "
-            "producer: the op overwrites the in-place buffer while the fused updates still read it."),
-        "changes": (
-            "This is hardening of the generic decision, not the fix of a miscompile seen in open XLA. "
-            "CPU does not fuse a scatter with its producers, and GPU's priority fusion asks "
-            "`CanEmitInputFusedScatter` first, which already refuses every producer into, or reading, "
-            "a scatter's in-place operand. The case it guards is the report's: jax-ml/jax#35409 shows "
-            "a TPU program whose optimized HLO has a scatter fused with `transpose(w)` as its in-place "
-            "operand (openxla/xla#38597); TPU compiles with libtpu, which carries its own XLA, so "
-            "whether this decision reaches it is libtpu's to say."),
-        "not_gpu_rule": (
-            "GPU's rule, applied generically (nothing fuses into the in-place operand), is simpler but "
-            "refuses the elementwise and broadcast producers that can run in place: the "
-            "zero-initialised gradient buffer of a gather (`broadcast(0)` into a scatter-add) and "
-            "the scaled updates of an optimizer. On the CPU pre-fusion modules above it changes "
-            "{gpu_rule} decisions against this change's {ours}; `MovesData` (layouts, element "
-            "sizes, broadcast counts, the backend's hook) is what tells those apart."),
-        "risk": (
-            "Fewer fusions where an in-place op other than dynamic-update-slice (scatter in "
-            "practice) has a data-moving producer, or updates that read its in-place operand: an "
-            "extra materialized buffer for such producers. Blast radius, measured with the generic "
-            "decision function over the pre-fusion modules of 18 JAX programs (embedding and "
-            "segment-sum gradients, scatter-add, scans, cache updates, MLP, sort, conv): on XLA's "
-            "CPU pipeline 53 modules, 83 (producer, in-place consumer) pairs, 2 decisions change, "
-            "both the #35409 shape after layout assignment (`scatter(copy(transpose(w)))`, the copy "
-            "the physical transpose), 0 needless refusals (the zero-initialised "
-            "`broadcast(constant)` gradient buffers still fuse); as they enter libtpu's "
-            "`tpu_fusion` (v6e:2x4, ahead of time, plus the #35409 program at scale 1/32) 95 "
-            "modules, 1100 pairs, 10 changes, all wanted: one pair in each of two programs (the tied "
-            "model with remat on and off; a layout-changing copy of W's dense gradient into the "
-            "scatter's in-place operand) at each of libtpu's five entries into the pass; as they "
-            "enter the CUDA plugin's `priority-fusion` (H100) 19 modules, 95 pairs, 3 changes: 2 "
-            "wanted (`transpose(w)` into a scatter-add) and 1 "
-            "needless but inert (a reduce-scatter into the #35409 program's second scatter, which "
-            "no fusion pass fuses)."),
-        "tests_note": (
-            "The new `InstructionFusionTest` cases are listed in the commit message. Each forbidden "
-            "case fails on stock sources (named under Evidence); each allowed case fails when the "
-            "exemption it covers is deleted (`make xla-mutants`); four forbidden cases pin the known "
-            "limits. `ShouldFuseInPlaceOpAllowsElementwiseIntoScatter` is a regression test, not "
-            "evidence: it passes on stock and under every mutant. The existing dynamic-update-slice "
-            "tests pass unchanged."),
-        "run_where": (
-            "`make xla-test` (xla-harness) compiled the patched `instruction_fusion.cc` and "
-            "XLA's `instruction_fusion_test.cc` with g++ against the XLA inside the tf-nightly "
-            "2.23.0.dev20261026 wheel (headers and libtensorflow_framework.so.2; a small stand-in "
-            "for the hardware-independent test base) and ran them on x86-64 CPU, on the XLA "
-            "sources of the bases listed below. The tests that need the change fail on stock "
-            "sources and pass patched; `make xla-mutants` deletes each guard of the change in turn "
-            "(and asks the backend's no-op hook first, for the hook order) and every mutant fails a "
-            "test. Not run: Bazel, GPU, TPU (libtpu carries its own XLA)."),
-        "limits": (
-            "What the change refuses though it could be allowed (stock fuses each): a producer that "
-            "reads a larger buffer than the output (a slice, a reduce-scatter, a dynamic-slice: it cannot "
-            "be the output's buffer) or a smaller one (a pad), a scatter into a scatter's in-place "
-            "operand, a same-index slice into a dynamic-update-slice inside a nested fusion (the index "
-            "checks do not look there), and, on tiled layouts, an elementwise op such as a `convert` "
-            "whose operand and result tile differently (tiled shapes are never asked the bitcast "
-            "predicates). What it leaves as stock does: a layout-changing `copy` into a "
-            "dynamic-update-slice's in-place operand, decided by the DUS checks. The only such pair "
-            "in the blast radius is the GPU's reduce-scatter into the #35409 program's second "
-            "scatter, which no fusion pass fuses. The change is to the generic decision only: GPU's "
-            "own fusion rules and TPU's closed compiler decide for themselves, and backends that do "
-            "not call `ShouldFuseInPlaceOp` are not affected."),
-        "tpu": (
-            "What is known, not assumed. The report (jax-ml/jax#35409) saw non-finite updates on TPU "
-            "v6e-8 and an optimized HLO with a fusion whose root is a scatter into "
-            "`transpose(parameter)`. For such a fusion generic `AliasInfo` reports no in-place pair; if a "
-            "compiler nevertheless wrote the scatter's output into the buffer the transpose reads, "
-            "elements would be overwritten before they are read. TPU programs are "
-            "compiled by the closed libtpu, which carries its own XLA: whether libtpu fuses or "
-            "aliases that way, and whether that fusion caused the report's non-finite steps, is not "
-            "established here. This change makes generic XLA refuse the fusion; it changes libtpu "
-            "only if libtpu takes this code."),
-        "not_run": (
-            "Not run: Bazel (`bazel test //xla/service:instruction_fusion_test`, layering checks); "
-            "GPU execution and XLA's GPU fusion tests (GPU priority fusion calls "
-            "`ShouldFuseInPlaceOp` for every pair); TPU (libtpu carries its own XLA)."),
-    },
-    "jax": {
-        "problem": ("`grad(lambda x: jnp.where(x > 0, jnp.sqrt(x), 0.))` is NaN at x <= 0: the zero "
-                    "cotangent of the dead branch times an infinite derivative is NaN."),
-        "root_cause": "0 * inf = NaN in the JVP/transpose rules of primitives with singular derivatives.",
-        "why": "A zero cotangent wins over an infinite derivative, as JAX already does for symbolic zeros.",
-        "risk": "Behind an opt-in config flag; default behaviour is bit-for-bit unchanged.",
-        "tests_note": "The tests run against the patched jax 0.12.0.1 sdist in xla-harness's CI.",
-    },
-    "tensorflow": {
-        "problem": (
-            "The gradient of `tf.where(x > 0, tf.sqrt(x), 0.0)` at x = [-1, 0, 1, 4] is "
-            "[0, 0, 0.5, 0.25] in eager mode and under tf.function, but [nan, nan, 0.5, 0.25] "
-            "under `tf.function(jit_compile=True)`; the same for `tf.math.rsqrt` and "
-            "`tf.math.reciprocal`. A model that guards a singular op with tf.where trains under "
-            "eager and turns NaN as soon as it is compiled with XLA."),
-        "root_cause": (
-            "tf.where sends a zero upstream gradient into the branch it did not select. The CPU and "
-            "GPU kernels of SqrtGrad, RsqrtGrad and ReciprocalGrad "
-            "(tensorflow/core/kernels/cwise_ops_gradients.h) return 0 where that gradient is 0; "
-            "their lowerings multiply unguarded, and 0 * inf (y == 0, or y == inf for the "
-            "reciprocal) is NaN. TF lowers them in two places: the tf2xla kernels "
-            "(tensorflow/compiler/tf2xla/kernels/binary_ops.cc: the old bridge, which "
-            "jit_compile uses on CPU in TF 2.21, and the MLIR bridge with op fallback, where "
-            "SqrtGrad and RsqrtGrad are in IsOpTypeAllowedTf2XlaPreferred) and the TF-to-TF "
-            "patterns LowerSqrtGradOp and LowerRsqrtGradOp of "
-            "tensorflow/compiler/mlir/tensorflow/transforms/lower_tf.td (xla-legalize-tf without "
-            "preferring tf2xla, TF to StableHLO, TFLite's prepare-tf). ReciprocalGrad has only "
-            "the tf2xla kernel."),
-        "why": (
-            "Both lowering paths take the eager kernels' semantics: select(dy == 0, 0, formula) "
-            "(0001: the tf2xla kernels; 0002: the lower_tf.td patterns, through one DRR class in "
-            "the style of BinaryNoNanPat). Nothing changes where dy != 0. Ops whose eager kernels "
-            "have no such guard (TanhGrad, SigmoidGrad, SoftplusGrad, the gradient of RealDiv) "
-            "are left alone, so XLA and eager keep agreeing on them; the commit message lists "
-            "each op of cwise_ops_gradients.h."),
-        "risk": (
-            "Results change only where dy == 0, from NaN or +-0 to +0, as in eager. One select and "
-            "one compare per element, which XLA fuses into the existing elementwise fusion."),
-        "tests_note": (
-            "0001's test block is run by xla-harness against the installed tensorflow-cpu 2.21.0 "
-            "in float32, float64, bfloat16 and float16 with the patch's lowerings compiled into an "
-            "op library (HarnessSqrtGrad etc.): it passes on the eager kernels and on the patched "
-            "lines and fails on TF's own jit_compile lowering and on the control, the same library "
-            "built from the lines the patch replaces. 0002's FileCheck tests were not run (no "
-            "tf-opt here)."),
-        "run_where": (
-            "xla-harness compiled the new lines of binary_ops.cc with g++ against the headers of the "
-            "tensorflow-cpu 2.21.0 wheel, linked them to its libtensorflow_cc.so.2 as ops "
-            "HarnessSqrtGrad etc., and ran them inside that TF under jit_compile=True on x86-64 "
-            "CPU: equal to eager on its whole gradient registry, bitwise at the dead-branch "
-            "points. The control (the replaced lines, compiled and run the same way) equals TF's "
-            "own jit_compile lowering bitwise and gives NaN at every singular dead-branch point "
-            "where the patched lines give 0, in four dtypes (table below). TF 2.21's "
-            "jit_compile on CPU compiles with the tf2xla kernels whatever the MLIR bridge setting "
-            "(xla_compiler.cc logs `CompileFunction with XlaBuilder`); TF 2.21's own "
-            "xla-legalize-tf pass lowers SqrtGrad and RsqrtGrad with the unguarded lower_tf.td "
-            "patterns unless it prefers tf2xla: that is the code 0002 changes, read from the "
-            "installed TF, but 0002 itself was not compiled or run (no TF build). The new lines "
-            "of 0001 compile (g++ -fsyntax-only) against the headers of the tf-nightly "
-            "2.23.0.dev20261026 wheel. `git apply --check` passed on the newest TensorFlow texts "
-            "readable there; not run: `git apply` on the v2.21.0 tag and on a nightly's source "
-            "(not readable), a Bazel build of TensorFlow, GPU, TPU."),
-    },
-}
+# Per-target prose that does not change between releases: templates/pr_<target>.md, one
+# paragraph per "## key" section (its lines joined by single spaces).
+_SECTION = re.compile(r"^## (\w+)$", re.M)
+
+
+@functools.cache
+def context(target: str) -> dict[str, str]:
+    """The prose of ``target``'s pull request, by key, from the package's templates/pr_<target>.md
+    (the comment before the first section is not part of it)."""
+    text = (resources.files("xla_harness.upstream") / "templates" / f"pr_{target}.md").read_text(encoding="utf-8")
+    parts = _SECTION.split(text)[1:]
+    return {key: " ".join(line.strip() for line in body.splitlines() if line.strip())
+            for key, body in zip(parts[::2], parts[1::2], strict=True)}
 
 
 @dataclass
@@ -404,8 +229,8 @@ def _xla_evidence_lines(up: Upstream, results_dir: Path) -> list[str]:
     else:
         lines += ["", "Not measured: pre-fusion modules of the TPU and CUDA ahead-of-time compiles (none are "
                   "recorded under results/xla/)."]
-    lines += ["", CONTEXT["xla"]["not_run"], "", "### Known limits", "", CONTEXT["xla"]["limits"], "",
-              "### TPU", "", CONTEXT["xla"]["tpu"], ""]
+    lines += ["", context("xla")["not_run"], "", "### Known limits", "", context("xla")["limits"], "",
+              "### TPU", "", context("xla")["tpu"], ""]
     tpu = results_dir / "tpu-aot" / "README.md"
     if tpu.is_file():
         lines += [f"Ahead-of-time compiles of the #35409 program by libtpu on this side are in "
@@ -484,7 +309,7 @@ def _blast_lines(results_dir: Path) -> tuple[list[str], dict[str, str]]:
 def xla_pr_lines(title: str, patches: Sequence, texts: list[str], results_dir: Path) -> list[str]:
     """PR.md for XLA: what is refused and why, what it changes (the blast radius), why not GPU's rule,
     the change, its tests and limits; the evidence is in APPENDIX.md."""
-    ctx = CONTEXT["xla"]
+    ctx = context("xla")
     blast, counts = _blast_lines(results_dir)
     tests = sorted({t for p in patches for t in p.bazel_targets})
     new_tests = sum(len(re.findall(r"^\+TEST_F\(", t, re.M)) for t in texts)
@@ -549,7 +374,7 @@ def build_bundle(series: Series, target: str, out: Path, results_dir: Path | Non
     mbox = out / BUNDLE_FILES[0]
     mbox.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts), encoding="utf-8")
 
-    ctx = CONTEXT[target]
+    ctx = context(target)
     scans, stress = _evidence(results_dir) if results_dir.is_dir() and target != "xla" else ([], [])
     title = re.sub(r"^\[PATCH[^\]]*\]\s*", "", patch_subject(texts[0]))
     lines = [f"# {title}", ""]
