@@ -175,12 +175,12 @@ def test_check_refuses_a_decompression_bomb_before_writing_it(tmp_path, capsys):
         tf.addfile(_member("bundle/zeros", size), io.BytesIO(bytes(size)))
     assert bomb.stat().st_size < 1 << 20
     from xla_harness.errors import HarnessError
-    from xla_harness.repro import bundle as bundle_mod
+    from xla_harness.repro import bundle_check
 
     dest = tmp_path / "x"
     dest.mkdir()
     with pytest.raises(HarnessError, match="more than 1048576 bytes"):
-        bundle_mod.safe_extract(bomb, dest, max_bytes=1 << 20)
+        bundle_check.safe_extract(bomb, dest, max_bytes=1 << 20)
     assert not (dest / "bundle" / "zeros").exists()
 
 

@@ -39,7 +39,8 @@ STORM = textwrap.dedent("""
     import ctypes, functools, logging, os, random, signal, sys, threading
     from pathlib import Path
     from xla_harness import interrupts
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     out, spawns = Path(sys.argv[1]), int(sys.argv[2])
     os.register_at_fork(before=functools.partial(ctypes.CDLL(None).kill, os.getpid(), signal.SIGINT))

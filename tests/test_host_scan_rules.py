@@ -23,13 +23,13 @@ def test_host_rules_follow_the_device(kind, rules):
 def test_the_host_compile_record_scans_as_triage_does(tmp_path):
     from xla_harness.stress.compile_only import compile_matrix
     from xla_harness.targets.spec import parse_target
-    from xla_harness.triage.run import _rules, _verdict_of_record
+    from xla_harness.triage.compiled import record_rules, verdict_of_record
 
     spec = StressSpec(program=QUICKSTART, steps=1)
     recs = list(compile_matrix(spec, parse_target("host"), out=tmp_path))
     record = recs[0].record
     assert record["scan"]["backend"] == "cpu" and "scan (cpu)" in recs[0].line()
-    assert _rules(record) == record["scan"]["backend"]
-    verdict = _verdict_of_record(record, tmp_path, "host")
+    assert record_rules(record) == record["scan"]["backend"]
+    verdict = verdict_of_record(record, tmp_path, "host")
     assert verdict.backend == record["scan"]["backend"]
     assert verdict.hazard == record["scan"]["hazard"]

@@ -17,6 +17,7 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.repro import bundle as bundle_mod
+from xla_harness.repro import bundle_check
 
 from .helpers import FOREIGN_PROGRAM, process_gone
 
@@ -76,8 +77,8 @@ def test_check_bounds_the_recorded_work(tmp_path):
     cfg = {"steps": 1_000_000, "seeds": [1, 2]}
     with pytest.raises(HarnessError, match=r"takes 2000000 steps \(1000000 steps x 2 seeds x 1 config\), "
                                            r"more than --max-steps 10000"):
-        bundle_mod.check_work(cfg, tmp_path / "b.tar.gz", bundle_mod.MAX_CHECK_STEPS)
-    bundle_mod.check_work(cfg, tmp_path / "b.tar.gz", 2_000_000)  # raised by the flag
+        bundle_check.check_work(cfg, tmp_path / "b.tar.gz", bundle_check.MAX_CHECK_STEPS)
+    bundle_check.check_work(cfg, tmp_path / "b.tar.gz", 2_000_000)  # raised by the flag
 
 
 def test_max_steps_must_be_positive(tmp_path, capsys):
@@ -103,21 +104,21 @@ ONE = {"1": _run()}
     ({"9": _run()}, {}, "seed 9: missing from the re-run"),
 ])
 def test_a_lying_expected_json_is_different_not_internal(expected, got, why):
-    report = bundle_mod.CheckReport()
-    bundle_mod.compare_runs({"seeds": expected}, {"jax": "x", "backend": "cpu", "seeds": got}, report)
+    report = bundle_check.CheckReport()
+    bundle_check.compare_runs({"seeds": expected}, {"jax": "x", "backend": "cpu", "seeds": got}, report)
     assert not report.same and any(why in line for line in report.lines), report.lines
 
 
 def test_a_seed_only_in_the_re_run_is_different():
-    report = bundle_mod.CheckReport()
-    bundle_mod.compare_runs({"seeds": {"1": _run()}}, {"jax": "x", "backend": "cpu",
+    report = bundle_check.CheckReport()
+    bundle_check.compare_runs({"seeds": {"1": _run()}}, {"jax": "x", "backend": "cpu",
                                                       "seeds": {"1": _run(), "2": _run()}}, report)
     assert not report.same and "seed 2: in the re-run but missing from expected.json" in report.lines[0]
 
 
 def test_matching_records_are_same():
-    report = bundle_mod.CheckReport()
-    bundle_mod.compare_runs({"seeds": {"1": _run()}}, {"jax": "x", "backend": "cpu", "seeds": {"1": _run()}},
+    report = bundle_check.CheckReport()
+    bundle_check.compare_runs({"seeds": {"1": _run()}}, {"jax": "x", "backend": "cpu", "seeds": {"1": _run()}},
                             report)
     assert report.same
 
@@ -204,9 +205,9 @@ CHECKER = """
 import sys
 from pathlib import Path
 from xla_harness.cli import main
-from xla_harness.repro import bundle
-bundle.STANDALONE_PROGRAM = Path(sys.argv[2])
-bundle.check_derived = lambda root, path, report: None
+from xla_harness.repro import bundle_check
+bundle_check.STANDALONE_PROGRAM = Path(sys.argv[2])
+bundle_check.check_derived = lambda root, path, report: None
 raise SystemExit(main(["bundle", "--check", sys.argv[1], "--run-program"]))
 """
 

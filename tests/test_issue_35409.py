@@ -15,7 +15,7 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.tied import tied_summary
-from xla_harness.programs import issue_35409
+from xla_harness.programs import issue_35409, issue_35409_config
 from xla_harness.programs.interface import TrainProgram, load_program
 from xla_harness.targets import parse_target
 from xla_harness.targets.devices import missing
@@ -38,7 +38,7 @@ def w_dims(program: TrainProgram) -> tuple[int, int]:
 
 def test_full_scale_matches_the_report_without_allocating():
     program = issue_35409.make()
-    cfg = issue_35409.scaled_config(1.0)
+    cfg = issue_35409_config.scaled_config(1.0)
     params = jax.eval_shape(lambda k: issue_35409.init_params(cfg, k), jax.random.key(0))
     assert params["embed"].shape == (100352, 2048)
     assert len(params["layers"]) == 16 and cfg.used_layers == 6
@@ -52,12 +52,12 @@ def test_full_scale_matches_the_report_without_allocating():
 
 
 def test_scale_shrinks_width_vocab_and_batch_only():
-    cfg = issue_35409.scaled_config(1 / 32)
+    cfg = issue_35409_config.scaled_config(1 / 32)
     assert (cfg.d_model, cfg.ffn, cfg.vocab) == (64, 256, 3136)
     assert cfg.batches == ((16, 32), (1, 1024))
     assert (cfg.used_layers, cfg.total_layers, cfg.heads) == (6, 16, 16)
     # On a (2, 4) mesh every sharded size is divisible by both axes and batches by "data".
-    cfg = issue_35409.scaled_config(1 / 64, mesh_shape=(2, 4))
+    cfg = issue_35409_config.scaled_config(1 / 64, mesh_shape=(2, 4))
     assert cfg.vocab % 8 == 0 and cfg.d_model % 16 == 0 and all(b % 4 == 0 for b, _ in cfg.batches)
 
 
@@ -263,8 +263,8 @@ def test_report_specs_need_annotations_under_explicit_axes():
         return jax.jit(lambda h, w: jnp.einsum("btd,hkd->bthk", h, w)).trace(h, wq)
 
     with pytest.raises(Exception, match="illegally sharded result"):
-        q_proj(issue_35409.REPORT_SPECS["wq"])
-    assert q_proj(issue_35409.SPECS["wq"]).out_info.sharding.spec == P("data", None, "model", None)
+        q_proj(issue_35409_config.REPORT_SPECS["wq"])
+    assert q_proj(issue_35409_config.SPECS["wq"]).out_info.sharding.spec == P("data", None, "model", None)
 
 
 def test_one_device_ignores_specs_and_axis_types():

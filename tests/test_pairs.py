@@ -41,13 +41,13 @@ def test_the_35409_design_covers_every_pair_in_the_fewest_cells():
 
 
 def test_the_35409_levels_are_the_programs_options_and_the_sweeps_specs():
-    from xla_harness.programs import issue_35409
+    from xla_harness.programs import issue_35409, issue_35409_config
     from xla_harness.programs.precision import PRECISIONS
 
     f = ISSUE_35409_FACTORS
-    assert f["jit"] == issue_35409.JIT_PLACEMENTS and f["dtype"] == issue_35409.DTYPES
-    assert f["precision"] == PRECISIONS and f["specs"] == issue_35409.SPEC_SETS
-    assert f["axis_types"] == issue_35409.AXIS_TYPES and f["donate"] == ("True", "False")
+    assert f["jit"] == issue_35409_config.JIT_PLACEMENTS and f["dtype"] == issue_35409_config.DTYPES
+    assert f["precision"] == PRECISIONS and f["specs"] == issue_35409_config.SPEC_SETS
+    assert f["axis_types"] == issue_35409_config.AXIS_TYPES and f["donate"] == ("True", "False")
     sweep = {p.name.split("=", 1)[1] for p in (ROOT / "results/tpu-aot/sweep").glob("embed_spec=*")}
     assert set(f["embed_spec"]) == sweep | {"model,data"}  # the sweep's specs and the default
     # Every factor's first level is the program's default.

@@ -5,7 +5,7 @@ nondeterminism is given as |diff| first, its ULPs after."""
 from __future__ import annotations
 
 from xla_harness.triage.compiled import Neighbourhood, Node
-from xla_harness.triage.render import MAX_COLUMN, collapsed, neighbourhood_figure, nondet_size
+from xla_harness.triage.figures import MAX_COLUMN, collapsed, neighbourhood_figure, nondet_size
 
 
 def wide(n: int = 27, in_place: int = 20) -> Neighbourhood:

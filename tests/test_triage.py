@@ -278,7 +278,8 @@ def test_report_html_of_a_triage_that_measured_nothing_exits_2(tmp_path, capsys)
 def test_a_stage_that_ran_no_round_is_not_an_answer(tmp_path, monkeypatch):
     """A budget spent before a local stage: the stage is an error naming the budget, never "ok"; with
     nothing else measured the triage exits 2."""
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=1.0, rate_of_interest=0.05)
     triage = Triage(spec, tmp_path / "t")
@@ -297,7 +298,8 @@ def test_a_stage_that_ran_no_round_is_not_an_answer(tmp_path, monkeypatch):
 def _bisect_child(tmp_path, monkeypatch, stdout: str, rc: int):
     """A triage whose bisect-passes child printed ``stdout`` and exited ``rc``; its argv is kept."""
     from xla_harness import subproc
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
     triage = Triage(spec, tmp_path / "t")
@@ -351,7 +353,8 @@ def test_resume_refuses_a_triage_spec_that_is_not_a_triage_s_record(tmp_path, ca
 
 
 def test_time_spent_is_kept_as_the_triage_goes_and_a_resume_continues_the_clock(tmp_path):
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
     first = Triage(spec, tmp_path / "t")
@@ -366,7 +369,8 @@ def test_time_spent_is_kept_as_the_triage_goes_and_a_resume_continues_the_clock(
 def test_a_killed_stage_s_time_stays_in_its_table_after_a_resume(tmp_path, monkeypatch):
     """A stage killed after 90 s of work and finished in 30 s on --resume is 120 s in the stage table."""
     from xla_harness.triage import run as run_mod
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     clock = [1000.0]
     monkeypatch.setattr(run_mod.time, "monotonic", lambda: clock[0])
@@ -409,7 +413,8 @@ def test_an_interrupt_swallowed_while_a_stage_ran_ends_the_triage(tmp_path, monk
     import signal as signals
 
     from xla_harness import interrupts, subproc
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=600.0, rate_of_interest=0.05)
     triage = Triage(spec, tmp_path / "t")
@@ -509,7 +514,8 @@ def test_variants_run_only_when_frozen_or_train_failed(tmp_path, monkeypatch, fa
     """0 failures on both sides compare nothing: the stage is skipped with its reason (and says so in the
     answer), taking no time; a failing baseline gets its variants run."""
     from xla_harness.triage import run as run_mod
-    from xla_harness.triage.run import Triage, TriageSpec
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec
 
     spec = TriageSpec(program=QUICKSTART, options=[], targets=[], hlo=[], budget_s=60.0, rate_of_interest=0.05)
     triage = Triage(spec, tmp_path / "t")

@@ -15,7 +15,8 @@ import pytest
 
 from xla_harness.cli import build_parser, main
 from xla_harness.stress import records, stats
-from xla_harness.triage.answer import BOUND_NOTE, answer, where_line
+from xla_harness.triage.answer import answer
+from xla_harness.triage.answer_record import BOUND_NOTE, where_line
 from xla_harness.triage.render import write_report
 
 PROGRAM = "examples/quickstart/my_model.py:make"

@@ -170,11 +170,12 @@ def xla_harness_stress(request, tmp_path):
 def xla_harness_triage(request, tmp_path):
     """Run ``xla-harness triage`` (keywords: its options, ``program_option`` a list of ``KEY=VALUE``);
     fail with the answer when it finds anything. Returns the answer
-    (:class:`xla_harness.triage.answer.Answer`). Skips unless --xla-harness-stress."""
+    (:class:`xla_harness.triage.answer_record.Answer`). Skips unless --xla-harness-stress."""
     if not _stress_enabled(request.config):
         pytest.skip(SKIP_REASON)
     from xla_harness.triage.render import write_report
-    from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec, budget_seconds
 
     calls = 0
 

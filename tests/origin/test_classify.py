@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from xla_harness.origin import classify
-from xla_harness.origin.classify import Origin, Replayed, locate, origin_of
-from xla_harness.origin.eager import Site, SourceLine, host
+from xla_harness.origin.births import Site, SourceLine
+from xla_harness.origin.classify import Origin, Replayed, origin_of
+from xla_harness.origin.eager import host
+from xla_harness.origin.source import locate
 from xla_harness.programs.interface import load_program
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -194,7 +196,7 @@ def test_jax_frames_are_not_the_users_line():
         SourceLine("/x/site-packages/optax/_src/transform.py", 300, "update"),
         SourceLine(str(PROGRAMS / "whose.py"), 42, "step"),
     ))
-    where = classify.locate(site, [str(PROGRAMS)])
+    where = locate(site, [str(PROGRAMS)])
     assert (where["file"], where["line"]) == (str(PROGRAMS / "whose.py"), 42)
     assert where["library"]["file"].endswith("optax/_src/transform.py")
 

@@ -126,15 +126,15 @@ def _check_results_are_the_programs(args) -> None:
 
 def run(args) -> int:
     from xla_harness.errors import HarnessError
-    from xla_harness.repro import bundle
+    from xla_harness.repro import bundle, bundle_check
 
     if args.check:
         if not args.timeout > 0:
             raise HarnessError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         if args.max_steps <= 0:
             raise HarnessError(f"--max-steps must be a positive integer, got {args.max_steps}")
-        same, lines = bundle.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program,
-                                          max_steps=args.max_steps)
+        same, lines = bundle_check.check_bundle(args.check, timeout=args.timeout, run_program=args.run_program,
+                                                max_steps=args.max_steps)
         if args.json:
             print(json.dumps({"bundle": str(args.check), "same": same, "lines": lines}, indent=2))
         else:

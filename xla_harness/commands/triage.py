@@ -11,7 +11,7 @@ from pathlib import Path
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 
-EXPLAIN_MAX = 3  # xla_harness.triage.run.EXPLAIN_MAX (this module imports no jax-heavy code at start-up)
+EXPLAIN_MAX = 3  # xla_harness.triage.spec.EXPLAIN_MAX (this module imports no jax-heavy code at start-up)
 NAME = "triage"
 HELP = "every verdict about a step, per compiler, in one report (compile, scan, frozen, train, variants, bisect)"
 DESCRIPTION = """\
@@ -126,7 +126,8 @@ def run(args) -> int:
     from xla_harness.hlo.parser import parse_file
     from xla_harness.triage.plan import steps_to_bound
     from xla_harness.triage.render import write_report
-    from xla_harness.triage.run import Triage, TriageSpec, budget_seconds
+    from xla_harness.triage.run import Triage
+    from xla_harness.triage.spec import TriageSpec, budget_seconds
 
     if not math.isfinite(args.budget):
         raise HarnessError(f"--budget must be a finite number of minutes, got {args.budget}")

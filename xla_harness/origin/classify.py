@@ -22,12 +22,12 @@ In this order, cheapest first, and stopping at the first that decides (blame las
 
 Pure of I/O: the caller passes the step function, host copies of the state and batch, and a
 ``replay`` function running the compiled executable once; :mod:`xla_harness.stress.explain` does that
-for a stress run.
+for a stress run. The user's file:line of an equation is :mod:`~xla_harness.origin.source`'s, the
+known bug classes (:func:`~xla_harness.origin.known.known_class`) :mod:`~xla_harness.origin.known`'s.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,19 +36,16 @@ from typing import Any
 import numpy as np
 
 from xla_harness.origin import eager
-from xla_harness.origin.eager import Birth, Evaluation, Site, Stopped
+from xla_harness.origin.births import Birth, Evaluation, json_float
+from xla_harness.origin.eager import Stopped
+from xla_harness.origin.known import known_class
+from xla_harness.origin.source import locate, where_text
 
 CLASSES = ("input", "race", "program", "precision", "compiler", "unknown", "planted")
 SUSPECTS = frozenset({"race", "compiler"})  # the classes for which variants and pass bisection run
 DEFAULT_REPLAYS = 8
 CHECKED_AUX = ("loss", "grads", "updates")  # what the harness checks of a step's aux (besides the new state)
 SHOWN_LEAVES = 4
-# The bug classes known_class names, as a sentence puts them.
-KNOWN = {"where-gradient-trap": "a jnp.where gradient trap", "adaptive-optimizer-eps-0": "Adam/RMSProp eps=0 on a zero "
-         "gradient", "zero-over-zero": "0/0", "division-by-zero": "x/0", "log-of-zero": "log(0)",
-         "log-of-negative": "log of a negative value", "sqrt-of-negative": "sqrt of a negative value",
-         "rsqrt-of-zero": "1/sqrt(0)", "exp-overflow": "exp overflowing float32",
-         "sqrt-at-zero": "the derivative of sqrt at 0", "non-finite-constant": "a NaN or inf constant in the program"}
 
 
 @dataclass(frozen=True)
@@ -164,119 +161,13 @@ def _element_text(leaf: dict) -> str:
     return f"{at} is {value}{more}"
 
 
-# ----------------------------------------------------------------------------- source lines
-
-
-def _library(path: str) -> bool:
-    """A frame in an installed package (site-packages) or in the harness itself (step_from_loss)."""
-    parts = path.replace("\\", "/").split("/")
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return "site-packages" in parts or "dist-packages" in parts or os.path.abspath(path).startswith(here + os.sep)
-
-
-def _within(path: str, folders: Sequence[str]) -> bool:
-    p = os.path.realpath(path)
-    return any(p == f or p.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
-
-
-def _package(path: str) -> str:
-    """The installed package a library frame lies in (``optax``), or the harness's folder."""
-    parts = path.replace("\\", "/").split("/")
-    for anchor in ("site-packages", "dist-packages"):
-        if anchor in parts and parts.index(anchor) + 1 < len(parts):
-            return parts[parts.index(anchor) + 1]
-    return os.path.dirname(path)
-
-
-def locate(site: Site, user_folders: Sequence[str] = ()) -> dict:
-    """``{"file", "line", "function", "primitive", "library"}`` of an equation: the innermost frame in
-    the user's own files (under ``user_folders`` when given, else any frame outside installed
-    packages and the harness), and where the equation itself lies in a library (optax, flax), that
-    library frame as ``library``. With no frame of the user's, the nearest frame outside the package
-    that made the equation (its caller: the harness's ``step_from_loss`` calling optax, say), whatever
-    called the trace from further out."""
-    folders = [os.path.realpath(f) for f in user_folders]
-    frames = site.frames
-    none = {"file": None, "line": None, "function": None, "primitive": site.primitive, "library": None}
-    if not frames:
-        return none
-    user = next((f for f in frames if not _library(f.file) and (not folders or _within(f.file, folders))), None)
-    inner = frames[0]
-    if user is not None:
-        library = inner.to_json() if inner != user and _library(inner.file) else None
-        return {**user.to_json(), "primitive": site.primitive, "library": library}
-    caller = next((f for f in frames if _package(f.file) != _package(inner.file)), None)
-    if caller is None:
-        return {**inner.to_json(), "primitive": site.primitive, "library": None}
-    return {**caller.to_json(), "primitive": site.primitive, "library": inner.to_json()}
-
-
-def _where_text(where: dict | None) -> str:
-    if not where or where.get("file") is None:
-        return "no source line recorded"
-    text = f"{where['file']}:{where['line']}"
-    lib = where.get("library")
-    if lib:
-        text += f" (in {_short(lib['file'])}:{lib['line']}, {lib['function']})"
-    return text
-
-
-def _short(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    for anchor in ("site-packages", "dist-packages"):
-        if anchor in parts:
-            return "/".join(parts[parts.index(anchor) + 1:])
-    return path
-
-
-# ----------------------------------------------------------------------------- known classes
+# ----------------------------------------------------------------------------- the decision
 
 
 def _value(x: float | None) -> str:
     if x is None:
         return "?"
     return f"{x:.4g}"
-
-
-def known_class(first: Birth, where: dict, ev: Evaluation) -> tuple[str | None, str | None]:
-    """(name, fix) of a bug class the first birth is an instance of, else (None, None)."""
-    masked = next((b for b in ev.births if b.masked_by is not None), None)
-    prim = first.site.primitive
-    ops = [o.value for o in first.operands]
-    lib = (where.get("library") or {}).get("file", "") if where else ""
-    if first.from_constant:
-        return ("non-finite-constant", "a NaN or an inf the program holds as a constant (jnp.nan, jnp.inf, a "
-                                       "mask's fill value) reaches the step's outputs: follow where it is used")
-    if masked is not None:
-        return ("where-gradient-trap",
-                "the branch a jnp.where masks out has an infinite derivative there, and the where's zero "
-                "cotangent times it is 0 * inf = NaN: keep the masked branch finite (jnp.where(mask, x, safe) "
-                "inside it), or use jax with the zero-cotangent masking patch (jax_zero_cotangent_masking)")
-    if prim == "div" and len(ops) == 2 and ops[0] == 0.0 and ops[1] == 0.0:
-        if "optax" in lib:
-            return ("adaptive-optimizer-eps-0",
-                    "an Adam/RMSProp-style update m / (sqrt(v) + eps) with eps = 0 on a zero gradient is 0/0: "
-                    "give the optimizer eps > 0")
-        return "zero-over-zero", "0/0 (a mean over nothing, a norm of zero): guard the denominator"
-    if prim == "div" and len(ops) == 2 and ops[1] == 0.0:
-        below = first.operands[1].producer
-        if below is not None and below.primitive in ("sqrt", "rsqrt"):  # jax's sqrt derivative: 0.5 / sqrt(x)
-            return ("sqrt-at-zero", "the derivative of sqrt at 0 is infinite: keep its argument away from 0 "
-                                    "(jnp.sqrt(x + eps)), or use a norm that is safe at 0")
-        return "division-by-zero", "x/0: guard the denominator"
-    if prim == "log" and ops and ops[0] is not None and ops[0] <= 0.0:
-        return ("log-of-zero" if ops[0] == 0.0 else "log-of-negative",
-                "log of a value <= 0: clamp its argument (jnp.log(jnp.maximum(x, tiny))) or work in log space")
-    if prim in ("sqrt", "rsqrt") and ops and ops[0] is not None and ops[0] < 0.0:
-        return "sqrt-of-negative", "sqrt of a negative value: clamp its argument at 0"
-    if prim == "rsqrt" and ops and ops[0] == 0.0:
-        return "rsqrt-of-zero", "1/sqrt(0): add an epsilon under the root"
-    if prim == "exp" and first.kind == "inf":
-        return "exp-overflow", "exp overflows float32 above 88.7: subtract the maximum first or work in log space"
-    return None, None
-
-
-# ----------------------------------------------------------------------------- the decision
 
 
 def _trace(step: Callable, args: tuple):
@@ -523,8 +414,8 @@ def _at(ev: Evaluation, birth: Birth) -> dict | None:
         return None
     out = results[birth.output]
     value = eager._element(out, birth.index, tuple(out.shape))
-    return {"value": eager._json_float(value),
-            "operands": [eager._json_float(eager._element(o, birth.index, tuple(out.shape))) for o in operands]}
+    return {"value": json_float(value),
+            "operands": [json_float(eager._element(o, birth.index, tuple(out.shape))) for o in operands]}
 
 
 def _program_or_precision(ev32: Evaluation, ev64: Evaluation, first: Birth, base: dict, replay_text: str,
@@ -552,18 +443,18 @@ def _program_or_precision(ev32: Evaluation, ev64: Evaluation, first: Birth, base
         value = f64.get("value") if f64 else None
         should = f", where float64 gives {_value(value) if isinstance(value, float) else value}" \
             if value is not None else ""
-        return Origin("precision", f"float32's range: {made} at {_where_text(where)}{should}"
+        return Origin("precision", f"float32's range: {made} at {where_text(where)}{should}"
                                    + (f"; {fix}" if fix else "")
                                    + f" (op by op: non-finite in float32, finite in float64 on the CPU; {replay_text})",
                       where, evidence)
     if masked is not None and masked.masked_by is not None:
         text = (f"your program's own math, a jnp.where gradient trap: the where at "
-                f"{_where_text(evidence['where_select'])} masks a branch whose derivative is {made} at "
-                f"{_where_text(where)}; {fix}")
+                f"{where_text(evidence['where_select'])} masks a branch whose derivative is {made} at "
+                f"{where_text(where)}; {fix}")
         if evidence.get("masking_rerun") == "finite":
             text += " (confirmed: finite with jax_zero_cotangent_masking on)"
     else:
-        text = f"your program's own math: {made} at {_where_text(where)}" + (f"; {fix}" if fix else "")
+        text = f"your program's own math: {made} at {where_text(where)}" + (f"; {fix}" if fix else "")
     return Origin("program", text + f" (op by op: non-finite in float32 and in float64; {replay_text})", where,
                   evidence)
 

@@ -1,121 +1,23 @@
 """The answer of a triage: its verdicts (per target, then on the local backend) in one paragraph, and
 the exit code (0 measured, nothing found; 1 a hazard, a fused data-moving producer, non-finite steps
 or nondeterminism; 2 nothing measured: no compiler's verdict and no step run, every stage failed).
-Built from ``triage.json`` and the stage folders it names, nothing else.
+Built from ``triage.json`` and the stage folders it names, nothing else. The answer's record and how
+it prints are :mod:`~xla_harness.triage.answer_record`'s; what to run next is
+:mod:`~xla_harness.triage.next_steps`'s.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress import stats
-from xla_harness.stress.report import Table, baseline_comparisons, load_table
+from xla_harness.stress.report import baseline_comparisons, load_table
 from xla_harness.triage import whose
+from xla_harness.triage.answer_record import Answer, LocalRun, bound_text
 from xla_harness.triage.compiled import TargetVerdict, verdict_from_json
-from xla_harness.triage.where import SeedTrace, traces
-
-# The one interval every rate of a triage is given with (the answer, the report's tables and figures,
-# --json): the one-sided exact (Clopper-Pearson) 95% upper bound, the bound the stages stop on.
-CONFIDENCE = 0.95
-BOUND_NOTE = ("every 95% figure is the one-sided exact (Clopper-Pearson) upper bound on the non-finite rate: "
-              "with 95% confidence the rate is at most that (the bound each stage stops on)")
-
-
-def bound_text(k: int, n: int) -> str:
-    """A rate's one-sided exact 95% upper bound as the answer and the report show it (``4.95%``)."""
-    return f"{stats.upper_bound(k, n, CONFIDENCE):.2%}"
-
-
-def rate_json(k: int, n: int) -> dict:
-    """A rate with its counts and its bound, as --json gives every rate."""
-    return {"k": k, "n": n, "rate": k / n if n else None, "upper": stats.upper_bound(k, n, CONFIDENCE),
-            "confidence": CONFIDENCE, "bound": "one-sided exact (Clopper-Pearson) upper"}
-
-
-@dataclass
-class LocalRun:
-    """One local stage's table (frozen, train or variants), read from its rounds."""
-
-    stage: str
-    table: Table
-    answer: str | None
-    rounds: list[str]
-    variants: list[str] = field(default_factory=list)  # the variants stage: every variant it asked for
-
-
-@dataclass
-class Answer:
-    paragraph: str
-    exit_code: int
-    findings: list[str] = field(default_factory=list)  # one line per problem found
-    targets: list[TargetVerdict] = field(default_factory=list)
-    local: dict[str, LocalRun] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)  # stages that could not give their verdict
-    where: list[SeedTrace] = field(default_factory=list)  # per (stage, configuration, seed) of frozen and train
-    next_steps: list[tuple[str, str]] = field(default_factory=list)  # (why, command): what to run next
-    open_questions: list[str] = field(default_factory=list)  # what no stage answered (errors, budgets spent)
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.targets) or any(run.table.rows for run in self.local.values())
-
-    def not_clean(self) -> str:
-        """Why exit 2, as the ``error:`` line says it: nothing measured, or the questions left open."""
-        if not self.measured:
-            return f"nothing was measured ({'; '.join(self.errors) or 'no stage gave a verdict'})"
-        return (f"not every question was answered ({'; '.join(self.open_questions)}); what was measured is in the "
-                "report, and What next gives the triage with a larger budget")
-
-    def text(self) -> str:
-        """What triage prints (and ``report DIR`` again): the paragraph, where each seed failed, what next."""
-        lines = [self.paragraph]
-        if self.where:
-            lines += ["", "Where (per stage, configuration and seed: the non-finite steps, each with the first bad "
-                          "value its record names; the loss along the run):"]
-            lines += [f"  {where_line(t)}" for t in self.where]
-        if self.next_steps:
-            lines += ["", "What next:"]
-            for why, command in self.next_steps:
-                lines += [f"  {why}:", f"    {command}"]
-        return "\n".join(lines)
-
-    def to_json(self, state: dict, out: Path) -> dict:
-        """The answer as ``--json`` prints it: what the text says, every rate with its k and n, each
-        compiler's verdict and the stages' record (``triage.json``) beside it."""
-        return {"answer": self.paragraph, "exit_code": self.exit_code, "findings": list(self.findings),
-                "errors": list(self.errors), "targets": [v.to_json() for v in self.targets],
-                "local": {name: _local_json(run) for name, run in self.local.items()},
-                "interval": BOUND_NOTE,
-                "where": [t.to_json() for t in self.where],
-                "origins": {"counts": whose.counts(self.where), "lead": whose.lead(self.where),
-                            "compiler_suspected": whose.compiler_suspected(self.where)},
-                "next": [{"why": why, "command": command} for why, command in self.next_steps],
-                "report": {"markdown": str(out / "report.md"), "html": str(out / "report.html")},
-                "triage": state}
-
-
-def where_line(t: SeedTrace) -> str:
-    """One (stage, configuration, seed): its non-finite steps and its loss trajectory."""
-    bad = f"{len(t.bad)} non-finite: {t.bad_text()}" if t.bad else "no non-finite step"
-    return f"{t.stage} {t.label} seed {t.seed} ({t.steps} steps, {t.round}): {bad}; loss {t.loss_text()}"
-
-
-def _local_json(run: LocalRun) -> dict:
-    comps = baseline_comparisons(run.table)
-    rows = []
-    for r in run.table.rows:
-        row = {"config": r.label, **rate_json(r.k, r.n), "nondet": r.nondet, "first_bad": dict(r.first_bad),
-               "per_seed": {str(seed): rate_json(k, n) for seed, (k, n) in sorted(r.per_seed.items())}}
-        if "variant" in r.config:
-            row["variant"] = r.config["variant"]
-        if r.label in comps:
-            row["vs_baseline"] = {"baseline": comps[r.label]["baseline"], "p_value": comps[r.label]["p_value"]}
-        rows.append(row)
-    return {"answer": run.answer, "rounds": list(run.rounds), "variants": list(run.variants), "rows": rows}
+from xla_harness.triage.next_steps import next_steps
+from xla_harness.triage.where import traces
 
 
 def _compiler(v: TargetVerdict) -> str:
@@ -375,129 +277,6 @@ def read_state(folder: Path) -> dict:
     except ValueError as exc:
         raise HarnessError(f"{path}: not a triage record ({exc})") from None
     return state
-
-
-# ----------------------------------------------------------------------------- what next
-
-
-def _command(*argv: str) -> str:
-    return shlex.join(["xla-harness", *argv])
-
-
-def _program_args(spec: dict) -> list[str]:
-    out = ["--program", str(spec["program"])]
-    for option in spec.get("options") or []:
-        out += ["--program-option", str(option)]
-    return out
-
-
-def _inject_args(spec: dict) -> list[str]:
-    rate = spec.get("inject_rate") or 0.0
-    return ["--inject", str(spec.get("inject") or "nan"), "--inject-rate", repr(rate)] if rate else []
-
-
-def _triage_args(spec: dict, out: str, budget_s: float, rate: float) -> list[str]:
-    argv = ["triage", *_program_args(spec)]
-    targets = [str(t) for t in spec.get("targets") or []]
-    if targets and targets != ["host"]:
-        argv += ["--target", ",".join(targets)]
-    for hlo in spec.get("hlo") or []:
-        argv += ["--hlo", str(hlo)]
-    return argv + ["--budget", f"{budget_s / 60:g}", "--rate-of-interest", f"{rate:g}", *_inject_args(spec),
-                   "--out", out]
-
-
-def triage_command(state: dict, out: Path) -> str:
-    """The triage command that made ``state`` (its folder ``out``): what to run again, with --resume."""
-    spec = state.get("spec") or {}
-    if not spec.get("program"):
-        return ""
-    budget, rate = spec.get("budget_s"), spec.get("rate_of_interest")
-    return _command(*_triage_args(spec, str(out), float(budget) if isinstance(budget, int | float) else 1200.0,
-                                  float(rate) if isinstance(rate, int | float) else 0.05))
-
-
-def next_steps(state: dict, out: Path, ans: Answer) -> list[tuple[str, str]]:
-    """What to run next, each (why, the exact command): replay the first non-finite step of each
-    failing stage, the stage's own table, the bundle's check, a confirmation of a variant that helped,
-    and a longer or tighter triage when the budget answered nothing or nothing was found."""
-    spec = state.get("spec") or {}
-    program = bool(spec.get("program"))
-    stages = state.get("stages", {})
-    steps: list[tuple[str, str]] = []
-    for name in ("frozen", "train"):
-        run = ans.local.get(name)
-        failing = [t for t in ans.where if t.stage == name and t.bad]
-        if program and failing:
-            t = failing[0]
-            s = t.bad[0][0]
-            steps.append((f"replay {name} step {s} of seed {t.seed} ({t.label}), its first non-finite one, in a "
-                          f"new folder (steps 0 to {s} again)",
-                          _command("stress", *_program_args(spec), "--protocol", name, "--seeds", str(t.seed),
-                                   "--steps", str(s + 1), *_inject_args(spec),
-                                   "--out", str(out / f"replay-{name}-seed{t.seed}-step{s}"))))
-        if run is not None and run.table.rows and (failing or any(r.nondet for r in run.table.rows)):
-            steps.append((f"the {name} stage's per-seed table from its records "
-                          f"({', '.join(f'{r}/stress.jsonl' for r in run.rounds)})",
-                          _command("report", *(str(out / r) for r in run.rounds))))
-    steps += _variant_steps(spec, out, ans)
-    bundle = stages.get("bundle") or {}
-    if bundle.get("ok") and bundle.get("bundle"):
-        from xla_harness.programs.interface import BUILTINS
-
-        user = program and str(spec["program"]) not in BUILTINS
-        steps.append(("check the repro bundle: its files, and a re-run of its repro.py giving the same "
-                      "non-finite counts" + (" (--run-program: it runs the program bundled in it)" if user else ""),
-                      _command("bundle", "--check", str(out / str(bundle["bundle"])),
-                               *(["--run-program"] if user else []))))
-    steps += _triage_steps(spec, out, ans)
-    return steps
-
-
-def _variant_steps(spec: dict, out: Path, ans: Answer) -> list[tuple[str, str]]:
-    """A variant whose rate is significantly below its baseline's: the run that would confirm it."""
-    run = ans.local.get("variants")
-    if run is None or not spec.get("program"):
-        return []
-    comps = baseline_comparisons(run.table)
-    by_label = {r.label: r for r in run.table.rows}
-    steps = []
-    for r in run.table.rows:
-        c = comps.get(r.label)
-        base = by_label.get(c["baseline"]) if c else None
-        if c is None or base is None or c["p_value"] >= 0.05 or r.k * base.n >= base.k * r.n:
-            continue
-        variant = str(r.config.get("variant"))
-        shown = stats.clean_steps_to_show_fix(base.k, base.n) if r.k == 0 else None
-        n = max(r.n, shown or 0)
-        seed = max((s for row in run.table.rows for s in row.per_seed), default=0) + 1
-        steps.append((f"the {variant} variant lowered the rate ({r.k}/{r.n} against the baseline's {base.k}/{base.n}, "
-                      f"p={c['p_value']:.2g}): confirm it on a seed not yet run, {n} steps each",
-                      _command("stress", *_program_args(spec), "--variants", f"baseline,{variant}", "--seeds",
-                               str(seed), "--steps", str(n), *_inject_args(spec),
-                               "--out", str(out / f"confirm-{variant}"))))
-    return steps
-
-
-def _triage_steps(spec: dict, out: Path, ans: Answer) -> list[tuple[str, str]]:
-    """A triage that answered nothing within its budget: again with twice the budget; one that found
-    nothing: again with a rate of interest five times lower."""
-    if not spec.get("program"):
-        return []
-    budget = float(spec.get("budget_s") or 20 * 60.0)
-    rate = float(spec.get("rate_of_interest") or 0.05)
-    unanswered = [name for name in ("frozen", "train") if name in ans.local and ans.local[name].answer is None]
-    week = 7 * 24 * 3600.0
-    if unanswered:
-        longer = min(2 * budget, week)
-        return [(f"{' and '.join(unanswered)} answered nothing within the budget: the same triage with "
-                 f"{longer / 60:g} minutes, in a new folder",
-                 _command(*_triage_args(spec, f"{out}-longer", longer, rate)))]
-    if ans.exit_code == 0 and ans.local and rate / 5 >= 1e-6:
-        return [(f"nothing found, the rate bounded below {rate:g}: bound it below {rate / 5:g} (about five times "
-                 "the steps), in a new folder",
-                 _command(*_triage_args(spec, f"{out}-{rate / 5:g}", min(5 * budget, week), rate / 5)))]
-    return []
 
 
 def _bisect_text(result: dict) -> str:

@@ -1,5 +1,7 @@
 """What one compiler made of the step: a compiled module read into the verdicts ``triage`` reports
-per target. Pure functions over :class:`xla_harness.hlo.ir.HloModule` and a compile record.
+per target. Pure functions over :class:`xla_harness.hlo.ir.HloModule` and a compile record, and a
+compile stage's record read back into its target's verdict (:func:`verdict_of_record`: the module
+and buffer assignment it names, parsed; the alias rules of the compiler that made it).
 
 Per target: the hazard verdict (the scanner's walk, with the compiler's own aliasing as the truth
 where the compiler states it: libtpu's ``backend_config``, the GPU/CPU buffer assignment), fusions
@@ -263,3 +265,41 @@ def verdict_from_json(d) -> TargetVerdict:
     d["neighbourhoods"] = [Neighbourhood(n["fusion"], [Node(**x) for x in n["nodes"]],
                                          [tuple(e) for e in n["edges"]]) for n in d.get("neighbourhoods", [])]
     return TargetVerdict(**d)
+
+
+def verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict:
+    from xla_harness.hlo.buffers import load_buffer_assignment
+    from xla_harness.hlo.parser import parse_file
+
+    hlo = folder / record["hlo"]
+    module = parse_file(hlo)
+    ba_path = Path(str(hlo).replace(".after_optimizations.txt", ".after_optimizations-buffer-assignment.txt"))
+    buffers = load_buffer_assignment(ba_path) if ba_path.is_file() else None
+    leaf = record.get("target_leaf") or {}
+    verdict = None
+    for key in ("shard_shape", "shape"):  # a sharded step holds one device's shard of W
+        shape = leaf.get(key)
+        w_dims = (int(shape[0]), int(shape[1])) if isinstance(shape, list) and len(shape) == 2 else None
+        verdict = target_verdict(module, target, record_rules(record), record, w_dims, buffers)
+        if verdict.w_scatter() is not None:
+            break
+    assert verdict is not None
+    if ba_path.is_file():  # the whole memory plan: two live values on the same bytes, async windows
+        verdict.memory_plan = memory_plan(hlo)
+    else:  # the harness's compile keeps the buffer assignment: without it the question stays open
+        verdict.memory_plan = {"error": "the compile kept no buffer assignment"}
+    return verdict
+
+
+def record_rules(record: dict) -> str:
+    """The alias rules of the compiler that made ``record``: the target's, or for the host its device's."""
+    from xla_harness.stress.compile_only import host_rules
+
+    if record.get("target") != "host":
+        return str(record.get("scan", {}).get("backend", "auto"))
+    return host_rules(str(record.get("device_kind", "")))
+
+
+def record_summary(record: dict) -> dict:
+    return {k: record.get(k) for k in ("label", "target", "versions", "device_kind", "devices", "compile_cpu_s",
+                                       "fingerprint", "target_leaf", "hlo")}

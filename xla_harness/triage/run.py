@@ -8,7 +8,8 @@ failure, and every stage is resumable by the child's own ``--resume``. A stage's
 written (atomically) when it is done; ``--resume`` skips those and resumes the rest where their
 children left off. Children are killed with this process (``PR_SET_PDEATHSIG``, which each child
 sets on itself: ``subproc.start(die_with_parent=True)``), so a ``kill -9`` leaves no child writing.
-This process imports no jax and starts no device: the children own them.
+This process imports no jax and starts no device: the children own them. What was asked is
+:mod:`~xla_harness.triage.spec`'s; how a child ended, in words, :mod:`~xla_harness.triage.child_ends`'s.
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
 from xla_harness.stress.stopping import STOP_GRACE_S
 from xla_harness.triage import plan as plan_mod
-from xla_harness.triage.answer import Answer, answer
-from xla_harness.triage.compiled import TargetVerdict, memory_plan, target_verdict
+from xla_harness.triage.answer import answer
+from xla_harness.triage.answer_record import Answer
+from xla_harness.triage.child_ends import NO_OUTPUT, ended, last_said, no_step
+from xla_harness.triage.compiled import memory_plan, record_summary, target_verdict, verdict_of_record
 from xla_harness.triage.plan import Stage
+from xla_harness.triage.spec import TriageSpec, read_spec
 
 STATE = "triage.json"
 NOTHING_TO_COMPARE = ("not run: {} saw no non-finite step, so no variant could fail less than the baseline "
@@ -38,7 +40,6 @@ NOT_THE_COMPILER = ("not run: every explained failing step is your input's, your
                     "none a race's, the compiler's or undecided, so no compiler pass or workaround is a suspect "
                     "(variants and pass bisection run only when one is)")
 NOTHING_RAN = "not run: no local stage recorded a step, so there is no baseline to compare a variant with"
-EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
 STAGE_SPENT = "spent.json"  # in a running stage's folder: its seconds so far (a killed run's kept)
 CHILD_GRACE_S = 120.0  # beyond the budget, what a compile, a bisection or a bundle gets to finish
 BISECT_FLOOR_S = 60.0  # the pass bisection's time when its share is smaller and the budget has that left
@@ -46,28 +47,6 @@ BISECT_MIN_S = 10.0  # with less of the budget left, the bisection is not starte
 STRESS_GRACE_S = 10.0  # after a round's own --stop-grace: for it to flush and end before it is killed
 STOP_GRACE_FLOOR_S = 5.0  # a round's --stop-grace: three steps' time, at least this, at most stress's default
 MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
-
-
-@dataclass
-class TriageSpec:
-    """What the user asked: the program, its options, the targets, the budget and the rate of interest."""
-
-    program: str
-    options: list[str]  # KEY=VALUE, as given to --program-option
-    targets: list[str]  # target texts, "host" for the local backend's own compile
-    hlo: list[str] = field(default_factory=list)  # extra compiled modules to scan
-    budget_s: float = 20 * 60.0
-    rate_of_interest: float = 0.05
-    inject: str | None = None
-    inject_rate: float = 0.0
-    explain_max: int = EXPLAIN_MAX  # failing steps of each local stage whose origin is decided
-
-    def to_json(self) -> dict:
-        return {"program": self.program, "options": self.options, "targets": self.targets, "hlo": self.hlo,
-                "budget_s": self.budget_s, "rate_of_interest": self.rate_of_interest, "inject": self.inject,
-                "inject_rate": self.inject_rate,
-                # a triage begun before the field, or with the default, resumes with the default
-                **({"explain_max": self.explain_max} if self.explain_max != EXPLAIN_MAX else {})}
 
 
 def _interrupted(where: str) -> None:
@@ -190,11 +169,7 @@ class Triage:
         return done
 
     def _child_error(self, stage: Stage, name: str) -> str:
-        path = self.stage_dir(stage) / f"{name}.stderr.txt"
-        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()] \
-            if path.is_file() else []
-        said = [ln for ln in lines if ln.startswith(("error:", "interrupted"))]
-        return (said or lines or [NO_OUTPUT])[-1][:300]
+        return last_said(self.stage_dir(stage) / f"{name}.stderr.txt")
 
     # -- stages
 
@@ -212,8 +187,8 @@ class Triage:
         if done.returncode not in (0, 1) or not records:
             why = "did not finish in its time" if done.returncode == 124 else self._child_error(stage, "compile")
             return {"ok": False, "error": f"the compile for {stage.target} failed: {why}"}
-        verdict = _verdict_of_record(records[-1], folder, stage.target)
-        return {"ok": True, "verdict": verdict.to_json(), "record": _record_summary(records[-1])}
+        verdict = verdict_of_record(records[-1], folder, stage.target)
+        return {"ok": True, "verdict": verdict.to_json(), "record": record_summary(records[-1])}
 
     def hlo_stage(self, stage: Stage) -> dict:
         from xla_harness.hlo.memplan import beside
@@ -264,10 +239,10 @@ class Triage:
                     break  # what the earlier rounds answered stands
                 said = self._child_error(stage, f"round-{r + 1}")
                 return {"ok": False, "error": f"stress {' '.join(extra)} failed: "
-                                              f"{_ended(done.returncode) if said == NO_OUTPUT else said}"}
+                                              f"{ended(done.returncode) if said == NO_OUTPUT else said}"}
             recorded = report.load_table([folder]).rows
             if not sum(row.n for row in recorded):  # the round ran and recorded no step: why, in words
-                why = _no_step(done.returncode, left, self._child_error(stage, f"round-{r + 1}"))
+                why = no_step(done.returncode, left, self._child_error(stage, f"round-{r + 1}"))
                 if rounds:
                     self.notes.setdefault(stage.name, []).append(f"round {r + 1}: {why}")
                     break  # what the earlier rounds answered stands
@@ -354,8 +329,9 @@ class Triage:
         return {"ok": True, "bundle": path.name}
 
     def _explain_args(self, stage: Stage, rounds: list[str]) -> list[str]:
-        """``--explain`` for a frozen or train round while fewer than :data:`EXPLAIN_MAX` of the stage's
-        failing steps have an origin (the rounds before it decided the rest)."""
+        """``--explain`` for a frozen or train round while fewer than the spec's ``explain_max``
+        (:data:`~xla_harness.triage.spec.EXPLAIN_MAX` by default) of the stage's failing steps have an
+        origin (the rounds before it decided the rest)."""
         if stage.kind not in ("frozen", "train"):
             return []
         from xla_harness.triage.where import traces
@@ -469,7 +445,7 @@ class Triage:
             if not begun.is_file():
                 raise HarnessError(f"{self.out} has no readable triage-spec.json (what a triage writes first); "
                                    "it cannot be resumed: choose another --out")
-            old = _triage_spec(begun)
+            old = read_spec(begun)
             if old["spec"] != self.spec.to_json():
                 diff = [k for k in self.spec.to_json() if old["spec"].get(k) != self.spec.to_json()[k]]
                 raise HarnessError(f"{self.out} holds a triage of another request (differs in "
@@ -487,89 +463,9 @@ class Triage:
                 "stages": summaries, "elapsed_s": round(self.elapsed(), 1)}
 
 
-def _triage_spec(path: Path) -> dict:
-    """``triage-spec.json`` as a triage wrote it: {"spec": {...}, "spent_s": seconds}; anything else is
-    refused naming the file (never continued, never overwritten)."""
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise HarnessError(f"{path}: not UTF-8 text; not a triage's record (choose another --out)") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise HarnessError(f"{path}: not a triage's record ({type(exc).__name__}); choose another --out") from None
-    spent = data.get("spent_s", 0.0) if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict) or isinstance(spent, bool) or \
-            not isinstance(spent, int | float) or not math.isfinite(spent) or spent < 0:
-        raise HarnessError(f"{path}: not a triage's record (expected {{\"spec\": {{...}}, \"spent_s\": seconds}}); "
-                           "choose another --out")
-    return {"spec": data["spec"], "spent_s": float(spent)}
-
-
-NO_OUTPUT = "(no output)"
-
-
-def _ended(returncode: int) -> str:
-    """How a child that said nothing on stderr ended, in words."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "a signal"
-        return (f"its process was killed by {name} (signal {-returncode}) before it said anything: the program "
-                "killed it, or the machine ran out of memory")
-    return f"it ended with exit {returncode} and said nothing on stderr"
-
-
-def _no_step(returncode: int, seconds: float, said: str) -> str:
-    """Why a stress round recorded no step, from how its process ended."""
-    if returncode in (124, 143):
-        return (f"its first step did not finish within {max(seconds, 30.0):.0f} s (a step that hangs: a "
-                "collective, a host callback; the round was stopped)")
-    if returncode == 0:
-        return "the program ended its own process (exit 0) before its first step was recorded"
-    return f"the round ended with exit {returncode}: {said}"
-
-
 def _mmss(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-def _verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict:
-    from xla_harness.hlo.buffers import load_buffer_assignment
-    from xla_harness.hlo.parser import parse_file
-
-    hlo = folder / record["hlo"]
-    module = parse_file(hlo)
-    ba_path = Path(str(hlo).replace(".after_optimizations.txt", ".after_optimizations-buffer-assignment.txt"))
-    buffers = load_buffer_assignment(ba_path) if ba_path.is_file() else None
-    leaf = record.get("target_leaf") or {}
-    verdict = None
-    for key in ("shard_shape", "shape"):  # a sharded step holds one device's shard of W
-        shape = leaf.get(key)
-        w_dims = (int(shape[0]), int(shape[1])) if isinstance(shape, list) and len(shape) == 2 else None
-        verdict = target_verdict(module, target, _rules(record), record, w_dims, buffers)
-        if verdict.w_scatter() is not None:
-            break
-    assert verdict is not None
-    if ba_path.is_file():  # the whole memory plan: two live values on the same bytes, async windows
-        verdict.memory_plan = memory_plan(hlo)
-    else:  # the harness's compile keeps the buffer assignment: without it the question stays open
-        verdict.memory_plan = {"error": "the compile kept no buffer assignment"}
-    return verdict
-
-
-def _rules(record: dict) -> str:
-    """The alias rules of the compiler that made ``record``: the target's, or for the host its device's."""
-    from xla_harness.stress.compile_only import host_rules
-
-    if record.get("target") != "host":
-        return str(record.get("scan", {}).get("backend", "auto"))
-    return host_rules(str(record.get("device_kind", "")))
-
-
-def _record_summary(record: dict) -> dict:
-    return {k: record.get(k) for k in ("label", "target", "versions", "device_kind", "devices", "compile_cpu_s",
-                                       "fingerprint", "target_leaf", "hlo")}
 
 
 def _local_backend(out: Path, summaries: dict) -> str:
@@ -601,14 +497,3 @@ def _variants(program: str, backend: str) -> list[str]:
         pass
     names += [n for n, fs in FLAG_SETS.items() if backend in fs.backends]
     return names
-
-
-BUDGET_LIMIT_MINUTES = 7 * 24 * 60  # a week
-
-
-def budget_seconds(minutes: float) -> float:
-    if not math.isfinite(minutes) or minutes <= 0:
-        raise HarnessError(f"--budget must be a positive number of minutes, got {minutes:g}")
-    if minutes > BUDGET_LIMIT_MINUTES:
-        raise HarnessError(f"--budget must be at most {BUDGET_LIMIT_MINUTES} minutes (a week), got {minutes:g}")
-    return minutes * 60.0

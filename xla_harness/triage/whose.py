@@ -5,7 +5,8 @@ rule that decides whether the compiler is a suspect at all (variants and pass bi
 
 from __future__ import annotations
 
-from xla_harness.origin.classify import KNOWN, SUSPECTS
+from xla_harness.origin.classify import SUSPECTS
+from xla_harness.origin.known import KNOWN
 from xla_harness.triage.where import SeedTrace
 
 # What each class says of a failing step, as the answer's first sentence puts it.
