@@ -1,0 +1,168 @@
+"""make xla-test on one machine twice: each run has its own work tree (never shared, never
+deleted by the other), objects are still shared by content, and a partial XLA_SRC can be made
+from the file list the tool prints (the list the docs show)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xla_harness.errors import HarnessError
+from xla_harness.upstream import xlatest
+from xla_harness.upstream.patchfile import preimage_tree
+from xla_harness.upstream.series import load_series
+
+ROOT = Path(__file__).resolve().parents[2]
+SERIES = load_series()
+
+
+def _dead_pid() -> int:
+    """A pid no process has: one above the kernel's largest."""
+    pid_max = Path("/proc/sys/kernel/pid_max")
+    return (int(pid_max.read_text()) if pid_max.is_file() else 4194304) + 1
+
+
+def test_each_run_gets_its_own_folder_and_shares_the_object_cache(tmp_path):
+    work = tmp_path / "xla-test"
+    a, b = xlatest.new_run_dir(work), xlatest.new_run_dir(work)
+    assert a != b and a.parent == b.parent == work / "runs"
+    assert a.name.startswith(f"{os.getpid()}-")
+    for run in (a, b):
+        assert (run / "obj").resolve() == (work / "obj").resolve()
+    (a / "tree").mkdir()
+    (a / "tree" / "f.cc").write_text("a")
+    xlatest.new_run_dir(work)  # a third run leaves the two live ones alone
+    assert (a / "tree" / "f.cc").read_text() == "a" and b.is_dir()
+
+
+def test_a_folder_left_by_a_dead_run_is_removed(tmp_path):
+    work = tmp_path / "xla-test"
+    stale = work / "runs" / f"{_dead_pid()}-left"
+    (stale / "tree").mkdir(parents=True)
+    unnamed = work / "runs" / "not-a-run"
+    unnamed.mkdir()
+    xlatest.new_run_dir(work)
+    assert not stale.exists()
+    assert unnamed.is_dir()  # only folders named by a pid are judged
+
+
+def _fake_compiler(monkeypatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        Path(argv[argv.index("-o") + 1]).write_bytes(b"obj")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(xlatest.subproc, "run", run)
+    return calls
+
+
+def _toolchain(run: Path) -> xlatest.Toolchain:
+    (run / "tree" / "xla").mkdir(parents=True, exist_ok=True)
+    (run / "tree" / "xla" / "a.h").write_text("// header\n")
+    (run / "tree" / "xla" / "a.cc").write_text('#include "xla/a.h"\n')
+    return xlatest.Toolchain("g++", run / "tree", run / "whl" / "include", run / "whl")
+
+
+def test_objects_are_shared_between_runs_by_content_not_by_folder(tmp_path, monkeypatch):
+    calls = _fake_compiler(monkeypatch)
+    obj = tmp_path / "obj"
+    tc1, tc2 = _toolchain(tmp_path / "runs" / "1-a"), _toolchain(tmp_path / "runs" / "2-b")
+    first = xlatest.compile_cached(tc1, tc1.tree / "xla" / "a.cc", obj, lambda s: None)
+    second = xlatest.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
+    assert first == second and len(calls) == 1
+    # the temporary output names the process, so two runs never write one file
+    assert f".{os.getpid()}.tmp.o" in calls[0][calls[0].index("-o") + 1]
+    assert not list(obj.glob("*.tmp.o"))
+    (tc2.tree / "xla" / "a.h").write_text("// another header\n")
+    third = xlatest.compile_cached(tc2, tc2.tree / "xla" / "a.cc", obj, lambda s: None)
+    assert third != first and len(calls) == 2
+
+
+def test_a_failed_run_removes_its_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(xlatest, "check_toolchain", lambda cxx: None)
+    monkeypatch.setattr(xlatest, "ensure_wheel", lambda cache: tmp_path / "whl")
+    src = tmp_path / "empty-xla"
+    src.mkdir()
+    assert xlatest.main(["test", "--xla-src", str(src), "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "is not in the XLA tree" in err[0]
+    assert list((tmp_path / "cache" / "xla-test" / "runs").iterdir()) == []
+
+
+def test_files_lists_every_file_a_partial_tree_needs():
+    texts = [p.path(SERIES.root).read_text() for p in SERIES.upstream("xla").select("default")]
+    files = xlatest.source_files_needed(texts)
+    for f in ("xla/hlo/analysis/alias_info.h", "xla/service/BUILD", "xla/service/instruction_fusion.h",
+              "xla/service/instruction_fusion.cc", "xla/service/instruction_fusion_test.cc",
+              *xlatest.SUPPORT_FILES):
+        assert f in files, f
+    assert len(files) == len(set(files))
+
+
+def test_the_docs_list_what_files_prints(capsys):
+    assert xlatest.main(["files"]) == 0
+    printed = capsys.readouterr().out.split()
+    docs = (ROOT / "docs" / "workbench.md").read_text()
+    start = docs.index("<!-- xla-src-files -->")
+    listed = docs[start:docs.index("<!-- /xla-src-files -->")].split()
+    missing = [f for f in printed if f not in listed]
+    assert missing == [], f"docs/workbench.md's partial XLA_SRC list lacks {missing}"
+
+
+def test_files_of_an_unknown_series_is_one_error(capsys):
+    assert xlatest.main(["files", "--series", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "nope" in err[0]
+
+
+def test_compile_failure_leaves_no_temporary_object(tmp_path, monkeypatch):
+    def run(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, "", "a.cc:1: error: nope\n")
+
+    monkeypatch.setattr(xlatest.subproc, "run", run)
+    tc = _toolchain(tmp_path / "runs" / "1-a")
+    with pytest.raises(HarnessError, match="does not compile"):
+        xlatest.compile_cached(tc, tc.tree / "xla" / "a.cc", tmp_path / "obj", lambda s: None)
+    assert not list((tmp_path / "obj").glob("*.o"))
+
+
+def test_stock_and_sources_from_together_is_one_error(tmp_path, capsys):
+    argv = ["test", "--xla-src", str(tmp_path), "--stock-sources", "--sources-from", str(tmp_path)]
+    assert xlatest.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: give --stock-sources (STOCK=1) or --sources-from (SOURCES_FROM=dir), not both"]
+
+
+@pytest.mark.slow
+def test_sources_from_puts_another_version_under_the_patched_tests(tmp_path):
+    patches = [p.path(SERIES.root) for p in SERIES.upstream("xla").select("default")]
+    src = tmp_path / "xla-src"
+    preimage_tree(patches[0].read_text(), src)
+    (src / "xla/service/instruction_fusion.h").write_text("// header\n")
+    other = tmp_path / "other"
+    (other / "xla/service").mkdir(parents=True)
+    (other / "xla/service/instruction_fusion.cc").write_text("// another version\n")
+    units, _ = xlatest.prepare_tree(src, patches, tmp_path / "t", tmp_path / "inc", sources_from=other)
+    assert (tmp_path / "t/xla/service/instruction_fusion.cc").read_text() == "// another version\n"
+    assert "ShouldFuseInPlaceOpForbidsLayoutChangingCopyIntoScatter" in (
+        tmp_path / "t/xla/service/instruction_fusion_test.cc").read_text()
+    with pytest.raises(HarnessError, match="is not in the --sources-from folder"):
+        xlatest.prepare_tree(src, patches, tmp_path / "u", tmp_path / "inc", sources_from=tmp_path / "none")
+
+
+def test_pr_evidence_says_what_each_xla_log_is(tmp_path):
+    from xla_harness.upstream import pr
+
+    logs = tmp_path / "results" / "xla" / "abc"
+    logs.mkdir(parents=True)
+    (logs / "xla-test-stock.log").write_text("== instruction_fusion_test: failed: 3 tests, 1 failed (exit 1)\n")
+    (logs / "xla-test.log").write_text("== instruction_fusion_test: passed: 3 tests, 0 failed (exit 0)\n")
+    (logs / "xla-other.log").write_text("== instruction_fusion_test: passed: 3 tests, 0 failed (exit 0)\n")
+    lines = pr._xla_test_evidence(tmp_path / "results")
+    assert lines[0].startswith("`results/xla/abc/xla-other.log`: instruction_fusion_test: passed")
+    assert lines[0].endswith("(exit 0)")  # a log of no known kind gets no label
+    assert "failed: 3 tests, 1 failed (exit 1) (the patch's tests over stock sources" in lines[1]
+    assert lines[2].endswith("(exit 0) (the patched source and its tests)")
