@@ -267,7 +267,7 @@ def test_reshape_bitcast_matches_brute_force():
 def test_tiled_layouts_by_their_bytes():
     a = Shape("f32", (8, 128), (1, 0), layout_extra="T(8,128)")
     flat = Shape("f32", (1024,), (0,), layout_extra="T(1024)")
-    assert bitcast.reshape_is_bitcast(a, flat)  # one whole tile: the same bytes (tests/test_i24_tiled_layouts.py)
+    assert bitcast.reshape_is_bitcast(a, flat)  # one whole tile: the same bytes (hlo/test_bitcast_tiled_layouts.py)
     assert not bitcast.reshape_is_bitcast(Shape("f32", (4, 256), (1, 0), layout_extra="T(8,128)"), flat)
     assert bitcast.reshape_is_bitcast(Shape("f32", (8, 128), (1, 0)), Shape("f32", (1024,), (0,)))
     t_in = Shape("f32", (128, 8), (0, 1), layout_extra="T(8,128)")

@@ -382,7 +382,7 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     assert mbox.startswith("From ") and "\nSubject: [PATCH] [XLA] Do not fuse a data-moving producer" in mbox
     assert "\nDate: " in mbox and "diff --git a/xla/service/instruction_fusion.cc" in mbox
     assert "EXPERIMENTAL" not in mbox  # experimental patches are not sent
-    assert "## What this refuses, and why" in (out / "PR.md").read_text()  # tests/test_pr_xla.py has the rest
+    assert "## What this refuses, and why" in (out / "PR.md").read_text()  # tests/upstream/test_pr_xla.py has the rest
     desc = (out / "APPENDIX.md").read_text()  # the evidence, in the long form
     for heading in ("## Problem", "## Root cause", "## Why this fix and not the reported one",
                     "## Tests added", "## Evidence", "## Risk", "## How to reproduce"):
@@ -390,7 +390,7 @@ def test_pr_bundle_for_xla(tmp_path, capsys):
     assert "//xla/service:instruction_fusion_test" in desc
     assert "https://github.com/openxla/xla/pull/38607" in desc.split("## Root cause")[0]  # the review, up front
     assert "## What was run where" in desc and "not run" in desc.lower()
-    # the committed xla-test logs are cited with their verdicts, per base (tests/test_pr_xla.py has the rest)
+    # the committed xla-test logs are cited with their verdicts, per base (tests/upstream/test_pr_xla.py has the rest)
     for b in load_series().upstream("xla").bases:
         assert b.commit[:12] in desc
     assert re.search(r"^\| \w{10} \| .* \| \d+/\d+ pass \| \d+ of \d+ fail \| \d+/\d+ killed \|", desc, re.M)

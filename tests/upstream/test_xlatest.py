@@ -134,7 +134,7 @@ def test_every_guard_is_in_its_patch_once_and_every_default_patch_has_guards(tmp
     assert xlatest.check_guards_cover(guards, files) == []
     assert {g.patch for g in guards} <= {p.file for p in SERIES.upstream("xla").patches}  # variants: [guard.at]
     tree = _patched_default_tree(tmp_path)
-    for g in (g for g in guards if g.patch in files):  # a variant's guards: tests/test_xla_variants.py
+    for g in (g for g in guards if g.patch in files):  # a variant's guards: tests/upstream/test_xla_variants.py
         text = (tree / g.file).read_text()
         mutant = xlatest.mutate(text, g)
         assert mutant != text, g.name

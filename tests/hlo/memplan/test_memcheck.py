@@ -121,7 +121,7 @@ print(g.lower(jnp.ones((16, 8))).compile().as_text())
 def test_xla_cpu_has_no_async_op_to_plant_a_window_fault_in(dump):
     """The async cell of the matrix for XLA:CPU: its dumps have no async op of any kind (no
     ``*-start``/``*-done`` pair, no async window), so no async fault is planted on a CPU dump; the GPU
-    and TPU dumps have the async tests (tests/test_memcheck_real.py). Not even collectives are async on
+    and TPU dumps have the async tests (tests/hlo/memplan/test_memcheck_real.py). Not even collectives are async on
     XLA:CPU: test_xla_cpu_compiles_collectives_synchronously."""
     r = _check(dump)
     assert r.async_windows == 0 and r.conflicts == []

@@ -21,7 +21,7 @@ from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.scan import scan
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Real compiler output and the hand-written fixtures (which are the XLA patch's tests too).
 SOURCES = sorted((ROOT / "tests/hlo").rglob("*.hlo")) + [ROOT / "tests/data/tied_sources.hlo",
                                                           ROOT / "results/cpu/scan/tied_embedding_full_remat_on.hlo"]

@@ -3,7 +3,7 @@ must be able to fire: a planted acceptance of bad input is ``silent``, a planted
 ``vague``, a planted file created by a refusal ``changed-files``, a refusal after work ``late``, a
 signal not acted on ``silent``, a traceback inside the interpreter's own start-up ``python-startup``
 (not the harness's), and an ordinary refusal stays ``clear``. The forked children run what is planted
-here (monkeypatch), as in tests/test_i27_census.py.
+here (monkeypatch), as in tests/project/test_census.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from .bad_input_cases import GOOD, Case, _files, all_cases, verdict
+from ..bad_input_cases import GOOD, Case, _files, all_cases, verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MEM = 64 << 30
 
 

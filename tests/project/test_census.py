@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from .bad_input_cases import GOOD, Case, _files
+from ..bad_input_cases import GOOD, Case, _files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MEM = 64 << 30  # the census caps a child's address space; this process has jax loaded
 
 

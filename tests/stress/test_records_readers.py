@@ -13,7 +13,7 @@ from xla_harness.cli import main
 from xla_harness.stress import records
 from xla_harness.table import format_rows, printable
 
-from .bad_input_cases import CONFIG, SPEC, block, header, lines
+from ..bad_input_cases import CONFIG, SPEC, block, header, lines
 
 
 def _write(tmp_path, rows) -> str:

@@ -24,7 +24,7 @@ from xla_harness.cli import main
 from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.validate import XLA_OPCODES
 
-from .bad_input_cases import BAD_HLO, SMALL_HLO
+from ..bad_input_cases import BAD_HLO, SMALL_HLO
 
 # What the reader must still read (each accepted by XLA's parser): literal forms next to the refused ones.
 ODD_LITERALS = {
@@ -90,7 +90,7 @@ def test_every_opcode_of_this_jaxlib_is_known():
 def test_a_transpose_that_moves_data_is_still_a_hazard():
     """The checks take nothing the scanner reads away: the committed data-moving transpose fixture still
     scans as a hazard (exit 1)."""
-    fixture = Path(__file__).parent / "hlo" / "transpose_moves_data.hlo"
+    fixture = Path(__file__).parent / "transpose_moves_data.hlo"
     assert main(["scan", str(fixture)]) == 1
 
 

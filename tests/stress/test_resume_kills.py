@@ -19,9 +19,9 @@ import pytest
 
 from xla_harness.stress import store as results
 
-from .helpers import TINY_ARGS
+from ..helpers import TINY_ARGS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KILLS = 20
 # 4 configurations x 150 blocks: a run writes its blocks in bursts (up to a dozen lines between the
 # first new line the test sees and the kill, on an idle machine), so the matrix must hold well over

@@ -24,9 +24,9 @@ import pytest
 
 from xla_harness.errors import HarnessError
 
-from .bad_input_cases import SMALL_HLO, SWEEP_ENV, Case, run_process
+from ..bad_input_cases import SMALL_HLO, SWEEP_ENV, Case, run_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DUMP = "x.after_optimizations.txt"
 
 

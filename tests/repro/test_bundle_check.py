@@ -18,9 +18,9 @@ from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.repro import bundle as bundle_mod
 
-from .helpers import FOREIGN_PROGRAM, process_gone
+from ..helpers import FOREIGN_PROGRAM, process_gone
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_bundle(path: Path, files: dict[str, bytes]) -> Path:

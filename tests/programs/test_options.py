@@ -25,7 +25,7 @@ from xla_harness.errors import HarnessError
 from xla_harness.programs import issue_35409, tied_embedding
 from xla_harness.programs.interface import BUILTIN_OPTION_TABLES, check_program_options
 
-from .bad_input_cases import TINY_35409
+from ..bad_input_cases import TINY_35409
 
 SMALL = dict(scale=1 / 64, seq_scale=1 / 8, layers=(1, 2))
 TABLES = [(issue_35409.make, issue_35409.OPTIONS), (tied_embedding.program, tied_embedding.OPTIONS)]

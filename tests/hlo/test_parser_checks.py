@@ -18,7 +18,7 @@ from xla_harness.hlo.scan import scan
 from xla_harness.hlo.shapes import _match_brace
 from xla_harness.hlo.xla_oracle import IsolatedXlaParser, compare, compare_many
 
-HLO = Path(__file__).resolve().parent / "hlo"
+HLO = Path(__file__).resolve().parent
 needs_xla = pytest.mark.skipif(not jaxcompat.xla_hlo_reads_structure(),
                                reason="not checked: this jaxlib does not expose XLA's parsed HLO (jaxlib >= 0.12 does)")
 
@@ -211,7 +211,7 @@ def test_xla_hang_is_a_verdict(tmp_path):
     assert not verdict.accepts and verdict.crashed.startswith("no answer in 0.01 s, killed (SIGKILL")
 
 
-BENCH = Path(__file__).resolve().parent.parent / "bench/scan_speed.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench/scan_speed.py"
 
 
 @pytest.mark.slow

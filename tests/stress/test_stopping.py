@@ -22,7 +22,7 @@ import pytest
 
 from xla_harness.stress import store as results
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROGRAM = textwrap.dedent('''
     """A tiny model whose step blocks forever at call XLA_HARNESS_TEST_STUCK_AT (0: never)."""

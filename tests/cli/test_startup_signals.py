@@ -25,9 +25,9 @@ import pytest
 
 from xla_harness import interrupts
 
-from .bad_input_cases import Case, as_from_a_terminal, run_process
+from ..bad_input_cases import Case, as_from_a_terminal, run_process
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STRESS = ["stress", "--quiet", "--out", "{tmp}/o", "--modes", "full", "--remat", "on", "--seeds", "1", "--steps", "2",
           "--vocab", "64", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "8"]
 

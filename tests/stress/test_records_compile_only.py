@@ -23,7 +23,7 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 
-from .bad_input_cases import COMPILE_ENV, GOOD, ONE_CONFIG, SMALL_HLO, TINY_ARGS, compile_record, lines, stem
+from ..bad_input_cases import COMPILE_ENV, GOOD, ONE_CONFIG, SMALL_HLO, TINY_ARGS, compile_record, lines, stem
 
 CO = ["stress", "--compile-only", "--quiet", *ONE_CONFIG, *TINY_ARGS]
 
