@@ -1,12 +1,10 @@
 """What changes the scan's answer is refused as XLA's parser refuses it: a declared result
 shape that is not the root's (a deleted ROOT line among those), parameter numbers taken
-twice or out of range; truncated text names the bracket left open; XLA's parser runs in a
-child process, where its crash is a verdict."""
+twice or out of range; truncated text names the bracket left open. (XLA's parser run in a
+child process, where its crash is a verdict: tests/hlo/test_xla_oracle.py.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +14,14 @@ from xla_harness.cli import main
 from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.scan import scan
 from xla_harness.hlo.shapes import _match_brace
-from xla_harness.hlo.xla_oracle import IsolatedXlaParser, compare, compare_many
+from xla_harness.hlo.xla_oracle import compare
 
 HLO = Path(__file__).resolve().parent
+
+
 needs_xla = pytest.mark.skipif(not jaxcompat.xla_hlo_reads_structure(),
                                reason="not checked: this jaxlib does not expose XLA's parsed HLO (jaxlib >= 0.12 does)")
+
 
 FUSED = """HloModule m
 
@@ -59,6 +60,8 @@ REFUSED = [
     ("parameter number negative", _edit("%i = s32[] parameter(1)", "%i = s32[] parameter(-1)"),
      "i: parameter number -1 is negative", 12),
 ]
+
+
 # XLA's parser aborts the process on these (a CHECK failure), so they are not run in this one.
 OUT_OF_RANGE = [
     ("parameter number past the last", _edit("%p1 = s32[]{:T(128)} parameter(1)", "%p1 = s32[]{:T(128)} parameter(2)"),
@@ -66,6 +69,8 @@ OUT_OF_RANGE = [
     ("parameter numbers with a gap", _edit("%i = s32[] parameter(1)", "%i = s32[] parameter(3)"),
      "i: parameter number 3 is out of range", 12),
 ]
+
+
 ACCEPTED = [  # what XLA's parser takes and the checks must let through
     ("the original", FUSED),
     ("declared layout differs from the root's", _edit("-> f32[8] {\n  %p0", "-> f32[8]{0:T(256)} {\n  %p0")),
@@ -145,98 +150,3 @@ def test_truncated_file_error_names_the_open_brace(tmp_path, capsys):
 def test_mismatched_closer_names_both():
     with pytest.raises(ValueError, match=r"unbalanced '\]', expected '\}'"):
         _match_brace("{a]", 0)
-
-
-# ----------------------------------------------------------------------------- XLA out of process
-
-
-# A scheduled module whose async call gets its operands from a call-update: our reader takes
-# it, XLA's parser aborts the process ("call is not scheduled after its operand async_param"),
-# as on libtpu's scheduled dumps with SparseCore gathers.
-XLA_CRASHES = """HloModule m, is_scheduled=true
-
-%c (x: f32[2], y: f32[2]) -> f32[2] {
-  %x = f32[2]{0} parameter(0)
-  %y = f32[2]{0} parameter(1)
-  ROOT %n = f32[2]{0} add(%x, %y)
-}
-
-ENTRY %e (p: f32[2], q: f32[2]) -> f32[2] {
-  %p = f32[2]{0} parameter(0)
-  %q = f32[2]{0} parameter(1)
-  %s = ((), (), (s32[1]{0})) call-start(), async_execution_thread="sparsecore", to_apply=%c
-  %u = ((f32[2]{0}, f32[2]{0}), f32[2]{0}) call-update(%s, %p, %q)
-  ROOT %d = f32[2]{0} call-done(%u)
-}
-"""
-
-
-@pytest.mark.slow
-@needs_xla
-def test_xla_crash_is_a_verdict_and_the_batch_goes_on():
-    texts = [(FUSED, "fused"), (XLA_CRASHES, "crashes"), (OUT_OF_RANGE[0][1], "out-of-range"), (FUSED, "again")]
-    first, crashed, out_of_range, again = compare_many(texts, timeout=120)
-    assert first.category == "agree" and first.xla_accepts and not first.mismatch, first
-    assert crashed.category == "xla-crashed" and crashed.ours_accepts and not crashed.xla_accepts, crashed
-    assert crashed.xla_crashed.startswith("SIGABRT") and "not scheduled after its operand" in crashed.xla_crashed
-    assert crashed.xla_error.startswith("XLA's parser crashed (SIGABRT")
-    assert out_of_range.category == "xla-crashed" and not out_of_range.ours_accepts
-    assert "Check failed: param_no >= 0 && param_no < parameter_count" in out_of_range.xla_crashed
-    assert again.category == "agree" and again.xla_accepts and again.reprint == first.reprint
-
-
-@pytest.mark.slow
-@needs_xla
-def test_isolated_verdict_and_structure_are_the_in_process_ones():
-    with IsolatedXlaParser(timeout=120) as xla:
-        for _, text in ACCEPTED:
-            isolated, local = compare(text, xla=xla), compare(text)
-            assert (isolated.category, isolated.mismatch, isolated.reprint) == (local.category, local.mismatch,
-                                                                                local.reprint)
-        planted = parse_module(FUSED)
-        planted.computations[0].by_name["one"].opcode = "negate"
-        parsed = xla.parse(FUSED)
-        from xla_harness.hlo.xla_oracle import compare_to_structure
-        assert parsed.structure is not None
-        assert compare_to_structure(planted, parsed.structure, parsed.entry) == \
-            "computation fused: one: opcode ours negate, XLA broadcast"
-        assert xla.parse(None).accepts  # the same text again, not sent twice
-
-
-@pytest.mark.slow
-@needs_xla
-def test_xla_hang_is_a_verdict(tmp_path):
-    with IsolatedXlaParser(timeout=0.01) as xla:  # no answer in time: the child is killed
-        verdict = xla.parse(FUSED)
-    assert not verdict.accepts and verdict.crashed.startswith("no answer in 0.01 s, killed (SIGKILL")
-
-
-BENCH = Path(__file__).resolve().parents[2] / "bench/scan_speed.py"
-
-
-@pytest.mark.slow
-@needs_xla
-def test_bench_reports_an_xla_crash_as_one_error_line(tmp_path):
-    crash = tmp_path / "scheduled.hlo"
-    crash.write_text(XLA_CRASHES)
-    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "1", "--as-written"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2, run.stderr
-    err = run.stderr.strip().splitlines()
-    assert len(err) == 1, run.stderr
-    assert err[0].startswith("error: XLA's parser crashed (SIGABRT: Check failed: ") and "not scheduled" in err[0], err
-
-
-@pytest.mark.slow
-@needs_xla
-def test_bench_times_the_unscheduled_copy_of_a_module_xla_aborts_on_as_scheduled(tmp_path):
-    """libtpu's dumps: jaxlib's parser aborts on the scheduled module; the bench says so and times
-    both parsers on the module without is_scheduled=true (the same instructions)."""
-    crash = tmp_path / "scheduled.hlo"
-    crash.write_text(XLA_CRASHES)
-    run = subprocess.run([sys.executable, str(BENCH), "--hlo", str(crash), "--repeat", "2"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    out = run.stdout
-    assert "XLA's parser crashed on the scheduled module (SIGABRT" in out and "unscheduled copy" in out
-    assert "module: 8 instructions" in out and "over 2 rounds" in out

@@ -1,4 +1,4 @@
-"""#34 items 2, 3, 5 and 13: compile-only records, hlo/ and every output held to the promises of
+"""#34 items 2, 3 and 5: compile-only records, hlo/ and every output held to the promises of
 stress results: one writer, every line validated, a torn tail repaired, nothing replaced, --resume
 continuing only what it would have done itself, and every output path checked before anything runs.
 
@@ -9,7 +9,7 @@ continuing only what it would have done itself, and every output path checked be
    --force; --compile-only --out D replaced D/hlo/ files; two --resume runs appended the same record
    (no lock); a torn last line made --resume fail for good; a bad record was ``error: internal:``.
 5. stress --plot replaced a PNG without --force and refused a folder only after the whole run.
-13. bundle refused --bisect EMPTYDIR after the compile and the stress run, and replaced OUT.partial.
+(Item 13, bundle: tests/repro/test_bundle_inputs.py.)
 """
 
 from __future__ import annotations
@@ -250,55 +250,3 @@ def test_stress_plot_with_force_replaces_an_earlier_plot(tmp_path):
     assert main(["stress", "--quiet", "--out", str(tmp_path / "o"), "--modes", "full", "--remat", "on", "--seeds", "1",
                  "--steps", "2", *TINY_ARGS, "--plot", str(tmp_path / "rates.png"), "--force"]) == 0
     assert (tmp_path / "rates.png").read_bytes().startswith(b"\x89PNG")
-
-
-# ----------------------------------------------------------------------------- item 13: bundle
-
-
-@pytest.mark.parametrize("setup,extra,says", [
-    ({"b/": None}, ["--bisect", "{tmp}/b"], "no bisect.jsonl"),
-    ({"b/bisect.jsonl": b"my notes\n"}, ["--bisect", "{tmp}/b"], "not a bisection log"),
-    ({"o.tar.gz.partial": b"an earlier attempt"}, [], "o.tar.gz.partial already exists"),
-    ({"dump/": None}, ["--dump", "{tmp}/dump"], "jit_step"),
-    ({}, ["--program", "issue-35409", "--program-option", "remat=off"], "option remat"),
-], ids=["bisect-empty", "bisect-not-a-log", "partial-exists", "dump-empty", "bad-option"])
-def test_bundle_checks_everything_before_it_compiles(setup, extra, says, tmp_path, monkeypatch, capsys):
-    from xla_harness.repro import bundle
-
-    monkeypatch.setattr(bundle, "make_bundle", lambda *a, **k: pytest.fail("the bundle was being made"))
-    for rel, data in setup.items():
-        if data is None:
-            (tmp_path / rel).mkdir(parents=True)
-        else:
-            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / rel).write_bytes(data)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    argv = ["bundle", "--out", str(tmp_path / "o.tar.gz"), *TINY_ARGS, *extra]
-    if "--program" in extra:
-        argv = ["bundle", "--out", str(tmp_path / "o.tar.gz"), *extra]
-    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("error:") == 1 and says in err, err
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
-
-
-def test_the_archive_is_never_written_over_a_file(tmp_path):
-    from xla_harness.repro.bundle import _write_archive
-
-    root = tmp_path / "bundle"
-    root.mkdir()
-    (root / "a.txt").write_text("a")
-    out, partial = tmp_path / "o.tar.gz", tmp_path / "o.tar.gz.partial"
-    partial.write_bytes(b"mine")
-    with pytest.raises(HarnessError, match="partial appeared"):
-        _write_archive(root, out, partial)
-    assert partial.read_bytes() == b"mine" and not out.exists()
-    partial.unlink()
-    out.write_bytes(b"theirs")
-    with pytest.raises(HarnessError, match="o.tar.gz appeared"):
-        _write_archive(root, out, partial)
-    assert out.read_bytes() == b"theirs" and partial.is_file()  # the bundle made is kept, named
-    partial.unlink()
-    out.unlink()
-    _write_archive(root, out, partial)
-    assert out.is_file() and not partial.exists()
