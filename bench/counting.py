@@ -4,7 +4,7 @@
 ``np.array`` of a jax Array, which on the CPU reads it through the buffer protocol without calling
 jax), every ``block_until_ready``, and every backend compile by function name (``jax.monitoring``).
 Used by ``bench/stress_overhead.py`` and by the tests that assert the stress loop's costs
-(``tests/test_stress_costs.py``).
+(``tests/stress/test_stress_costs.py``).
 
     with DeviceCounts() as counts:
         ...                      # counts.reads, counts.read_bytes, counts.waits, counts.syncs

@@ -7,7 +7,7 @@ changed and, on the surfaces of round 4, no file created (a new lock beside an e
 file aside); a case may
 instead expect the command to work (0, ``check`` then says whether what it did is right) or
 to be interrupted (130/143, ``signal``). :func:`verdict` sorts an outcome into one class.
-Used by tests/test_bad_input.py and by tools/bad_input_census.py (which counts outcomes).
+Used by tests/cli/test_bad_input.py and by tools/bad_input_census.py (which counts outcomes).
 """
 
 from __future__ import annotations

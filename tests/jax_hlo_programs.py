@@ -1,5 +1,5 @@
 """jax programs whose --xla_dump_to dumps the reader is checked on against XLA's parser
-(tests/test_hlo_reader.py, and tools/hlo_corpus.py dump-jax for the by-hand corpus): loops,
+(tests/hlo/test_hlo_reader.py, and tools/hlo_corpus.py dump-jax for the by-hand corpus): loops,
 scan, while, remat, custom calls, donation, sharding and collectives on 8 host devices."""
 
 import textwrap

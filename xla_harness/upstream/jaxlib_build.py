@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print every stage's commands, touch nothing")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "patched",
                     help="where the test stage writes its stress results")
-    ap.add_argument("--harness-tests", default="tests/test_hlo.py,tests/test_stress.py",
+    ap.add_argument("--harness-tests", default="tests/hlo/test_hlo.py,tests/stress/test_stress.py",
                     help="comma-separated test files the test stage runs against the venv")
     ap.add_argument("--stress-steps", type=int, default=10, help="steps of the test stage's stress matrix")
     ap.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT_S, metavar="SECONDS",

@@ -39,7 +39,7 @@ class Ctx:
     min_free_gb: float = MIN_FREE_GB
     venv: Path = REPO / ".venv-patched"
     results: Path = REPO / "results" / "patched"
-    harness_tests: tuple[str, ...] = ("tests/test_hlo.py", "tests/test_stress.py")
+    harness_tests: tuple[str, ...] = ("tests/hlo/test_hlo.py", "tests/stress/test_stress.py")
     stress_steps: int = 10
     command_timeout_s: float = COMMAND_TIMEOUT_S
     state: dict = field(default_factory=dict)  # outputs of earlier stages

@@ -1,12 +1,12 @@
 """Each grouping rule alone: a module where the rule makes two values one buffer. Value ``y`` is written
 on the bytes of ``x`` while the entry's root still holds ``x`` (the same buffer, by the rule): with
 the rule memcheck is clean, without it the two are a race. ``while`` and ``conditional`` are held
-to a real XLA:CPU dump in tests/test_memcheck.py (test_each_grouping_rule_prevents_false_conflicts),
+to a real XLA:CPU dump in tests/hlo/memplan/test_memcheck.py (test_each_grouping_rule_prevents_false_conflicts),
 ``output_to_operand_aliasing`` also to a real XLA:GPU dump below.
 
 Mutants (each must fail a test): every entry of ``rules.RULE_FUNCTIONS`` replaced by a rule that joins
 nothing: call, async, in-place, output_to_operand_aliasing, backend-aliasing and donation here
-(test_a_rule_that_joins_nothing_fails_its_case); while and conditional in tests/test_memcheck.py."""
+(test_a_rule_that_joins_nothing_fails_its_case); while and conditional in tests/hlo/memplan/test_memcheck.py."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_the_rule_makes_two_values_one_buffer(rule):
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_a_rule_that_joins_nothing_fails_its_case(rule, monkeypatch):
     """The mutant: the rule's function replaced by one that joins nothing; its case is then a race
-    (while's and conditional's: tests/test_memcheck.py, on a real dump)."""
+    (while's and conditional's: tests/hlo/memplan/test_memcheck.py, on a real dump)."""
     monkeypatch.setitem(rules_mod.RULE_FUNCTIONS, rule, lambda plan, flow: [])
     hlo, ba = _case(rule)
     assert check_texts(hlo, ba, None, rule, "tpu" if rule == "backend-aliasing" else "cpu").conflicts
