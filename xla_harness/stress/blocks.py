@@ -417,7 +417,11 @@ class _Blocks:
         h, state, size = self.h, self.state, self.size
         cycle, self.last_resolved = fetched - self.last_resolved, fetched
         records, poisoned = [], None
-        for i, row in enumerate(rows.tolist()):
+        if len(rows) and bool((rows[:, 1] < 0).all()):  # every value of every step finite (the common block)
+            inject, planned = h.spec.inject, self.planned
+            records = [Step.of_row(t, loss, None, inject if t in planned else None)
+                       for t, loss in zip(range(block.start, block.end), rows[:, 0].tolist(), strict=True)]
+        for i, row in enumerate([] if records else rows.tolist()):
             records.append(step_record(h, block.layout, block.start + i, row, self.planned))
             if row[2] == 0:  # the step's new state is not finite: what ran after it is no measurement
                 poisoned = block.start + i
