@@ -58,6 +58,7 @@ from stress_overhead import SIZES, median_interval  # noqa: E402
 from xla_harness.programs.options import literal_option  # noqa: E402
 from xla_harness.stress import blocks as blocks_module  # noqa: E402
 from xla_harness.stress import store as results  # noqa: E402
+from xla_harness.stress.block_size import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.sink import ResultsSink  # noqa: E402
@@ -134,7 +135,7 @@ class Loops:
 
     def _block(self, seed: int, quiet: bool) -> None:
         h = self.h
-        size = blocks_module.new_block_size(h.spec)
+        size = new_block_size(h.spec)
         if quiet:
             with verdicts_not_fetched():
                 for _ in run_seed(h, seed, initial_state(h, seed), NullStore(), self.tmp, self.env, block_size=size):

@@ -36,7 +36,7 @@ import optax  # noqa: E402
 
 from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
 from xla_harness.stress import store as results  # noqa: E402
-from xla_harness.stress.blocks import new_block_size  # noqa: E402
+from xla_harness.stress.block_size import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.sink import ResultsSink  # noqa: E402

@@ -10,7 +10,7 @@ from dataclasses import fields
 import pytest
 
 from xla_harness.stress import blocks as blocks_module
-from xla_harness.stress.blocks import new_block_size
+from xla_harness.stress.block_size import new_block_size
 from xla_harness.stress.harness import Harnessed
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_config
 from xla_harness.stress.spec import StressSpec

@@ -13,7 +13,7 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, step_from_loss
 from xla_harness.stress import proof
-from xla_harness.stress.blocks import new_block_size
+from xla_harness.stress.block_size import new_block_size
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_config
 from xla_harness.stress.spec import StressSpec
 

@@ -16,7 +16,7 @@ import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.stress import records, report
+from xla_harness.stress import record_text, records, report
 from xla_harness.stress import store as results
 
 from ..bad_input_cases import GOOD, RUN_ARGS, SPEC, block, header, lines
@@ -57,7 +57,7 @@ def test_records_round_trip_and_one_label_function():
 
     for raw in GOOD.splitlines():
         rec = records.parse_line(raw)
-        assert records.parse_line(records.dumps(rec).encode()) == rec
+        assert records.parse_line(record_text.dumps(rec).encode()) == rec
     cfg = ModelConfig(mode="dense_only", remat=False, dtype="bf16")
     assert cfg.label() == records.label(cfg.to_dict()) == "dense_only/remat=off/bf16"
 

@@ -49,7 +49,8 @@ import jax
 from xla_harness.errors import HarnessError
 from xla_harness.stress import records
 from xla_harness.stress import store as results
-from xla_harness.stress.blocks import BlockSize, OnFailure, new_block_size, run_blocks
+from xla_harness.stress.block_size import BlockSize, new_block_size
+from xla_harness.stress.blocks import OnFailure, run_blocks
 from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
 from xla_harness.stress.explain import Explainer, ExplainSpec
 from xla_harness.stress.fingerprint import plain_jit

@@ -31,6 +31,7 @@ from xla_harness.errors import HarnessError
 from xla_harness.files import read_regular
 from xla_harness.resources import source_checkout
 from xla_harness.stress import records
+from xla_harness.stress.record_text import dumps
 
 ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
 PLUGIN_DISTRIBUTIONS = (
@@ -323,7 +324,7 @@ class RunWriter:
 
     def append(self, record: records.Record | dict) -> None:
         try:
-            line = records.dumps(record)
+            line = dumps(record)
         except records.RecordError as exc:
             raise HarnessError(f"internal: refusing to write an invalid results record ({exc})") from None
         with self.writing:
