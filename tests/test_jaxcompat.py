@@ -43,3 +43,43 @@ def test_xla_hlo_parser_is_found():
     assert module is not None, "jaxlib exposes no hlo_module_from_text"
     text = module.hlo_module_from_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[2]{0} parameter(0)\n}\n").to_string()
     assert "parameter(0)" in text
+
+
+def test_compiled_call_is_what_compiled_forwards_to_and_the_step_calls_it():
+    """After its first call a Compiled forwards every call to one callable; the proven step calls that
+    one directly (Compiled.__call__ runs once), gives the same results, and a jax that keeps no such
+    callable gets the Compiled itself."""
+    import jax.numpy as jnp
+    from jax import stages
+
+    from xla_harness.jaxcompat import compiled_call
+    from xla_harness.stress.proof import ProvenStep
+
+    def step(p, o, b):
+        return p + b, o, {"loss": jnp.sum(p)}
+
+    jitted = jax.jit(step)
+    proven = ProvenStep(jitted, lambda: jax.jit(lambda *a: step(*a)), "t")
+    args = (jnp.ones(3), jnp.zeros(()), jnp.ones(3))
+    proven.prove(args, args, ("sig",))
+    calls = []
+    real = stages.Compiled.__call__
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    stages.Compiled.__call__ = counted
+    try:
+        outs = [proven(*args)[0] for _ in range(3)]
+    finally:
+        stages.Compiled.__call__ = real
+    assert len(calls) == 1 and all((o == 2).all() for o in outs)
+    assert compiled_call(proven.current) is proven.current._call
+
+    class NoFastPath:
+        def __call__(self, *a):
+            return a
+
+    keeps_none = NoFastPath()
+    assert compiled_call(keeps_none) is keeps_none

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from xla_harness.errors import HarnessError
+from xla_harness.jaxcompat import compiled_call
 from xla_harness.stress.fingerprint import fingerprint
 
 # compile_args of a jax lowering that decide the executable (where this jax records them).
@@ -142,12 +143,16 @@ class ProvenStep:
         self.current: Any = None
         self.current_signature: tuple | None = None
         self.compiles = 0
+        self._run: Callable | None = None  # what calling ``current`` runs, once it has run (one frame less)
 
     def __call__(self, params, opt_state, batch):
-        if self.current is None:
-            raise HarnessError("internal: the step was called before the same-program proof compiled it")
+        run = self._run
+        if run is None:
+            if self.current is None:
+                raise HarnessError("internal: the step was called before the same-program proof compiled it")
+            run = self.current
         try:
-            return self.current(params, opt_state, batch)
+            out = run(params, opt_state, batch)
         except (TypeError, ValueError):
             # An executable refuses arguments of another signature (a batch whose shape changed, say)
             # where a plain loop would compile again: so does this, proven first, and says so (an
@@ -163,13 +168,16 @@ class ProvenStep:
                                   f"and compiled again, as jax.jit compiles again (compile {self.compiles} of the "
                                   "step)")
             return self.current(params, opt_state, batch)
+        if self._run is None:
+            self._run = compiled_call(self.current)
+        return out
 
     def prove(self, args: tuple, plain_args: tuple, signature: tuple) -> dict:
         """Lower the harness's call on ``args`` and a plain loop's on ``plain_args``, refuse if they
         differ, compile the harness's lowering (once per ``signature``) and make it the current
         executable. Returns the compiled step's fingerprint."""
         if signature in self._by_signature:
-            self.current, self.current_signature = self._by_signature[signature], signature
+            self.current, self.current_signature, self._run = self._by_signature[signature], signature, None
             return self._fingerprints[signature]
         ours = self.jitted.lower(*args)
         plain = self._plain().lower(*plain_args)  # a function jax has not traced: nothing shared
@@ -178,7 +186,7 @@ class ProvenStep:
         self.compiles += 1
         fp = fingerprint(compiled)
         self._by_signature[signature], self._fingerprints[signature] = compiled, fp
-        self.current, self.current_signature = compiled, signature
+        self.current, self.current_signature, self._run = compiled, signature, None
         return fp
 
     def follow(self, signature: tuple, args: tuple) -> None:
