@@ -379,7 +379,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
     a module, buffer assignment or autotune file already where a configuration would write it is
     refused. Every configuration's program is built, and all of this checked, before anything is
     created or compiled."""
-    from xla_harness.stress.store import _lock, check_writable
+    from xla_harness.stress.store import check_writable, lock_results
     from xla_harness.targets.compile import compile_step, environment
     from xla_harness.targets.devices import autotune_dump_path, target_devices
 
@@ -406,7 +406,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
         if results.exists() and not results.is_file():
             raise HarnessError(f"{results} is not a regular file")
         check_writable(out)
-        lock = _lock(results)
+        lock = lock_results(results)
     try:
         todo, data, tail = _plan(out, resume, target, run, configs)  # again, now that the file is ours
         if results is not None and resume:
