@@ -64,7 +64,7 @@ def show(args):
 
 def _compile_folders(folders: list[Path]) -> bool:
     """Whether every folder holds compile records and none holds stress results."""
-    from xla_harness.stress.compile_only import COMPILE_RESULTS
+    from xla_harness.stress.compile_records import COMPILE_RESULTS
 
     return all(any(Path(f).rglob(COMPILE_RESULTS)) and not any(Path(f).glob("stress*.jsonl")) for f in folders)
 
@@ -73,12 +73,8 @@ def show_compile(args) -> int:
     import json
 
     from xla_harness.errors import HarnessError
-    from xla_harness.stress.compile_only import (
-        COMPILE_TABLE_HEADER,
-        check_compile_settings,
-        compile_table_rows,
-        load_compile_records,
-    )
+    from xla_harness.stress.compile_records import load_compile_records
+    from xla_harness.stress.compile_table import COMPILE_TABLE_HEADER, check_compile_settings, compile_table_rows
     from xla_harness.table import format_rows
 
     if args.plot:
