@@ -49,16 +49,16 @@ def add_arguments(p) -> None:
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
     from xla_harness.commands import flags
-    from xla_harness.stress import report
+    from xla_harness.stress import report, report_json, report_plot
 
     if args.plot:  # before reading: a refused target costs nothing
         flags.check_output(args.plot, "--plot", flags.input_files(args.folders), args.force)
     table = report.load_table(args.folders, allow_mixed_specs=args.allow_mixed_specs)
     for w in table.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    print(report.dumps(table) if args.json else report.format_table(table))
+    print(report_json.dumps(table) if args.json else report.format_table(table))
     if args.plot:
-        report.plot(table, args.plot)
+        report_plot.plot(table, args.plot)
     return table
 
 
