@@ -15,7 +15,7 @@ import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.stress import compile_only, records, report
+from xla_harness.stress import compile_only, compile_records, compile_resume, compile_table, records, report
 from xla_harness.stress import store as results
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.spec import StressSpec
@@ -154,21 +154,21 @@ def _compile_record(label: str, settings: dict | None, target: str = "tpu:v6e:2x
 def test_one_configuration_under_two_settings_is_refused_in_the_compile_table():
     plain = results.jax_settings()
     highest = {**plain, "jax_default_matmul_precision": "highest"}
-    compile_only.check_compile_settings([_compile_record("a", plain), _compile_record("b", highest)])
-    compile_only.check_compile_settings([_compile_record("a", plain), _compile_record("a", plain)])
-    compile_only.check_compile_settings([_compile_record("a", None), _compile_record("a", None)])
+    compile_table.check_compile_settings([_compile_record("a", plain), _compile_record("b", highest)])
+    compile_table.check_compile_settings([_compile_record("a", plain), _compile_record("a", plain)])
+    compile_table.check_compile_settings([_compile_record("a", None), _compile_record("a", None)])
     with pytest.raises(HarnessError, match=r"^a on tpu:v6e:2x4 was compiled under two sets of jax settings "
                                            r"\(jax setting jax_default_matmul_precision=None, now 'highest'\)"):
-        compile_only.check_compile_settings([_compile_record("a", plain), _compile_record("a", highest)])
+        compile_table.check_compile_settings([_compile_record("a", plain), _compile_record("a", highest)])
     with pytest.raises(HarnessError, match="jax settings not recorded"):
-        compile_only.check_compile_settings([_compile_record("a", None), _compile_record("a", plain)])
+        compile_table.check_compile_settings([_compile_record("a", None), _compile_record("a", plain)])
     # Other versions or another target: another configuration.
     other = {**_compile_record("a", highest), "versions": {"jax": "0.9.0.1", "libtpu": "0.0.34"}}
-    compile_only.check_compile_settings([_compile_record("a", plain), other])
+    compile_table.check_compile_settings([_compile_record("a", plain), other])
     # Where records of one version differ, the table names the setting.
-    rows = compile_only.compile_table_rows([_compile_record("a", plain), _compile_record("b", highest)])
+    rows = compile_table.compile_table_rows([_compile_record("a", plain), _compile_record("b", highest)])
     assert [r[3] for r in rows] == ["a {jax_default_matmul_precision=None}", "b {jax_default_matmul_precision=highest}"]
-    assert [r[3] for r in compile_only.compile_table_rows([_compile_record("a", plain)])] == ["a"]
+    assert [r[3] for r in compile_table.compile_table_rows([_compile_record("a", plain)])] == ["a"]
 
 
 def test_report_refuses_a_compile_folder_with_one_label_under_two_settings(tmp_path, capsys):
@@ -193,12 +193,12 @@ def test_compile_resume_refuses_a_label_compiled_under_other_settings(tmp_path, 
         _compile_record("a", plain), _compile_record("b", None), _compile_record("c", highest))))
     run = {"program": None, "versions": {"jax": "0.12.0.1", "libtpu": "0.0.50.1"}, "env": {}, "protocol": "train",
            "autotune_sha256": None, "jax_config": plain}
-    done, _, _ = compile_only._read_done(path, True, target, run, {"a": {}, "b": {}})
+    done, _, _ = compile_resume._read_done(path, True, target, run, {"a": {}, "b": {}})
     assert set(done) == {"a", "b", "c"}  # c is not asked for: its settings are its own
     assert "b was recorded without its jax settings" in capsys.readouterr().err
     with pytest.raises(HarnessError, match=r"compile.jsonl:3: c was compiled under other jax settings \(jax setting "
                                            r"jax_default_matmul_precision='highest', now None\)"):
-        compile_only._read_done(path, True, target, run, {"a": {}, "c": {}})
+        compile_resume._read_done(path, True, target, run, {"a": {}, "c": {}})
 
 
 def test_a_compile_record_holds_the_settings_it_was_compiled_under(tmp_path):
@@ -208,7 +208,7 @@ def test_a_compile_record_holds_the_settings_it_was_compiled_under(tmp_path):
     with jax.default_matmul_precision("highest"):
         (rec,) = compile_only.compile_matrix(spec, target, tmp_path / "out")
     assert rec.record["jax_config"]["jax_default_matmul_precision"] == "highest"
-    (line,) = compile_only.read_compile_records(tmp_path / "out" / "compile.jsonl")
+    (line,) = compile_records.read_compile_records(tmp_path / "out" / "compile.jsonl")
     assert line["jax_config"] == rec.record["jax_config"]
     with pytest.raises(HarnessError, match="compiled under other jax settings"):
         list(compile_only.compile_matrix(spec, target, tmp_path / "out", resume=True))

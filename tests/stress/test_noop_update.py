@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress import records, report
+from xla_harness.stress import records, report, report_json
 from xla_harness.stress.store import Results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def noop_warnings(table: report.Table) -> list[str]:
 def test_every_zero_update_is_flagged():
     table = report.summarize([_results([0.0, 0.0, 0.0])])
     assert len(noop_warnings(table)) == 1 and "all 3" in noop_warnings(table)[0]
-    assert json.loads(report.dumps(table))["warnings"] == table.warnings
+    assert json.loads(report_json.dumps(table))["warnings"] == table.warnings
 
 
 @pytest.mark.parametrize("updates, finite", [([0.0, 1e-7, 0.0], None), ([None, None], None),

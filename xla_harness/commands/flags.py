@@ -308,7 +308,7 @@ def input_files(paths, results_in_folders: bool = True) -> set[Path]:
     return out
 
 
-COMPILE_RESULTS = "compile.jsonl"  # stress --compile-only's records (xla_harness.stress.compile_only, without jax)
+COMPILE_RESULTS = "compile.jsonl"  # stress --compile-only's records (xla_harness.stress.compile_records, without jax)
 RESULTS_FILES = (COMPILE_RESULTS,)  # besides stress*.jsonl
 
 

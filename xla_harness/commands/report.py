@@ -49,22 +49,22 @@ def add_arguments(p) -> None:
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
     from xla_harness.commands import flags
-    from xla_harness.stress import report
+    from xla_harness.stress import report, report_json, report_plot
 
     if args.plot:  # before reading: a refused target costs nothing
         flags.check_output(args.plot, "--plot", flags.input_files(args.folders), args.force)
     table = report.load_table(args.folders, allow_mixed_specs=args.allow_mixed_specs)
     for w in table.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    print(report.dumps(table) if args.json else report.format_table(table))
+    print(report_json.dumps(table) if args.json else report.format_table(table))
     if args.plot:
-        report.plot(table, args.plot)
+        report_plot.plot(table, args.plot)
     return table
 
 
 def _compile_folders(folders: list[Path]) -> bool:
     """Whether every folder holds compile records and none holds stress results."""
-    from xla_harness.stress.compile_only import COMPILE_RESULTS
+    from xla_harness.stress.compile_records import COMPILE_RESULTS
 
     return all(any(Path(f).rglob(COMPILE_RESULTS)) and not any(Path(f).glob("stress*.jsonl")) for f in folders)
 
@@ -73,12 +73,8 @@ def show_compile(args) -> int:
     import json
 
     from xla_harness.errors import HarnessError
-    from xla_harness.stress.compile_only import (
-        COMPILE_TABLE_HEADER,
-        check_compile_settings,
-        compile_table_rows,
-        load_compile_records,
-    )
+    from xla_harness.stress.compile_records import load_compile_records
+    from xla_harness.stress.compile_table import COMPILE_TABLE_HEADER, check_compile_settings, compile_table_rows
     from xla_harness.table import format_rows
 
     if args.plot:

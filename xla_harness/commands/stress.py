@@ -290,11 +290,11 @@ def _check_outputs(args) -> None:
 def _print_results(args, table, fingerprints: dict, path: Path) -> None:
     """The table (--json: as JSON), after the fingerprints; with --explain, whose each explained
     failing step's NaN is."""
-    from xla_harness.stress import report
+    from xla_harness.stress import report, report_json
 
     origins = report.load_origins([path.parent]) if args.explain else None
     if args.json:
-        print(report.dumps(table, fingerprints=fingerprints, origins=origins))
+        print(report_json.dumps(table, fingerprints=fingerprints, origins=origins))
         return
     for line in format_fingerprints(fingerprints):
         print(line)
@@ -322,7 +322,7 @@ def run(args) -> int:
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
     ensure_host_devices(args.devices // nproc)
-    from xla_harness.stress import report
+    from xla_harness.stress import report, report_plot
     from xla_harness.stress.explain import ExplainSpec
     from xla_harness.stress.runner import run_matrix
 
@@ -362,7 +362,7 @@ def run(args) -> int:
         sys.stderr.write(f"warning: {w}\n")
     _print_results(args, table, bar.fingerprints, path)
     if args.plot:
-        report.plot(table, args.plot)
+        report_plot.plot(table, args.plot)
     sys.stdout.flush()
     if stop.signum is not None:
         sys.stderr.write(f"interrupted: partial results in {path}; continue with --resume\n")

@@ -3,7 +3,8 @@
 Rows are configurations (mode x remat for the built-in, the program's label otherwise),
 columns are the seeds (``k/n`` non-finite steps), then total, rate, the one-sided exact 95%
 upper bound (the method ``runs_needed`` uses) and the spread of the per-seed rates with a
-chi-square test of whether the seeds share one rate.
+chi-square test of whether the seeds share one rate. The same table as JSON is
+:mod:`~xla_harness.stress.report_json`'s, its figure :mod:`~xla_harness.stress.report_plot`'s.
 """
 
 from __future__ import annotations
@@ -386,47 +387,6 @@ def _finite_errors_note(t: Table) -> str:
                                        "because they were non-finite): the others were not looked at"))
 
 
-def table_json(t: Table) -> dict:
-    vs_base = baseline_comparisons(t)
-    return {
-        "configs": [
-            {"config": r.label,
-             "per_seed": {str(s): {"nonfinite": k, "steps": n} for s, (k, n) in sorted(r.per_seed.items())},
-             **r.rate().to_dict(),
-             "seed_dispersion": r.dispersion(),
-             "injected": r.injected,
-             "first_bad": r.first_bad,
-             "silent": r.silent, "referenced": r.referenced,
-             "nondet": r.nondet, "protocol": r.protocol,
-             **({"nondet_leaves": r.nondet_leaves} if r.nondet else {}),
-             **({"reruns": {"steps": r.rerun_steps, "differ": sorted(r.rerun_differ),
-                            "nonfinite": sorted(r.rerun_nonfinite), "unrecoverable": sorted(r.unrecoverable)}}
-                if r.rerun_steps or r.unrecoverable else {}),
-             **({"per_seed_upper": {str(s): stats.upper_bound(k, n) for s, (k, n) in sorted(r.per_seed.items())}}
-                if r.protocol == "frozen" else {}),
-             **({"vs_baseline": vs_base[r.label]} if r.label in vs_base else {})}
-            for r in t.rows
-        ],
-        "seeds": t.seeds,
-        "total_nonfinite": t.total_nonfinite,
-        "total_nondet": sum(r.nondet for r in t.rows),
-        "finite_errors": {"referenced_steps": sum(r.referenced for r in t.rows), "steps": sum(r.n for r in t.rows),
-                          "silent": sum(r.silent for r in t.rows)},
-        "env": t.env,
-        "gaps": t.gaps,
-        "warnings": t.warnings,
-    }
-
-
-def dumps(t: Table, fingerprints: dict | None = None, origins: list[dict] | None = None) -> str:
-    data = table_json(t)
-    if fingerprints is not None:
-        data["fingerprints"] = fingerprints
-    if origins is not None:
-        data["origins"] = origins
-    return json.dumps(data, indent=2, sort_keys=True)
-
-
 def load_origins(folders: list[Path]) -> list[dict]:
     """Every failing step's origin recorded in the folders' results files (``stress --explain``), as
     ``{"config", "seed", "step", "class", "summary", "where", "evidence", "seconds"}``, by
@@ -461,55 +421,3 @@ def format_origins(origins: list[dict], nonfinite: int) -> str:
     for o in origins:
         lines.append(f"  {o['config']} seed {o['seed']} step {o['step']}: {o['class']}: {o['summary']}")
     return "\n".join(lines)
-
-
-def plot(t: Table, path: Path) -> Path:
-    """PNG: non-finite rate per configuration with its one-sided exact 95% upper bound.
-
-    Whether ``path`` may be replaced is the caller's decision (the CLI refuses an input, a results
-    file, or an existing file without --force); here a results file is refused all the same."""
-    if Path(path).is_dir():
-        raise HarnessError(f"cannot write plot {path}: it is a folder")
-    first = b""
-    if Path(path).is_file() and Path(path).suffix == ".jsonl":
-        try:
-            with open(path, "rb") as fh:
-                first = fh.read(4096).split(b"\n", 1)[0]
-        except OSError:
-            pass
-        if b'"kind"' in first and b'"header"' in first:
-            raise HarnessError(f"cannot write plot {path}: it is a stress results file")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise HarnessError("plotting needs matplotlib: pip install 'xla-harness[plot]'") from None
-    labels = [r.label for r in t.rows]
-    rates = [r.rate().rate for r in t.rows]
-    lo = [0.0 for _ in t.rows]
-    hi = [r.rate().upper - r.rate().rate for r in t.rows]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(labels) + 2), 3.8))
-    ax.errorbar(range(len(labels)), rates, yerr=[lo, hi], fmt="o", capsize=5, color="C3")
-    for i, r in enumerate(t.rows):
-        ax.annotate(f"{r.k}/{r.n}", (i, rates[i]), textcoords="offset points", xytext=(8, 4), fontsize=8)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel("non-finite update rate")
-    env = t.env or {}
-    ax.set_title(f"non-finite updates per configuration (bars: one-sided exact 95% upper bound) - "
-                 f"{env.get('backend', '?')} "
-                 f"{env.get('device_kind', '')}", fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, format="png")
-    except OSError as exc:
-        raise HarnessError(f"cannot write plot {path}: {exc.strerror}") from None
-    finally:
-        plt.close(fig)
-    return path

@@ -390,7 +390,7 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _lock(path: Path):
+def lock_results(path: Path):
     """Take the exclusive lock of a results file (a ``.lock`` file beside it) or refuse."""
     lp = lock_path(path)
     try:
@@ -448,7 +448,7 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
     check_writable(path.parent)
     if path.exists() and not path.is_file():
         raise HarnessError(f"{path} is not a regular file")
-    lock = _lock(path)
+    lock = lock_results(path)
     try:
         data = read_regular(path) if path.exists() else b""
         if not data:

@@ -174,7 +174,7 @@ class Triage:
     # -- stages
 
     def compile_stage(self, stage: Stage) -> dict:
-        from xla_harness.stress.compile_only import COMPILE_RESULTS, read_compile_records
+        from xla_harness.stress.compile_records import COMPILE_RESULTS, read_compile_records
 
         folder = self.stage_dir(stage) / "compile"
         argv = ["stress", *self._program_args(), "--compile-only", "--target", stage.target, "--quiet",
