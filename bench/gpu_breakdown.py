@@ -110,7 +110,8 @@ class Loops:
             spec = StressSpec(program=program, program_options=options, seeds=(1,), steps=steps, block=block)
         self.h = prepare(spec, spec.configs()[0])
         state = initial_state(self.h, 1)
-        self.fingerprint = check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
+        self.h = check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
+        self.fingerprint = self.h.fingerprint
         self.state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves((state.params, state.opt_state)))
         del state
         self.program = self.h.program

@@ -69,7 +69,7 @@ class Loops:
         self.h = prepare(spec, {}, self.program)
         self.size = new_block_size(spec)  # carried from seed to seed, as stress does
         state = initial_state(self.h, 1)
-        check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
+        self.h = check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
         self.plain_step = jax.jit(self.program.step, donate_argnums=(0, 1))
         self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-host-"))
         self.env = results.environment()

@@ -91,9 +91,10 @@ class Loops:
         base = dict(modes=("full",), remats=(True,), seeds=(1,), steps=steps, **SIZES[size])
         self.h = {c: prepare(s, s.configs()[0]) for c in ("block", "step")
                   for s in [StressSpec(commit=c, **base)]}
-        for c, h in self.h.items():  # each proven and compiled once, as stress does
+        for c, h in list(self.h.items()):  # each proven and compiled once, as stress does
             state = initial_state(h, 1)
-            fp = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+            h = self.h[c] = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+            fp = h.fingerprint
             if c == "block":
                 self.fingerprint = fp
                 self.state_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves((state.params, state.opt_state)))

@@ -56,7 +56,7 @@ def _run(plant=None):
     spec = StressSpec(program="regression", seeds=(1,), steps=STEPS, block=K)
     h = prepare(spec, {}, _program())
     state = initial_state(h, 1)
-    check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+    h = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
     counters = Logged()
     h = replace(h, counters=counters)
     real_step = h.step
@@ -65,7 +65,7 @@ def _run(plant=None):
         counters.log.append("step")
         return real_step(*args)
 
-    h.step = logged_step
+    h = replace(h, step=logged_step)
     if plant is not None:
         h = plant(h)
     before = (counters.dispatches, counters.host_syncs, counters.d2h_bytes)

@@ -93,7 +93,8 @@ def test_flax_step_under_the_harness_is_a_plain_user_jit(monkeypatch):
     h = prepare(spec, spec.configs()[0])
     state = initial_state(h, 1)
     batch = h.program.batch(step_keys(1, 0)[0], 0)
-    ours = check_same_program(h, state.params, state.opt_state, batch)
+    h = check_same_program(h, state.params, state.opt_state, batch)
+    ours = h.fingerprint
     user_program = load_program("examples/flax_tied/program.py:program")
     user = jax.jit(user_program.step, donate_argnums=(0, 1)).lower(state.params, state.opt_state, batch).compile()
     assert fingerprint(user) == ours

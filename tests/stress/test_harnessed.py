@@ -1,11 +1,11 @@
-"""A prepared configuration (:class:`~xla_harness.stress.harness.Harnessed`) is fixed once its proof
-has run: running its seeds under every protocol changes none of its fields (the run's state, the
-block sizer and the rows' layout are passed explicitly); only its counters accumulate. A loop that
-writes a field of it is caught."""
+"""A prepared configuration (:class:`~xla_harness.stress.harness.Harnessed`) is frozen, and the proof
+returns the proven one: running its seeds under every protocol changes none of its fields (the run's
+state, the block sizer and the rows' layout are passed explicitly); only its counters accumulate. A
+loop that writes a field of it is refused where it writes."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 
 import pytest
 
@@ -23,7 +23,7 @@ def _prepared(**kw) -> Harnessed:
                       **TINY, **kw)
     h = prepare(spec, spec.configs()[0])
     state = initial_state(h, 1)
-    check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+    h = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
     return h
 
 
@@ -58,5 +58,6 @@ def test_a_loop_that_writes_a_field_is_caught(monkeypatch):
 
     monkeypatch.setattr(blocks_module, "dispatch_block", writes)
     before = _fields(h)
-    _run_seeds(h)
-    assert {k for k, v in _fields(h).items() if v is not before[k]} == {"label"}
+    with pytest.raises(FrozenInstanceError, match="label"):  # refused where it is written
+        _run_seeds(h)
+    assert {k for k, v in _fields(h).items() if v is not before[k]} == set()

@@ -42,7 +42,7 @@ def test_a_batch_that_changes_shape_is_proven_compiled_again_counted_and_said(co
     spec = StressSpec(program="shrinking-batch", seeds=(1,), steps=10, commit=commit, block=4)
     h = prepare(spec, {}, _program())
     state = initial_state(h, 1)
-    check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+    h = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
     assert h.step_compiles == 1
     records = [r for b in run_config(h, 1, state, block_size=new_block_size(spec)) for r in b.records]
     assert [r.step for r in records] == list(range(10)) and all(r.finite for r in records)
@@ -57,6 +57,6 @@ def test_a_step_not_proven_again_refuses_the_new_signature(monkeypatch):
     spec = StressSpec(program="shrinking-batch", seeds=(1,), steps=10, commit="step", block=4)
     h = prepare(spec, {}, _program())
     state = initial_state(h, 1)
-    check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
+    h = check_same_program(h, state.params, state.opt_state, first_batch(h, 1))
     with pytest.raises(HarnessError, match="step raised TypeError: Argument types differ"):
         list(run_config(h, 1, state))

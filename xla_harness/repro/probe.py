@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -90,7 +91,7 @@ def main() -> int:
     inject = task.get("inject")
     rate = inject[1] if inject and inject[0] not in disabled else 0.0
     h, state, lowered = _harnessed(task, rate)
-    h.step = lowered.compile(compiler_options=compile_options(disabled))
+    h = replace(h, step=lowered.compile(compiler_options=compile_options(disabled)))
     steps = int(task["steps"])
     bad = 0
     for block in run_config(h, task.get("seed", 1), state, steps=steps):

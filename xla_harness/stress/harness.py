@@ -85,15 +85,15 @@ class Counted:
         return self.fn(*args)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Harnessed:
-    """A program with the harness's outside functions, for one configuration: fixed once the
-    same-program proof has run (:func:`prove_step` sets ``step``, ``proven`` and ``fingerprint``
-    before the first step). What changes as a run goes lives elsewhere and is passed explicitly: a
-    seed's state (:class:`RunState`), the block protocol's loop and block sizer
-    (:mod:`~xla_harness.stress.blocks`), the executable for each argument signature met
-    (:class:`~xla_harness.stress.proof.ProvenStep`); ``counters`` accumulate what the harness
-    costs over the configuration's seeds."""
+    """A program with the harness's outside functions, for one configuration; frozen: nothing is
+    assigned to it once made. The same-program proof (:func:`prove_step`) returns the proven
+    configuration, a new one with ``step``, ``proven`` and ``fingerprint`` set. What changes as a run
+    goes lives elsewhere and is passed explicitly: a seed's state (:class:`RunState`), the block
+    protocol's loop and block sizer (:mod:`~xla_harness.stress.blocks`), the executable for each
+    argument signature met (:class:`~xla_harness.stress.proof.ProvenStep`); ``counters`` accumulate
+    what the harness costs over the configuration's seeds."""
 
     program: TrainProgram
     spec: StressSpec
@@ -123,11 +123,13 @@ class Harnessed:
 
     def __post_init__(self) -> None:
         counted = self.counters.counted  # every function of the harness's own: each call one dispatch
-        self.checker, self.commit, self.state_check = counted(self.checker), counted(self.commit), \
-            counted(self.state_check)
-        self.repeat_check, self.write_row = counted(self.repeat_check), counted(self.write_row)
-        self.copy, self.start_repeat = counted(copy_tree), counted(start_repeat)
-        self.inject = counted(make_injector(self.spec.inject, self.p_index, self.o_index))
+        made = {"checker": counted(self.checker), "commit": counted(self.commit),
+                "state_check": counted(self.state_check), "repeat_check": counted(self.repeat_check),
+                "write_row": counted(self.write_row), "copy": counted(copy_tree),
+                "start_repeat": counted(start_repeat),
+                "inject": counted(make_injector(self.spec.inject, self.p_index, self.o_index))}
+        for name, fn in made.items():  # as it is made (frozen from here on)
+            object.__setattr__(self, name, fn)
 
     def call_step(self, params, opt_state, batch):
         """One call of the user's step (guarded: what it raises is one HarnessError)."""
@@ -221,21 +223,20 @@ def _warn(said: str) -> None:
     sys.stderr.write(f"warning: {said}\n")
 
 
-def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> dict:
+def prove_step(h: Harnessed, args: tuple, plain_args: tuple) -> Harnessed:
     """The same-program proof for the step's first call (:class:`~xla_harness.stress.proof.ProvenStep`):
-    the harness's lowering on ``args`` against a plain loop's on ``plain_args``, compiled once; from
-    here on the loop calls that executable. Returns (and records) its fingerprint."""
-    if h.proven is None:
-        h.proven = ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label,
-                              on_new_signature=_warn)
+    the harness's lowering on ``args`` against a plain loop's on ``plain_args``, compiled once. Returns
+    the proven configuration: ``h`` with the loop calling that executable (``step``, ``proven``) and its
+    ``fingerprint``; ``h`` itself is left as it was."""
+    proven = h.proven or ProvenStep(h.jitted, lambda: plain_jit(h.program, h.donate, fresh=True), h.label,
+                                    on_new_signature=_warn)
     try:
-        fp = h.proven.prove(args, plain_args, signature(args))
+        fp = proven.prove(args, plain_args, signature(args))
     except HarnessError:
         raise
     except BaseException as e:  # noqa: BLE001 - lowering traces the user's step
         raise guard_user_error(e, h.spec.program, "step") from e
-    h.step, h.fingerprint = h.proven, fp
-    return fp
+    return replace(h, step=proven, proven=proven, fingerprint=fp)
 
 
 def follow_signature(h: Harnessed, args: tuple) -> None:

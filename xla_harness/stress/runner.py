@@ -79,7 +79,7 @@ __all__ = ["DEFAULT_SYNC", "RESULTS_NAME", "BlockResult", "BlockSize", "Event", 
 RESULTS_NAME = "stress.jsonl"
 
 
-def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = False) -> dict:
+def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = False) -> Harnessed:
     """The step the harness runs, on the arguments it will call it with, against a plain loop's first
     step lowered independently: a fresh ``jax.jit(step, donate_argnums=..., **jit_kwargs)`` of the
     user's step, of a new function object (jax's caches hold nothing of the harness's lowering for
@@ -89,7 +89,8 @@ def check_same_program(h: Harnessed, params, opt_state, batch, resumed: bool = F
     an argument's dtype, weak type, sharding or committedness, or the donation, fails here. Then the
     harness's lowering is compiled, once, and the loop calls that executable. A run ``resumed`` from
     a checkpoint is compared with a plain loop's later step (its arguments: what the step returned).
-    Later steps are held to the step's own outputs by :func:`check_fed_back`."""
+    Later steps are held to the step's own outputs by :func:`check_fed_back`. Returns the proven
+    configuration (its ``fingerprint``: the compiled step's)."""
     from xla_harness.targets.compile import abstract_arguments
 
     plain_args = abstract_arguments(h.program, jax.devices(), h.spec.program, place_unplaced=False)
@@ -280,9 +281,9 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
                     batch = state.batch if state.batch is not None else first_batch(h, seed)
                     check_step_outputs(h, state.params, state.opt_state, batch)
                     resumed = state.next_step > 0 and h.spec.protocol == "train"
-                    fp = check_same_program(h, state.params, state.opt_state, batch, resumed)
+                    h = check_same_program(h, state.params, state.opt_state, batch, resumed)
                     emit(Event("compiled", label, seed, done_steps, total, nonfinite,
-                               fingerprint={**fp, "donate_argnums": list(h.donate)}))
+                               fingerprint={**(h.fingerprint or {}), "donate_argnums": list(h.donate)}))
                 _replay_gap(h, seed, state, start)
                 for block in run_seed(h, seed, state, sink, out, env, should_stop, block_size, keep):
                     if explainer is not None:
@@ -307,8 +308,7 @@ def _proven(spec: StressSpec, options: dict, program) -> Harnessed:
     state = initial_state(h, seed)
     batch = state.batch if state.batch is not None else first_batch(h, seed)
     check_step_outputs(h, state.params, state.opt_state, batch)
-    check_same_program(h, state.params, state.opt_state, batch)
-    return h
+    return check_same_program(h, state.params, state.opt_state, batch)
 
 
 def compile_train_step(options: dict | None = None, program: str = BUILTIN, protocol: str = "train"):
