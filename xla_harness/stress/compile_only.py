@@ -3,12 +3,12 @@ target, fingerprint and scan each, run nothing.
 
 Each configuration's program is built for the target's devices (:func:`target_options`), its step
 compiled from abstract state (:func:`xla_harness.targets.compile.compile_step`), and one record
-written per configuration to ``OUT/compile.jsonl`` (flushed per line; ``--resume`` skips the
-configurations already recorded), with the optimized HLO and the compiler's buffer assignment
-and its values file beside it. A full-size TPU compile takes minutes: a killed matrix loses at most
-the compile in progress. The records are read and validated by :mod:`~xla_harness.stress.compile_records`,
-held to an earlier run's by :mod:`~xla_harness.stress.compile_resume`, and tabled by
-:mod:`~xla_harness.stress.compile_table`.
+written per configuration to ``OUT/compile.jsonl`` (each line appended whole and fsynced by
+:mod:`~xla_harness.stress.jsonl`; ``--resume`` skips the configurations already recorded), with the
+optimized HLO and the compiler's buffer assignment and its values file beside it. A full-size TPU
+compile takes minutes: a killed matrix loses at most the compile in progress. The records are read
+and validated by :mod:`~xla_harness.stress.compile_records`, held to an earlier run's by
+:mod:`~xla_harness.stress.compile_resume`, and tabled by :mod:`~xla_harness.stress.compile_table`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from xla_harness.programs.variants import check_variants, variant_program
 from xla_harness.stress.compile_records import COMPILE_RESULTS, jsonable_options, repair_tail
 from xla_harness.stress.compile_resume import plan_compiles
 from xla_harness.stress.fingerprint import fingerprint
+from xla_harness.stress.jsonl import append_line, take_lock
 from xla_harness.stress.spec import StressSpec
 from xla_harness.stress.store import JAX_CONFIG_KEY, jax_settings
 from xla_harness.targets.spec import Target
@@ -143,7 +144,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
     a module, buffer assignment or autotune file already where a configuration would write it is
     refused. Every configuration's program is built, and all of this checked, before anything is
     created or compiled."""
-    from xla_harness.stress.store import check_writable, lock_results
+    from xla_harness.stress.store import check_writable
     from xla_harness.targets.compile import compile_step, environment
     from xla_harness.targets.devices import autotune_dump_path, target_devices
 
@@ -170,7 +171,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
         if results.exists() and not results.is_file():
             raise HarnessError(f"{results} is not a regular file")
         check_writable(out)
-        lock = lock_results(results)
+        lock = take_lock(results)
     try:
         todo, data, tail = plan_compiles(out, resume, target, run, configs)  # again, now that the file is ours
         if results is not None and resume:
@@ -258,10 +259,7 @@ def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotun
     record["hlo"] = str(Path(f"{stem}.after_optimizations.txt").relative_to(out))
     if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
         record["autotune_results"] = str(Path(autotune).relative_to(out))
-    with open(results, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_line(results, json.dumps(record, sort_keys=True).encode())
 
 
 def _provenance() -> dict:

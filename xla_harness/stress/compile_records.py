@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.stress import jsonl
 
 COMPILE_RESULTS = "compile.jsonl"
 
@@ -91,8 +91,7 @@ def parse_records(path: Path, data: bytes) -> tuple[list[tuple[int, dict]], byte
     """(lineno, record) of every complete line of ``data``, and the last line when it lacks its
     newline and is not a whole record (a write in progress or one cut short); HarnessError
     ``FILE:LINE`` naming the first line that is not a compile record."""
-    parts = data.split(b"\n")
-    tail = parts.pop() or None
+    parts, tail = jsonl.split_lines(data)
     out: list[tuple[int, dict]] = []
     for n, raw in enumerate([*parts, *([tail] if tail is not None else [])], 1):
         if not raw.strip():
@@ -128,15 +127,9 @@ def repair_tail(path: Path, data: bytes, tail: bytes | None) -> None:
     """A last line cut short by a kill: removed (with a warning; its compile runs again); a whole last
     record lacking its newline: completed."""
     if data and tail is None and not data.endswith(b"\n"):
-        with open(path, "ab") as fh:
-            fh.write(b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        jsonl.end_line(path)
     elif tail is not None:
-        with open(path, "r+b") as fh:
-            fh.truncate(len(data) - len(tail))
-            fh.flush()
-            os.fsync(fh.fileno())
+        jsonl.cut_tail(path, data, tail)
         line = data.count(b"\n") + 1
         sys.stderr.write(f"warning: {path}:{line}: removed a truncated last line (an interrupted write); its "
                          "configuration is compiled again\n")

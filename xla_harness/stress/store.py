@@ -1,18 +1,18 @@
 """JSONL result store: one line per finished step-block, appended with flush + fsync.
 
 A results folder holds ``stress.jsonl`` (``stress.p<i>.jsonl`` for process i of a
-multi-process run); records.py says what a line holds. One writer at a time: a run or a
-``--resume`` takes an exclusive ``fcntl.flock`` on ``<file>.lock`` before it reads
-anything, and a second one is refused. ``--resume`` checks the header and the options
-before touching the file; a last line cut short by ``kill -9`` is then cut (with a
-warning) and its steps are simply run again; a valid last line lacking its newline is
-completed. Readers validate every line and name ``FILE:LINE`` of the first bad one.
+multi-process run); records.py says what a line holds, jsonl.py how a line is written and read
+(the lock, a whole fsynced append, a torn tail). One writer at a time: a run or a ``--resume``
+takes the exclusive lock of ``<file>.lock`` before it reads anything, and a second one is
+refused. ``--resume`` checks the header and the options before touching the file; a last line
+cut short by ``kill -9`` is then cut (with a warning) and its steps are simply run again; a
+valid last line lacking its newline is completed. Readers validate every line and name
+``FILE:LINE`` of the first bad one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import platform
 import socket
@@ -30,7 +30,7 @@ from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.files import read_regular
 from xla_harness.resources import source_checkout
-from xla_harness.stress import records
+from xla_harness.stress import jsonl, records
 from xla_harness.stress.record_text import dumps
 
 ENV_VARS_RECORDED = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS", "TPU_NAME")
@@ -181,13 +181,6 @@ class Results:
     origin_lines: list[int] = field(default_factory=list)  # the line number of each origin
 
 
-def _lines(data: bytes) -> tuple[list[bytes], bytes | None]:
-    """(complete lines, the last line if it lacks its newline)."""
-    parts = data.split(b"\n")
-    tail = parts.pop()
-    return parts, (tail if tail else None)
-
-
 def _parse(path: Path, lineno: int, raw: bytes) -> records.Record:
     try:
         return records.parse_line(raw)
@@ -258,7 +251,7 @@ def read_results(path: Path) -> Results:
     run) and is left out; any other line that breaks the schema is an error naming FILE:LINE.
     """
     path = Path(path)
-    lines, tail = _lines(read_regular(path))
+    lines, tail = jsonl.split_lines(read_regular(path))
     if tail is not None:
         try:
             records.parse_line(tail)
@@ -303,10 +296,10 @@ class RunWriter:
         self.fsyncs = 0
         _OPEN_WRITERS.add(self)
         try:
-            self._fh = open(path, "ab")  # noqa: SIM115 - held for the run, closed by close()
-        except OSError as exc:
+            self._fh = jsonl.open_append(path)  # held for the run, closed by close()
+        except HarnessError:
             self.close()
-            raise HarnessError(f"cannot write results to {path}: {exc.strerror}") from None
+            raise
 
     def new_header(self, spec: dict, env: dict) -> records.Header:
         """The header of a run of ``spec``, with this process's jax settings added to it
@@ -331,7 +324,7 @@ class RunWriter:
             fh = self._fh
             if fh is None:
                 raise HarnessError(f"internal: a record appended to {self.path} after its writer was closed")
-            _write_whole(fh.fileno(), line.encode() + b"\n", self.path)
+            jsonl.write_line(fh.fileno(), line.encode(), self.path)
             self.lines_written += 1
             self.fsyncs += 1
 
@@ -344,8 +337,7 @@ class RunWriter:
         fh = self._fh
         if fh is not None:
             with contextlib.suppress(OSError, ValueError):
-                fh.flush()
-                os.fsync(fh.fileno())
+                jsonl.sync(fh)
         return True  # the lock stays taken: nothing is written after this
 
     def close(self) -> None:
@@ -363,47 +355,11 @@ class RunWriter:
         self.close()
 
 
-def _write_whole(fd: int, data: bytes, path: Path) -> None:
-    """Append ``data`` (one line) to the file open at ``fd`` and fsync it, whole or not at all: a write
-    that fails part-way (a full disk) is cut back to where the line began, so the file never ends in
-    half a line this process wrote, and the error names the file."""
-    start = os.lseek(fd, 0, os.SEEK_END)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, start)  # shrinking needs no space
-        raise HarnessError(f"cannot write results to {path}: {exc.strerror or exc}") from None
-
-
 def settle_open_writers(timeout: float = 5.0) -> list[Path]:
     """:meth:`RunWriter.settle` every open writer of this process (each within ``timeout`` s); returns
     the files whose last write did not complete in time (their last line may be cut: ``--resume``
     cuts it and runs its steps again)."""
     return [w.path for w in list(_OPEN_WRITERS) if not w.settle(timeout)]
-
-
-def lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
-
-
-def lock_results(path: Path):
-    """Take the exclusive lock of a results file (a ``.lock`` file beside it) or refuse."""
-    lp = lock_path(path)
-    try:
-        fh = open(lp, "a")  # noqa: SIM115 - the lock lives as long as the writer
-    except OSError as exc:
-        raise HarnessError(f"cannot create the lock file {lp}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.close()
-        raise HarnessError(f"another stress run is writing {path} (it holds {lp.name}); wait for it to "
-                           "finish or choose another --out") from None
-    return fh
 
 
 def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.Block | records.StepOrigin | None:
@@ -414,24 +370,13 @@ def _repair_tail(path: Path, data: bytes, tail: bytes, lineno: int) -> records.B
         rec = None
     if isinstance(rec, records.Header):
         raise HarnessError(f"{path}:{lineno}: a second header line")
-    with open(path, "r+b") as fh:
-        if rec is None:
-            fh.truncate(len(data) - len(tail))
-            sys.stderr.write(f"warning: {path}:{lineno}: removed a truncated last line (an interrupted write); "
-                             "its steps will be run again\n")
-        else:
-            fh.seek(0, os.SEEK_END)
-            fh.write(b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    if rec is None:
+        jsonl.cut_tail(path, data, tail)
+        sys.stderr.write(f"warning: {path}:{lineno}: removed a truncated last line (an interrupted write); "
+                         "its steps will be run again\n")
+    else:
+        jsonl.end_line(path)
     return rec
-
-
-def _repair_tail_header(path: Path) -> None:
-    with open(path, "ab") as fh:
-        fh.write(b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
@@ -448,14 +393,14 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
     check_writable(path.parent)
     if path.exists() and not path.is_file():
         raise HarnessError(f"{path} is not a regular file")
-    lock = lock_results(path)
+    lock = jsonl.take_lock(path)
     try:
         data = read_regular(path) if path.exists() else b""
         if not data:
             return RunWriter(path, lock, None, [])
         if not resume:
             raise HarnessError(f"{path} already holds results; pass --resume to continue them or choose another --out")
-        lines, tail = _lines(data)
+        lines, tail = jsonl.split_lines(data)
         header = _header(path, lines[0] if lines else tail)
         diff = spec_difference(header.spec, spec)
         if diff:
@@ -467,7 +412,7 @@ def open_run(path: Path, spec: dict, resume: bool) -> RunWriter:
             if last is not None:
                 body.add(last, len(lines) + 1)
         elif tail is not None:  # the header itself lacks its newline
-            _repair_tail_header(path)
+            jsonl.end_line(path)
         return RunWriter(path, lock, header, body.blocks, body.origins)
     except BaseException:
         lock.close()
