@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from xla_harness import interrupts
 from xla_harness.errors import HarnessError
+from xla_harness.names import BUILTIN_PROGRAM
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -79,10 +80,6 @@ def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
     return step
 
 
-# The built-in program a results file names when it names none (the default --program).
-BUILTIN_PROGRAM = "tied-embedding"
-
-
 def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
     """The run label of a configuration (rows of every table): the built-in program's
     ``mode/remat=on|off/dtype`` (``...[variant=NAME]`` in a ``--variants`` run); any other
@@ -99,7 +96,7 @@ def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
 
 BUILTINS: dict[str, str] = {
     # name -> "module:factory"; each factory takes keyword options and returns a TrainProgram
-    "tied-embedding": "xla_harness.programs.tied_embedding:program",
+    BUILTIN_PROGRAM: "xla_harness.programs.tied_embedding:program",
     "issue-35409": "xla_harness.programs.issue_35409:make",
 }
 

@@ -97,7 +97,7 @@ def dump_files(dump: Path) -> tuple[Path, Path]:
 
 
 INTERFACE_FILES = ("xla_harness/__init__.py", "xla_harness/_early.py", "xla_harness/errors.py",
-                   "xla_harness/interrupts.py",
+                   "xla_harness/names.py", "xla_harness/interrupts.py",
                    "xla_harness/programs/__init__.py", "xla_harness/programs/interface.py")
 
 

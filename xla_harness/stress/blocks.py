@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import BLOCK_ROWS as ROWS
 from xla_harness.programs.interface import guard_user_error
 from xla_harness.stress.checkpoint import Checkpointer
 from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstract, follow_signature
@@ -57,7 +58,7 @@ from xla_harness.stress.restore import (
     recompute_checked,
     take_host_point,
 )
-from xla_harness.stress.step_rows import ROWS, RowLayout, bucket, last_rows, new_rows
+from xla_harness.stress.step_rows import RowLayout, bucket, last_rows, new_rows
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
 # (seed, step, the step's record, a function giving the state before it: (params, opt_state), or None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.interrupts import Interrupted
+from xla_harness.names import COMPILE_RESULTS
 from xla_harness.programs.interface import program_factory
 from xla_harness.programs.variants import check_variants, variant_program
 from xla_harness.stress.fingerprint import fingerprint
@@ -31,7 +32,6 @@ from xla_harness.stress.spec import StressSpec
 from xla_harness.stress.store import JAX_CONFIG_KEY, jax_settings
 from xla_harness.targets.spec import Target
 
-COMPILE_RESULTS = "compile.jsonl"
 SCHEMA = 1
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
+from xla_harness.names import COMPILE_RESULTS
 from xla_harness.stress.stopping import STOP_GRACE_S
 from xla_harness.triage import plan as plan_mod
 from xla_harness.triage.answer import answer
@@ -174,7 +175,7 @@ class Triage:
     # -- stages
 
     def compile_stage(self, stage: Stage) -> dict:
-        from xla_harness.stress.compile_only import COMPILE_RESULTS, read_compile_records
+        from xla_harness.stress.compile_only import read_compile_records
 
         folder = self.stage_dir(stage) / "compile"
         argv = ["stress", *self._program_args(), "--compile-only", "--target", stage.target, "--quiet",
@@ -330,7 +331,7 @@ class Triage:
 
     def _explain_args(self, stage: Stage, rounds: list[str]) -> list[str]:
         """``--explain`` for a frozen or train round while fewer than the spec's ``explain_max``
-        (:data:`~xla_harness.triage.spec.EXPLAIN_MAX` by default) of the stage's failing steps have an
+        (:data:`~xla_harness.names.EXPLAIN_MAX` by default) of the stage's failing steps have an
         origin (the rounds before it decided the rest)."""
         if stage.kind not in ("frozen", "train"):
             return []
