@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import read_regular
 from xla_harness.names import BUILTIN_PROGRAM
+from xla_harness.runtime.files import read_regular
 
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"

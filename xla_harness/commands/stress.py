@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from xla_harness import interrupts
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
 from xla_harness.names import (
@@ -19,6 +18,7 @@ from xla_harness.names import (
     INJECT_KINDS,
     PROTOCOLS,
 )
+from xla_harness.runtime import interrupts
 from xla_harness.stress.distributed import ensure_host_devices, init_distributed
 from xla_harness.stress.progress import Progress
 from xla_harness.stress.stopping import STOP_GRACE_S, StopFlag

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.names import BUILTIN_PROGRAM
+from xla_harness.runtime import interrupts
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -162,7 +162,7 @@ def _describe(exc: BaseException) -> str:
 
 def _signals_noted() -> bool:
     """Whether this process is the CLI with its SIGINT handler in place: then every Ctrl-C is recorded
-    (:func:`xla_harness.interrupts.received`) and a KeyboardInterrupt no signal left a record of is a
+    (:func:`xla_harness.runtime.interrupts.received`) and a KeyboardInterrupt no signal left a record of is a
     program's own."""
     import signal
 
@@ -176,9 +176,9 @@ def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessE
     """The HarnessError for anything the user's code raised while ``doing`` (importing, building, calling
     init/batch/step): a SystemExit, a BaseException subclass or an ordinary error all become one line
     naming the program. An interrupt wins: once SIGINT/SIGTERM has arrived
-    (:func:`xla_harness.interrupts.received`), whatever was raised (a compiler whose child the signal
+    (:func:`xla_harness.runtime.interrupts.received`), whatever was raised (a compiler whose child the signal
     killed: ``ptxas exited with non-zero error code 15``) is raised as
-    :class:`~xla_harness.interrupts.Interrupted` saying where (exit 130/143). A KeyboardInterrupt
+    :class:`~xla_harness.runtime.interrupts.Interrupted` saying where (exit 130/143). A KeyboardInterrupt
     that no signal caused (the CLI notes every SIGINT, and none arrived) is the program's own raise,
     an error like any other; elsewhere (a library user's process, where a Ctrl-C is a plain
     KeyboardInterrupt) it and HarnessError are re-raised as they are."""

@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.interrupts import Interrupted
 from xla_harness.names import COMPILE_RESULTS
 from xla_harness.programs.interface import program_factory
 from xla_harness.programs.variants import check_variants, variant_program
+from xla_harness.runtime.interrupts import Interrupted
 from xla_harness.stress.fingerprint import fingerprint
 from xla_harness.stress.spec import StressSpec
 from xla_harness.stress.store import JAX_CONFIG_KEY, jax_settings
@@ -239,7 +239,7 @@ def read_compile_records(path: Path) -> list[dict]:
     """The records of one ``compile.jsonl``, every line validated; HarnessError ``FILE:LINE`` for a line
     that is not one. An unterminated last line that is not a whole record is a write in progress (or
     one a kill cut short, which --resume repairs) and is left out."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     return [rec for _, rec in _records(path, read_regular(path))[0]]
 
@@ -301,7 +301,7 @@ def _read_done(results: Path, resume: bool, target: Target, run: dict,
     ``ours`` (label -> options) compiled with other options, or records of ``target`` compiled under
     other conditions (:data:`RUN_KEYS`); the options are compared first (they are what a user changed:
     --devices also changes the host's XLA_FLAGS)."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     if not results.exists() and not results.is_symlink():
         return {}, b"", None
@@ -459,7 +459,7 @@ def _record(spec: StressSpec, label: str, options: dict, program, compiled, targ
 
 def _autotune_sha256() -> str | None:
     """sha256 of the autotune results XLA_FLAGS loads into the compile (--autotune-results), or None."""
-    from xla_harness.files import sha256_file
+    from xla_harness.runtime.files import sha256_file
     from xla_harness.targets.devices import LOAD_AUTOTUNE_FLAG, flag_path
 
     path = flag_path(os.environ.get("XLA_FLAGS", ""), LOAD_AUTOTUNE_FLAG)
