@@ -4,7 +4,7 @@ The wheel carries the top-level ``patches/`` tree (series.toml, xla/guards.toml,
 .patch, the READMEs) as ``xla_harness/_data/patches`` so that ``patches-check``, ``pr`` and
 the xla-test guards work from an installed wheel; git keeps a single copy, at the top level.
 The sdist lists ``patches/`` among build_py's sources, so a wheel built from the sdist has it
-too. An editable install reads ``patches/`` in place (xla_harness/resources.py).
+too. An editable install reads ``patches/`` in place (xla_harness/runtime/resources.py).
 
 setuptools builds under out/setuptools-build (git-ignored), not its default build/, which
 in this project is a tracked folder (build/build_jaxlib.py).

@@ -55,6 +55,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from stress_overhead import SIZES, median_interval  # noqa: E402
 
+from xla_harness.names import BLOCK_ROWS as ROWS  # noqa: E402
 from xla_harness.programs.options import literal_option  # noqa: E402
 from xla_harness.stress import blocks as blocks_module  # noqa: E402
 from xla_harness.stress import store as results  # noqa: E402
@@ -63,7 +64,7 @@ from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.sink import ResultsSink  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
-from xla_harness.stress.step_rows import ROWS, new_rows  # noqa: E402
+from xla_harness.stress.step_rows import new_rows  # noqa: E402
 
 LOOPS = ("user", "+row", "+copy", "quiet", "block")
 PARTS = (("row", "+row", "user"), ("copy", "+copy", "+row"), ("loop", "quiet", "+copy"),

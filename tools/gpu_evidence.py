@@ -62,7 +62,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xla_harness import subproc  # noqa: E402
+from xla_harness.runtime import subproc  # noqa: E402
 
 
 @dataclass
@@ -177,7 +177,7 @@ def run_step(step: Step, out: Path, left: float, gpu: bool) -> Outcome:
     with open(folder / "output.txt", "w") as log:
         log.write("$ " + " ".join(step.argv) + "\n")
         log.flush()
-        try:  # the step's whole process group is killed at its limit (xla_harness.subproc)
+        try:  # the step's whole process group is killed at its limit (xla_harness.runtime.subproc)
             proc = subproc.run(step.argv, timeout=limit, what=step.name, cwd=ROOT, env=env, stdout=log,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             code: int | None = proc.returncode

@@ -46,13 +46,13 @@ OWN_DUMPS = (".after_optimizations.txt", ".after_optimizations-buffer-assignment
              ".after_optimizations-buffer-assignment-values.txt", ".autotune.txt")
 sys.path.insert(0, str(ROOT))
 
-from xla_harness import subproc  # noqa: E402
 from xla_harness.commands import flags  # noqa: E402
 from xla_harness.errors import HarnessError  # noqa: E402
-from xla_harness.files import read_regular  # noqa: E402
 from xla_harness.hlo import fidelity  # noqa: E402
 from xla_harness.hlo.ir import HloModule  # noqa: E402
 from xla_harness.hlo.parser import parse_module  # noqa: E402
+from xla_harness.runtime import subproc  # noqa: E402
+from xla_harness.runtime.files import read_regular  # noqa: E402
 from xla_harness.stress.compile_records import read_compile_records  # noqa: E402
 from xla_harness.targets import Target, parse_target  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from xla_harness import subproc  # noqa: E402  (children in their own process group, bounded waits)
+from xla_harness.runtime import subproc  # noqa: E402  (children in their own process group, bounded waits)
 
 GIT_TIMEOUT_S = 600  # one git call on a local mirror
 DUMP_TIMEOUT_S = 3600  # the jax programs dumping every pass

@@ -40,7 +40,7 @@ def modules() -> list[Path]:
 
 def _commit() -> str:
     """This checkout's commit; SystemExit when the tree has local changes (evidence is a clean commit's)."""
-    from xla_harness import subproc
+    from xla_harness.runtime import subproc
 
     head = subproc.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                        text=True, check=True, timeout=30).stdout.strip()

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package (the tool is run from a checkout)
 
 from xla_harness.errors import HarnessError  # noqa: E402
-from xla_harness.files import MAX_READ_BYTES, read_regular  # noqa: E402
+from xla_harness.runtime.files import MAX_READ_BYTES, read_regular  # noqa: E402
 
 DUMP = re.compile(r"_optimizations[^/]*\.txt(\.gz)?$")  # XLA's dump names: *.after_optimizations*.txt
 FILE_ENTRY = re.compile(r'^(\d+) "(/[^"\n]*)"$', re.M)

@@ -1,10 +1,10 @@
 """The first code the CLI runs (imported by xla_harness/__init__.py before anything else): started as
 the command (``xla-harness ...``, ``python -m xla_harness[.cli] ...``), SIGINT and SIGTERM are noted
-from here on, and :mod:`xla_harness.interrupts` (which records into :data:`received`) and the CLI take
+from here on, and :mod:`xla_harness.runtime.interrupts` (which records into :data:`received`) and the CLI take
 over from the note (exit 130/143, no traceback). Imported any other way it touches no signal.
 
 A CLI process whose parent asked for it (:data:`DIE_WITH_PARENT` in its environment, set by
-``xla_harness.subproc.start(..., die_with_parent=True)``) is killed when that parent dies
+``xla_harness.runtime.subproc.start(..., die_with_parent=True)``) is killed when that parent dies
 (:func:`die_with_parent`). Set here, in the child itself, rather than by a ``preexec_fn``: a
 ``preexec_fn`` runs Python in the forked child and makes the parent run fork's Python hooks
 (``os.register_at_fork``: logging's ``_afterFork``), where an interrupt's handler raises into code
@@ -16,7 +16,7 @@ import os
 import sys
 
 DIE_WITH_PARENT = "XLA_HARNESS_DIE_WITH_PARENT"  # the parent's pid: the child dies with it (PR_SET_PDEATHSIG)
-received: list[int] = []  # signal numbers, in order of arrival: xla_harness.interrupts' record
+received: list[int] = []  # signal numbers, in order of arrival: xla_harness.runtime.interrupts' record
 CLI_MODULES = ("xla_harness", "xla_harness.cli", "xla_harness.__main__")
 
 

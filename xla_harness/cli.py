@@ -21,9 +21,10 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from xla_harness import _early, interrupts
+from xla_harness import _early
 from xla_harness.errors import HarnessError, one_line
-from xla_harness.interrupts import Interrupted
+from xla_harness.runtime import interrupts
+from xla_harness.runtime.interrupts import Interrupted
 
 # (subcommand module) in the order shown by --help.
 SUBCOMMANDS = (

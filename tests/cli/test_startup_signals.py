@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness import interrupts
+from xla_harness.runtime import interrupts
 
 from ..bad_input_cases import Case, as_from_a_terminal, run_process
 

@@ -69,7 +69,7 @@ PLANTED = [
                  id="gradcheck->commands"),
     pytest.param("below-commands", "xla_harness.stress.records", "xla_harness.cli", id="stress->cli"),
     pytest.param("below-commands", "xla_harness.upstream.pr", "xla_harness.commands.pr", id="upstream->commands"),
-    pytest.param("layers", "xla_harness.errors", "xla_harness.files", id="errors->files (a lower layer)"),
+    pytest.param("layers", "xla_harness.errors", "xla_harness.runtime.files", id="errors->files (a lower layer)"),
     pytest.param("layers", "xla_harness.hlo.alias", "xla_harness.gradcheck.cases",
                  id="hlo->gradcheck (independent siblings)"),
     pytest.param("layers", "xla_harness.stress.report", "xla_harness.repro.bundle", id="stress->repro"),

@@ -1,6 +1,6 @@
 """The package as users install it beside their own code.
 
-Fast: the resolver's rules (xla_harness/resources.py). Slow: `pip wheel` of this tree, the
+Fast: the resolver's rules (xla_harness/runtime/resources.py). Slow: `pip wheel` of this tree, the
 wheel installed into a fresh venv outside the checkout, and every subcommand's happy path run
 from a scratch git repository of the "user" (its own commit, nothing of this project on
 PYTHONPATH): the patch series is read from the wheel, and results never record the user's
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import xla_harness
-from xla_harness import resources
+from xla_harness.runtime import resources
 
 from ..helpers import FOREIGN_PROGRAM, TINY_ARGS
 
@@ -152,7 +152,7 @@ def test_wheel_holds_the_patch_series_and_the_package_data(installed):
 def test_import_from_site_packages_and_no_harness_module(installed):
     probe = ("import importlib.util, json, xla_harness\n"
              "from importlib import metadata\n"
-             "from xla_harness import resources\n"
+             "from xla_harness.runtime import resources\n"
              "print(json.dumps({'file': xla_harness.__file__,\n"
              "  'harness': importlib.util.find_spec('harness') is not None,\n"
              "  'version': xla_harness.__version__, 'dist': metadata.version('xla-harness'),\n"

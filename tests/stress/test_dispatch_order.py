@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from xla_harness.names import BLOCK_ROWS as ROWS
 from xla_harness.programs.interface import TrainProgram, step_from_loss
 from xla_harness.stress import blocks as blocks_module
 from xla_harness.stress.harness import Counters
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_config
 from xla_harness.stress.spec import StressSpec
-from xla_harness.stress.step_rows import ROWS
 
 STEPS, K = 64, 8
 

@@ -49,10 +49,11 @@ def test_a_clean_file_resumes(tmp_path):
 
 
 def test_the_clis_block_limit_is_the_rows_array():
-    from xla_harness.commands.stress import BLOCK_LIMIT
-    from xla_harness.stress.step_rows import ROWS
+    from xla_harness.names import BLOCK_ROWS
+    from xla_harness.stress import step_rows
+    from xla_harness.stress.blocks import BlockSize
 
-    assert BLOCK_LIMIT == ROWS
+    assert step_rows.ROWS == BLOCK_ROWS == BlockSize.LIMIT
 
 
 def test_a_resume_under_another_commit_is_said_and_recorded_per_block(tmp_path, capsys):

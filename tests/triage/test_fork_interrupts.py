@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness import _early, subproc
+from xla_harness import _early
+from xla_harness.runtime import subproc
 
 from ..helpers import process_gone
 
@@ -38,7 +39,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 STORM = textwrap.dedent("""
     import ctypes, functools, logging, os, random, signal, sys, threading
     from pathlib import Path
-    from xla_harness import interrupts
+    from xla_harness.runtime import interrupts
     from xla_harness.triage.run import Triage
     from xla_harness.triage.spec import TriageSpec
 
@@ -91,7 +92,7 @@ def test_subproc_refuses_a_preexec_fn():
 ASKS = "import os, sys, time; from xla_harness import _early; _early.die_with_parent(); " \
        "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
 # A parent that starts it through subproc (die_with_parent=True) and sleeps.
-PARENT = "import sys; from xla_harness import subproc; " \
+PARENT = "import sys; from xla_harness.runtime import subproc; " \
          f"subproc.start([sys.executable, '-c', {ASKS!r}, sys.argv[1]], die_with_parent=True); " \
          "import time; time.sleep(120)"
 

@@ -297,7 +297,7 @@ def test_a_stage_that_ran_no_round_is_not_an_answer(tmp_path, monkeypatch):
 
 def _bisect_child(tmp_path, monkeypatch, stdout: str, rc: int):
     """A triage whose bisect-passes child printed ``stdout`` and exited ``rc``; its argv is kept."""
-    from xla_harness import subproc
+    from xla_harness.runtime import subproc
     from xla_harness.triage.run import Triage
     from xla_harness.triage.spec import TriageSpec
 
@@ -412,7 +412,7 @@ def test_an_interrupt_swallowed_while_a_stage_ran_ends_the_triage(tmp_path, monk
     exit 130 instead of running its other stages."""
     import signal as signals
 
-    from xla_harness import interrupts, subproc
+    from xla_harness.runtime import interrupts, subproc
     from xla_harness.triage.run import Triage
     from xla_harness.triage.spec import TriageSpec
 

@@ -1,6 +1,6 @@
 """The jaxlib build's commands are bounded by --command-timeout: a hung command's whole process group
 is killed (xla_harness.upstream.jaxlib_context's Runner), and the flag is checked. The planted
-child and grandchild are those of tests/test_subproc.py."""
+child and grandchild are those of tests/runtime/test_subproc.py."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import BUILTIN_PROGRAM
 
 NAME = "bisect-passes"
 HELP = "delta-debug over --xla_disable_hlo_passes to a minimal set whose disabling removes the failure"
@@ -85,7 +86,7 @@ def _task(args) -> dict:
     from xla_harness.commands import flags
 
     options = {} if args.program == "small" else flags.program_options(args)
-    if args.program not in ("small", flags.BUILTIN) and ":" in args.program:
+    if args.program not in ("small", BUILTIN_PROGRAM) and ":" in args.program:
         path, _, attr = args.program.rpartition(":")
         if path.endswith(".py"):  # the probe runs in a fresh process, possibly elsewhere: absolute path
             args.program = f"{Path(path).resolve()}:{attr}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from xla_harness.names import BUILTIN_PROGRAM
+
 NAME = "bundle"
 HELP = "write a repro bundle (env, config, HLO + buffer assignment, findings, stress, repro.py) or --check one"
 DESCRIPTION = """\
@@ -114,12 +116,12 @@ def _check_results_are_the_programs(args) -> None:
     ours = json.loads(json.dumps(flags.program_options(args), default=str))
     for path in store.results_files(args.results):
         spec = store.read_results(path).header.spec
-        theirs = str(spec.get("program", flags.BUILTIN))
+        theirs = str(spec.get("program", BUILTIN_PROGRAM))
         if not _same_program(theirs, args.program):
             raise HarnessError(f"--results {args.results} holds results of --program {theirs} ({path.name}), not of "
                                f"--program {args.program}: a bundle carries the program its results came from")
         options = spec.get("program_options") or {}
-        if theirs != flags.BUILTIN and options != ours:
+        if theirs != BUILTIN_PROGRAM and options != ours:
             raise HarnessError(f"--results {args.results} holds results of {theirs} with --program-option "
                                f"{options}, not {ours} ({path.name})")
 

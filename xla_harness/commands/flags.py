@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-
-BUILTIN = "tied-embedding"
+from xla_harness.names import BUILTIN_PROGRAM, COMPILE_RESULTS
 
 
 def csv(kind: str, conv):
@@ -166,7 +165,7 @@ def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> N
 def add_program_arguments(p: argparse.ArgumentParser) -> None:
     """--program and --program-option: which TrainProgram a command works on."""
     g = p.add_argument_group("program (see xla_harness/programs/interface.py)")
-    g.add_argument("--program", default=BUILTIN, metavar="PROGRAM",
+    g.add_argument("--program", default=BUILTIN_PROGRAM, metavar="PROGRAM",
                    help="the training program: a built-in (tied-embedding, the default), FILE.py:NAME or "
                         "MODULE:NAME naming a TrainProgram or a function returning one")
     g.add_argument("--program-option", type=_option, action="append", default=[], metavar="KEY=VALUE",
@@ -242,7 +241,7 @@ def program_options(args) -> dict:
     """Keyword options for the program of a single-configuration command: the built-in's from the model
     flags; any other program's from --program-option, checked against its option table where it is a
     built-in with one, and with --devices N as ``devices=N`` (:func:`with_devices`)."""
-    if args.program == BUILTIN:
+    if args.program == BUILTIN_PROGRAM:
         if args.program_option:
             raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
         opts = model_options(args, mode=args.mode, remat=args.remat == "on", dtype=args.dtype)
@@ -308,7 +307,6 @@ def input_files(paths, results_in_folders: bool = True) -> set[Path]:
     return out
 
 
-COMPILE_RESULTS = "compile.jsonl"  # stress --compile-only's records (xla_harness.stress.compile_records, without jax)
 RESULTS_FILES = (COMPILE_RESULTS,)  # besides stress*.jsonl
 
 
@@ -345,7 +343,7 @@ def protected(path: Path) -> str | None:
     if _is_results_file(path):
         return "a results file"
     parent = _resolved(path).parent
-    if parent.name == "hlo" and (parent.parent / "compile.jsonl").exists():
+    if parent.name == "hlo" and (parent.parent / COMPILE_RESULTS).exists():
         return "a compiled module of the stress --compile-only results in " + str(parent.parent)
     if parent.name == "ckpt" and any(parent.parent.glob("stress*.jsonl")):
         return "a checkpoint of the stress results in " + str(parent.parent)

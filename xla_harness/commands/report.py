@@ -6,6 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from xla_harness.names import COMPILE_RESULTS
+
 NAME = "report"
 HELP = "print the non-finite table of stress results folders"
 DESCRIPTION = """\
@@ -64,7 +66,6 @@ def show(args):
 
 def _compile_folders(folders: list[Path]) -> bool:
     """Whether every folder holds compile records and none holds stress results."""
-    from xla_harness.stress.compile_records import COMPILE_RESULTS
 
     return all(any(Path(f).rglob(COMPILE_RESULTS)) and not any(Path(f).glob("stress*.jsonl")) for f in folders)
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import read_regular
+from xla_harness.names import BUILTIN_PROGRAM
+from xla_harness.runtime.files import read_regular
 
 NAME = "scan"
 HELP = "scan compiled HLO for in-place fusions traced through transpose/reshape"
@@ -160,10 +161,10 @@ def _target_model_text(args) -> tuple[str, str | None, str | None, str, str | No
     from xla_harness.stress.compile_only import compile_program
     from xla_harness.targets.devices import target_devices
 
-    if args.devices is None and args.program == flags.BUILTIN:
+    if args.devices is None and args.program == BUILTIN_PROGRAM:
         args.devices = len(target_devices(args.target))
     options = flags.program_options(args)
-    if args.program == flags.BUILTIN:
+    if args.program == BUILTIN_PROGRAM:
         options["devices"] = args.devices
     compiled = compile_program(args.program, options, args.target)
     return (compiled.hlo_text, compiled.buffer_assignment, compiled.buffer_values, compiled.device_kind,
@@ -203,8 +204,8 @@ def _model_text(args) -> tuple[str, str, str, str | None, str | None, str | None
             args.save_hlo.write_text(text)
         except OSError as exc:
             raise HarnessError(f"cannot write {args.save_hlo}: {exc.strerror}") from None
-    what = f"{args.mode}/remat={args.remat}/{args.dtype}" if args.program == flags.BUILTIN else args.program
-    label = f"<{'tied-embedding ' if args.program == flags.BUILTIN else ''}{what} on {where}>"
+    what = f"{args.mode}/remat={args.remat}/{args.dtype}" if args.program == BUILTIN_PROGRAM else args.program
+    label = f"<{'tied-embedding ' if args.program == BUILTIN_PROGRAM else ''}{what} on {where}>"
     return text, label, known, ba_text, values_text, live_range
 
 

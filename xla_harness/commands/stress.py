@@ -6,20 +6,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from xla_harness import interrupts
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
+from xla_harness.names import (
+    BLOCK_ROWS,
+    BUILTIN_PROGRAM,
+    COMMITS,
+    COMPILE_RESULTS,
+    DEFAULT_REPLAYS,
+    EXPLAIN_MAX_STEPS,
+    INJECT_KINDS,
+    PROTOCOLS,
+)
+from xla_harness.runtime import interrupts
 from xla_harness.stress.distributed import ensure_host_devices, init_distributed
 from xla_harness.stress.progress import Progress
 from xla_harness.stress.stopping import STOP_GRACE_S, StopFlag
 
-DEFAULT_MAX_STEPS = 3  # --explain-max (xla_harness.stress.explain.DEFAULT_MAX_STEPS)
-DEFAULT_REPLAYS = 8  # --explain-replays (xla_harness.origin.classify.DEFAULT_REPLAYS)
-BLOCK_LIMIT = 1024  # --commit block's largest block (xla_harness.stress.step_rows.ROWS)
-PROTOCOLS = ("train", "frozen")
-COMMITS = ("block", "step")
 DEFAULT_OUT = Path("out/stress")
-INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
 NAME = "stress"
 HELP = "call a training step again and again (yours with --program) and count non-finite steps"
@@ -110,10 +114,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "non-finite) or unknown (why); one 'origin' line per step in the results file. Nothing "
                         "measured changes: the state before a failing step is the one its rollback rebuilds, "
                         "copied to OUT/origins/ (default off)")
-    p.add_argument("--explain-max", type=flags.positive, default=DEFAULT_MAX_STEPS, metavar="N",
+    p.add_argument("--explain-max", type=flags.positive, default=EXPLAIN_MAX_STEPS, metavar="N",
                    help="with --explain: the first N failing steps of each configuration get an origin (frozen: "
                         f"one per seed); each costs --explain-replays compiled steps and about two eager steps "
-                        f"(default {DEFAULT_MAX_STEPS})")
+                        f"(default {EXPLAIN_MAX_STEPS})")
     p.add_argument("--explain-replays", type=flags.positive, default=DEFAULT_REPLAYS, metavar="N",
                    help=f"with --explain: replays of the compiled step from the state before a failing step "
                         f"(default {DEFAULT_REPLAYS})")
@@ -182,14 +186,14 @@ def spec_from_args(args):
 
     if args.steps <= 0:
         raise HarnessError(f"--steps must be a positive integer, got {args.steps}")
-    if args.program == flags.BUILTIN and args.program_option:
+    if args.program == BUILTIN_PROGRAM and args.program_option:
         raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
     if args.protocol == "frozen" and args.commit == "step":
         raise HarnessError("--commit is for the train protocol (how a trajectory's steps are committed); the frozen "
                            "protocol checks every call against the same inputs: drop --commit step")
-    if args.protocol == "train" and args.commit == "block" and args.block is not None and args.block > BLOCK_LIMIT:
-        raise HarnessError(f"--block must be at most {BLOCK_LIMIT} with --commit block (a block's rows live in one "
-                           f"array of {BLOCK_LIMIT} on the device), got {args.block}")
+    if args.protocol == "train" and args.commit == "block" and args.block is not None and args.block > BLOCK_ROWS:
+        raise HarnessError(f"--block must be at most {BLOCK_ROWS} with --commit block (a block's rows live in one "
+                           f"array of {BLOCK_ROWS} on the device), got {args.block}")
     return StressSpec(
         modes=args.modes, remats=args.remat, seeds=args.seeds, steps=args.steps, dtype=args.dtype,
         devices=args.devices or 1, inject_rate=args.inject_rate, inject=args.inject, reference=args.reference,
@@ -207,7 +211,7 @@ def _program_options(args) -> dict:
     differs from --devices is refused either way."""
     from xla_harness.programs.interface import BUILTINS
 
-    if args.program == flags.BUILTIN:
+    if args.program == BUILTIN_PROGRAM:
         if args.program_option:
             raise HarnessError("--program-option is for user programs; the built-in takes the model flags")
         return {}
@@ -245,7 +249,7 @@ def run_compile_only(args) -> int:
     from xla_harness.stress.compile_only import compile_matrix
     from xla_harness.targets.devices import target_devices
 
-    if args.devices is None and not args.target.is_host and args.program == flags.BUILTIN:
+    if args.devices is None and not args.target.is_host and args.program == BUILTIN_PROGRAM:
         args.devices = len(target_devices(args.target))
     spec = spec_from_args(args)
     records = []
@@ -282,8 +286,8 @@ def _check_outputs(args) -> None:
     if args.compile_only and stress_results:
         raise HarnessError(f"--out {out} holds stress results ({stress_results[0]}), not compile-only records; "
                            "--compile-only writes to a folder of its own")
-    if not args.compile_only and (out / flags.COMPILE_RESULTS).exists():
-        raise HarnessError(f"--out {out} holds stress --compile-only records ({flags.COMPILE_RESULTS}), not stress "
+    if not args.compile_only and (out / COMPILE_RESULTS).exists():
+        raise HarnessError(f"--out {out} holds stress --compile-only records ({COMPILE_RESULTS}), not stress "
                            "results; a stress run writes to a folder of its own")
 
 

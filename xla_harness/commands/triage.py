@@ -10,8 +10,8 @@ from pathlib import Path
 
 from xla_harness.commands import flags
 from xla_harness.errors import HarnessError
+from xla_harness.names import EXPLAIN_MAX
 
-EXPLAIN_MAX = 3  # xla_harness.triage.spec.EXPLAIN_MAX (this module imports no jax-heavy code at start-up)
 NAME = "triage"
 HELP = "every verdict about a step, per compiler, in one report (compile, scan, frozen, train, variants, bisect)"
 DESCRIPTION = """\

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import read_regular
 from xla_harness.hlo.ir import split_ref
+from xla_harness.runtime.files import read_regular
 
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 # HloValue::ToShortString: '<id name{index} (phi) @color>', index only for tuple-shaped values

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.ir import Computation, HloModule
 from xla_harness.hlo.parser import HloParseError, parse_module
 from xla_harness.hlo.shapes import Shape, parse_shape
+from xla_harness.runtime import subproc
 
 _COMMENT = re.compile(r"/\*.*?\*/")
 _UNIQUE_SUFFIX = re.compile(r"\.\d+$")
@@ -320,7 +320,7 @@ class IsolatedXlaParser:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        # In its own process group, killed as a group (xla_harness.subproc) when it does not answer.
+        # In its own process group, killed as a group (xla_harness.runtime.subproc) when it does not answer.
         self._proc = subproc.start([sys.executable, "-m", "xla_harness.hlo.xla_oracle"], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True)
         return self._proc

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from xla_harness.names import DEFAULT_REPLAYS
 from xla_harness.origin import eager
 from xla_harness.origin.births import Birth, Evaluation, json_float
 from xla_harness.origin.eager import Stopped
@@ -43,7 +44,6 @@ from xla_harness.origin.source import locate, where_text
 
 CLASSES = ("input", "race", "program", "precision", "compiler", "unknown", "planted")
 SUSPECTS = frozenset({"race", "compiler"})  # the classes for which variants and pass bisection run
-DEFAULT_REPLAYS = 8
 CHECKED_AUX = ("loss", "grads", "updates")  # what the harness checks of a step's aux (besides the new state)
 SHOWN_LEAVES = 4
 

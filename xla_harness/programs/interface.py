@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xla_harness import interrupts
 from xla_harness.errors import HarnessError
+from xla_harness.names import BUILTIN_PROGRAM
+from xla_harness.runtime import interrupts
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -79,10 +80,6 @@ def step_from_loss(loss_fn: Callable[[Any, Any], Any], optimizer) -> Callable:
     return step
 
 
-# The built-in program a results file names when it names none (the default --program).
-BUILTIN_PROGRAM = "tied-embedding"
-
-
 def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
     """The run label of a configuration (rows of every table): the built-in program's
     ``mode/remat=on|off/dtype`` (``...[variant=NAME]`` in a ``--variants`` run); any other
@@ -99,7 +96,7 @@ def label(config: Mapping[str, Any], program: str = BUILTIN_PROGRAM) -> str:
 
 BUILTINS: dict[str, str] = {
     # name -> "module:factory"; each factory takes keyword options and returns a TrainProgram
-    "tied-embedding": "xla_harness.programs.tied_embedding:program",
+    BUILTIN_PROGRAM: "xla_harness.programs.tied_embedding:program",
     "issue-35409": "xla_harness.programs.issue_35409:make",
 }
 
@@ -165,7 +162,7 @@ def _describe(exc: BaseException) -> str:
 
 def _signals_noted() -> bool:
     """Whether this process is the CLI with its SIGINT handler in place: then every Ctrl-C is recorded
-    (:func:`xla_harness.interrupts.received`) and a KeyboardInterrupt no signal left a record of is a
+    (:func:`xla_harness.runtime.interrupts.received`) and a KeyboardInterrupt no signal left a record of is a
     program's own."""
     import signal
 
@@ -179,9 +176,9 @@ def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessE
     """The HarnessError for anything the user's code raised while ``doing`` (importing, building, calling
     init/batch/step): a SystemExit, a BaseException subclass or an ordinary error all become one line
     naming the program. An interrupt wins: once SIGINT/SIGTERM has arrived
-    (:func:`xla_harness.interrupts.received`), whatever was raised (a compiler whose child the signal
+    (:func:`xla_harness.runtime.interrupts.received`), whatever was raised (a compiler whose child the signal
     killed: ``ptxas exited with non-zero error code 15``) is raised as
-    :class:`~xla_harness.interrupts.Interrupted` saying where (exit 130/143). A KeyboardInterrupt
+    :class:`~xla_harness.runtime.interrupts.Interrupted` saying where (exit 130/143). A KeyboardInterrupt
     that no signal caused (the CLI notes every SIGINT, and none arrived) is the program's own raise,
     an error like any other; elsewhere (a library user's process, where a Ctrl-C is a plain
     KeyboardInterrupt) it and HarnessError are re-raised as they are."""

@@ -121,8 +121,8 @@ class SubprocessOracle:
     def _call(self, extra: dict) -> dict:
         import os
 
-        from xla_harness import subproc
-        from xla_harness.resources import import_root
+        from xla_harness.runtime import subproc
+        from xla_harness.runtime.resources import import_root
 
         root = str(import_root())  # where xla_harness is imported from: the checkout or site-packages
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -180,7 +180,7 @@ class ProbeLog:
             self._task_due = True  # written with the first record: a bisection refused before it creates nothing
 
     def _load(self, path: Path) -> None:
-        from xla_harness.files import read_regular
+        from xla_harness.runtime.files import read_regular
 
         try:
             lines = read_regular(path).decode("utf-8").splitlines()

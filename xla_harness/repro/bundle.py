@@ -33,9 +33,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.files import sha256_file
+from xla_harness.runtime import subproc
+from xla_harness.runtime.files import sha256_file
 
 ENV_PREFIXES = ("XLA_", "LIBTPU_", "JAX_", "TPU_")
 STANDALONE = Path(__file__).with_name("standalone.py")  # the built-in's repro.py, copied verbatim
@@ -66,7 +66,7 @@ def partial_path(out: Path) -> Path:
 def check_bisect_log(folder: Path) -> Path:
     """``folder``'s bisect.jsonl (a ``bisect-passes --out`` folder): a regular file whose first line names
     the bisection's task; HarnessError otherwise."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     src = Path(folder) / "bisect.jsonl"
     if not (src.exists() or src.is_symlink()):
@@ -97,7 +97,8 @@ def dump_files(dump: Path) -> tuple[Path, Path]:
 
 
 INTERFACE_FILES = ("xla_harness/__init__.py", "xla_harness/_early.py", "xla_harness/errors.py",
-                   "xla_harness/interrupts.py",
+                   "xla_harness/names.py", "xla_harness/runtime/__init__.py",
+                   "xla_harness/runtime/interrupts.py",
                    "xla_harness/programs/__init__.py", "xla_harness/programs/interface.py")
 
 
@@ -107,7 +108,7 @@ def copy_program_source(program: str, dest: Path) -> str:
     import importlib
 
     from xla_harness.programs.interface import BUILTINS
-    from xla_harness.resources import import_root
+    from xla_harness.runtime.resources import import_root
 
     root = import_root()  # the folder holding xla_harness/: the checkout or site-packages
     for rel in INTERFACE_FILES:
@@ -142,7 +143,7 @@ def _outside_the_program(path: str) -> tuple[str, ...]:
     standard library and installed packages (a venv or ~/.local under a program in a home folder)."""
     import sysconfig
 
-    from xla_harness.resources import import_root
+    from xla_harness.runtime.resources import import_root
 
     roots = {os.path.abspath(import_root() / "xla_harness")}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):

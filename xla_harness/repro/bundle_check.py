@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import sha256_file
 from xla_harness.repro.bundle import (
     REPRO_TIMEOUT_S,
     STANDALONE,
@@ -35,6 +34,7 @@ from xla_harness.repro.bundle import (
     run_repro,
     sigterm_as_exit,
 )
+from xla_harness.runtime.files import sha256_file
 
 MAX_MEMBERS = 10_000
 MAX_BYTES = 1 << 30  # extracted bytes a bundle may hold (HLO dumps of big models run to hundreds of MB)

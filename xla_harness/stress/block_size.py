@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import jax
 
-from xla_harness.stress.step_rows import ROWS, bucket
+from xla_harness.names import BLOCK_ROWS as ROWS
+from xla_harness.stress.step_rows import bucket
 from xla_harness.stress.steps import DEFAULT_SYNC
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.interrupts import Interrupted
 from xla_harness.programs.interface import program_factory
 from xla_harness.programs.variants import check_variants, variant_program
+from xla_harness.runtime.interrupts import Interrupted
 from xla_harness.stress.compile_records import COMPILE_RESULTS, jsonable_options, repair_tail
 from xla_harness.stress.compile_resume import plan_compiles
 from xla_harness.stress.fingerprint import fingerprint
@@ -224,7 +224,7 @@ def _record(spec: StressSpec, label: str, options: dict, program, compiled, targ
 
 def _autotune_sha256() -> str | None:
     """sha256 of the autotune results XLA_FLAGS loads into the compile (--autotune-results), or None."""
-    from xla_harness.files import sha256_file
+    from xla_harness.runtime.files import sha256_file
     from xla_harness.targets.devices import LOAD_AUTOTUNE_FLAG, flag_path
 
     path = flag_path(os.environ.get("XLA_FLAGS", ""), LOAD_AUTOTUNE_FLAG)

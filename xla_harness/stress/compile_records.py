@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import COMPILE_RESULTS
 from xla_harness.stress import jsonl
-
-COMPILE_RESULTS = "compile.jsonl"
 
 
 def _is_count(v) -> bool:
@@ -118,7 +117,7 @@ def read_compile_records(path: Path) -> list[dict]:
     """The records of one ``compile.jsonl``, every line validated; HarnessError ``FILE:LINE`` for a line
     that is not one. An unterminated last line that is not a whole record is a write in progress (or
     one a kill cut short, which --resume repairs) and is left out."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     return [rec for _, rec in parse_records(path, read_regular(path))[0]]
 

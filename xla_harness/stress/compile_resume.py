@@ -59,7 +59,7 @@ def _read_done(results: Path, resume: bool, target: Target, run: dict,
     ``ours`` (label -> options) compiled with other options, or records of ``target`` compiled under
     other conditions (:data:`RUN_KEYS`); the options are compared first (they are what a user changed:
     --devices also changes the host's XLA_FLAGS)."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     if not results.exists() and not results.is_symlink():
         return {}, b"", None

@@ -29,8 +29,8 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import DEFAULT_REPLAYS, EXPLAIN_MAX_STEPS
 from xla_harness.origin.classify import (
-    DEFAULT_REPLAYS,
     Origin,
     Replayed,
     checked_outputs,
@@ -44,14 +44,13 @@ from xla_harness.stress import store as results
 from xla_harness.stress.harness import BlockResult, Harnessed, initial_state
 
 ORIGINS_DIR = "origins"
-DEFAULT_MAX_STEPS = 3
 
 
 @dataclass(frozen=True)
 class ExplainSpec:
     """How many failing steps of each configuration get an origin, and how many replays each gets."""
 
-    max_steps: int = DEFAULT_MAX_STEPS
+    max_steps: int = EXPLAIN_MAX_STEPS
     replays: int = DEFAULT_REPLAYS
 
 

@@ -17,8 +17,6 @@ import numpy as np
 from xla_harness.errors import HarnessError
 from xla_harness.stress.leaves import is_floating, leaf_names
 
-INJECT_KINDS = ("nan", "inf-opt", "nan-opt", "lost-row", "doubled-row")
-
 
 @jax.jit
 def _step_keys(seed, step):

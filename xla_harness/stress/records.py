@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xla_harness.names import BUILTIN_PROGRAM
 from xla_harness.origin.classify import Origin
-from xla_harness.programs.interface import BUILTIN_PROGRAM, label
+from xla_harness.programs.interface import label
 
 SCHEMA = 1
 # Spec keys that say which trials a run asks for rather than what one trial computes.

@@ -28,12 +28,13 @@ import jax
 import numpy as np
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import BLOCK_ROWS as ROWS
 from xla_harness.stress.copies import copy_tree
 from xla_harness.stress.harness import Harnessed, call_user, check_fed_back, follow_signature
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.records import Step
 from xla_harness.stress.snapshot import HostSnapshot
-from xla_harness.stress.step_rows import ROWS, last_rows, new_rows
+from xla_harness.stress.step_rows import last_rows, new_rows
 
 
 class RestorePoint(Protocol):

@@ -47,6 +47,7 @@ from pathlib import Path
 import jax
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import BUILTIN_PROGRAM as BUILTIN
 from xla_harness.stress import records
 from xla_harness.stress import store as results
 from xla_harness.stress.block_size import BlockSize, new_block_size
@@ -68,7 +69,7 @@ from xla_harness.stress.harness import (
 )
 from xla_harness.stress.inject import injected_steps
 from xla_harness.stress.sink import BlockStore, ResultsSink
-from xla_harness.stress.spec import BUILTIN, StressSpec, build
+from xla_harness.stress.spec import StressSpec, build
 from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
 __all__ = ["DEFAULT_SYNC", "RESULTS_NAME", "BlockResult", "BlockSize", "Event", "Harnessed", "RunState",

@@ -7,15 +7,11 @@ import math
 from dataclasses import asdict, dataclass
 
 from xla_harness.errors import HarnessError
+from xla_harness.names import BUILTIN_PROGRAM, COMMITS, INJECT_KINDS, PROTOCOLS
 from xla_harness.programs.interface import TrainProgram, load_program, program_factory
 from xla_harness.programs.tied_embedding import DTYPES, MODES, ModelConfig
 from xla_harness.programs.variants import parse_variant, variant_program
 from xla_harness.stress import records
-from xla_harness.stress.inject import INJECT_KINDS
-
-BUILTIN = records.BUILTIN_PROGRAM
-PROTOCOLS = ("train", "frozen")
-COMMITS = ("block", "step")
 
 
 @dataclass(frozen=True)
@@ -53,7 +49,7 @@ class StressSpec:
     heads: int = 4
     seq: int = 16
     batch: int = 8
-    program: str = BUILTIN
+    program: str = BUILTIN_PROGRAM
     program_options: tuple[tuple[str, object], ...] = ()
     protocol: str = "train"
     checkpoint_seconds: float = 300.0
@@ -78,7 +74,7 @@ class StressSpec:
                                f"{self.checkpoint_seconds!r}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise HarnessError(f"learning rate must be a positive finite number, got {self.learning_rate!r}")
-        if self.program == BUILTIN:
+        if self.program == BUILTIN_PROGRAM:
             for opts in self.configs():
                 ModelConfig(**{k: v for k, v in opts.items() if k not in ("devices", "learning_rate", "variant")})
             if self.devices > 1 and (self.vocab % self.devices or self.batch % self.devices):
@@ -119,7 +115,7 @@ class StressSpec:
     def configs(self) -> list[dict]:
         """The program options of every configuration of the matrix (with ``variant`` in a
         variants run: the name :func:`build` applies)."""
-        if self.program != BUILTIN:
+        if self.program != BUILTIN_PROGRAM:
             base = [dict(self.program_options)]
         else:
             base = [{"mode": m, "remat": r, "dtype": self.dtype, "vocab": self.vocab, "d_model": self.d_model,

@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from xla_harness.names import BLOCK_ROWS as ROWS
 from xla_harness.stress.leaves import all_finite_by_shape, is_floating, leaf_names
 
-ROWS = 1024  # rows of a block's array: the largest block (block_size.BlockSize.LIMIT)
 _STAGES = (("grads", "grad"), ("updates", "update"))
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from xla_harness import interrupts
+from xla_harness.runtime import interrupts
 
 STOP_GRACE_S = 60.0  # after SIGINT/SIGTERM, how long the current step may take before the run ends anyway
 

@@ -26,10 +26,10 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.files import read_regular
-from xla_harness.resources import source_checkout
+from xla_harness.runtime import subproc
+from xla_harness.runtime.files import read_regular
+from xla_harness.runtime.resources import source_checkout
 from xla_harness.stress import jsonl, records
 from xla_harness.stress.record_text import dumps
 

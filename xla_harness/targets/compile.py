@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.hlo.buffers import values_path
 from xla_harness.programs.interface import TrainProgram, guard_user_error
+from xla_harness.runtime import interrupts
 from xla_harness.targets.spec import Target
 
 

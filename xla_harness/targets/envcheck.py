@@ -110,8 +110,8 @@ def check_compiler_environment(target: Target) -> None:
     key = (tuple(sorted(given.items())), target.text)
     if key in _checked:
         return
-    from xla_harness import subproc
-    from xla_harness.resources import import_root
+    from xla_harness.runtime import subproc
+    from xla_harness.runtime.resources import import_root
 
     env = {**os.environ, "PYTHONPATH": str(import_root()) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:

@@ -257,7 +257,7 @@ def answer(state: dict, out: Path) -> Answer:
 def read_state(folder: Path) -> dict:
     """``FOLDER/triage.json``, checked (:func:`check_state`); HarnessError (one line) naming what it is
     when it is not a triage's record."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     path = Path(folder) / "triage.json"
     if not path.exists() and not path.is_symlink():

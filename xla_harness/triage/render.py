@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import shown
+from xla_harness.runtime.files import shown
 from xla_harness.triage.answer import answer
 from xla_harness.triage.answer_record import BOUND_NOTE, Answer, bound_text
 from xla_harness.triage.compiled import TargetVerdict

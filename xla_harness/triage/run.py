@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from xla_harness import interrupts, subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import interrupts, subproc
 from xla_harness.stress.stopping import STOP_GRACE_S
 from xla_harness.triage import plan as plan_mod
 from xla_harness.triage.answer import answer
@@ -50,7 +50,7 @@ MIN_ROUND_STEPS = 10  # a round shorter than this is not worth its start-up
 
 
 def _interrupted(where: str) -> None:
-    """Raise :class:`~xla_harness.interrupts.Interrupted` (exit 130/143) if SIGINT/SIGTERM has arrived."""
+    """Raise :class:`~xla_harness.runtime.interrupts.Interrupted` (exit 130/143) if SIGINT/SIGTERM has arrived."""
     signum = interrupts.received()
     if signum is not None:
         raise interrupts.Interrupted(signum, where)

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-
-EXPLAIN_MAX = 3  # failing steps of a stage (over its rounds) whose origin is decided
+from xla_harness.names import EXPLAIN_MAX
 
 
 @dataclass

@@ -8,8 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 from xla_harness.upstream.patchfile import parse_patch
 
 _FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
@@ -17,7 +17,7 @@ _FAILED = re.compile(r"patch failed: (\S+?):(\d+)")
 
 def git(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run git with argv ``args`` in ``cwd``; git missing or hanging (its process group is killed after
-    ``timeout`` s, :mod:`xla_harness.subproc`) is one clear error."""
+    ``timeout`` s, :mod:`xla_harness.runtime.subproc`) is one clear error."""
     try:
         return subproc.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                            what=f"git {args[0]} in {cwd}")

@@ -118,7 +118,7 @@ def check_trees_clean(ctx: Ctx, stage: str) -> None:
 
 def read_stamp(path: Path) -> dict:
     """A stage's stamp ({"inputs": ..., "outputs": {...}}); a corrupt one is an error naming it."""
-    from xla_harness.files import read_regular
+    from xla_harness.runtime.files import read_regular
 
     try:
         data = json.loads(read_regular(path).decode("utf-8"))

@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.resources import source_checkout
+from xla_harness.runtime import subproc
+from xla_harness.runtime.resources import source_checkout
 from xla_harness.upstream.jaxlib_plan import jax_tag
 
 REPO = source_checkout() or Path.cwd()  # this checkout (the pipeline installs it editable), else the cwd

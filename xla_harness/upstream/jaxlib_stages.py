@@ -12,9 +12,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.files import sha256_file
+from xla_harness.runtime import subproc
+from xla_harness.runtime.files import sha256_file
 from xla_harness.upstream.apply import apply_patch, git
 from xla_harness.upstream.jaxlib_context import DEFAULT_JAX, REPO, Ctx, Runner, _quote
 from xla_harness.upstream.jaxlib_plan import (

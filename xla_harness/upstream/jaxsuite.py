@@ -27,8 +27,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 from xla_harness.upstream.apply import apply_patch, init_repo
 from xla_harness.upstream.patchcheck import parse_patch
 from xla_harness.upstream.series import load_series

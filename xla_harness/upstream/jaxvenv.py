@@ -20,8 +20,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 from xla_harness.upstream.apply import apply_patch, init_repo
 from xla_harness.upstream.patchcheck import parse_patch
 from xla_harness.upstream.series import load_series
@@ -79,7 +79,7 @@ def verify_sdist(archive: Path, version: str) -> None:
     expected = jax.base_sha256_for(ref)  # refuses a version the series has no variant for
     if not expected:
         raise HarnessError(f"series.toml records no base_sha256 for {ref}; cannot verify the sdist")
-    from xla_harness.files import sha256_file
+    from xla_harness.runtime.files import sha256_file
 
     try:
         digest = sha256_file(archive)

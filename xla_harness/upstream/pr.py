@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.resources import source_checkout
+from xla_harness.runtime.resources import source_checkout
 from xla_harness.upstream.series import Series, Upstream
 
 ROOT = source_checkout() or Path()  # results/ of this checkout; installed from a wheel, the cwd's

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from xla_harness.errors import HarnessError
-from xla_harness.resources import patches_dir
+from xla_harness.runtime.resources import patches_dir
 
 SERIES_KINDS = ("default", "experimental")
 UPSTREAMS = ("xla", "jax", "tensorflow")

@@ -27,8 +27,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 from xla_harness.upstream.prefusion import module_patterns, prefusion_modules
 from xla_harness.upstream.series import Series, load_series
 from xla_harness.upstream.xlatest_blast import PROBE_SOURCE, compare_decisions, refused_modules

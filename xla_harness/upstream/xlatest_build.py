@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.resources import source_checkout
+from xla_harness.runtime import subproc
+from xla_harness.runtime.resources import source_checkout
 from xla_harness.upstream.series import Upstream
 from xla_harness.upstream.xlatest_gtest import TestResult, parse_gtest, unit_verdict
 from xla_harness.upstream.xlatest_plan import (
@@ -252,7 +252,7 @@ def refuse_local_changes(allow_dirty: bool, what: str) -> None:
 
 def describe(xla_src: Path, series_name: str, patches: list[str], wheel_dir: Path, stock: bool,
              sources_from: str = "") -> list[str]:
-    from xla_harness.files import shown
+    from xla_harness.runtime.files import shown
 
     return [shown(line) for line in [
         f"wheel XLA (everything not listed below): {WHEEL.label}, {wheel_dir}/include and "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.resources import patches_dir
+from xla_harness.runtime.resources import patches_dir
 from xla_harness.upstream.series import Upstream
 
 GUARDS_FILE = patches_dir() / "xla" / "guards.toml"

@@ -24,9 +24,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
-from xla_harness.resources import patches_dir
+from xla_harness.runtime import subproc
+from xla_harness.runtime.resources import patches_dir
 
 HERE = Path(__file__).resolve().parent
 PATCH = patches_dir() / "tensorflow" / "0001-tf2xla-zero-gradient-where-dy-is-zero.patch"
@@ -135,7 +135,7 @@ def syntax_check(tf_include: Path, out_dir: Path, patch: Path = PATCH) -> Path:
     res = subproc.run(["nice", *cmd], capture_output=True, text=True, timeout=GXX_TIMEOUT_S,
                       what="g++ -fsyntax-only of the patched lowerings")
     log = out_dir / "syntax-check.log"
-    from xla_harness.files import shown
+    from xla_harness.runtime.files import shown
 
     log.write_text(shown(" ".join(cmd) + "\n" + res.stdout + res.stderr + f"exit {res.returncode}\n"),
                    encoding="utf-8")

@@ -34,8 +34,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 OPS = ("SqrtGrad", "RsqrtGrad", "ReciprocalGrad")

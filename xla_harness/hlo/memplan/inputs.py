@@ -12,12 +12,12 @@ import zlib
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.files import read_regular
 from xla_harness.hlo.ir import HloModule
 from xla_harness.hlo.memplan.checks import Stages
 from xla_harness.hlo.memplan.model import io_alias
 from xla_harness.hlo.memplan.values import indices
 from xla_harness.hlo.timeline import LiveRangeDump, Timeline, sequence_disagreements
+from xla_harness.runtime.files import read_regular
 
 GUNZIP_CHUNK = 1 << 22  # bytes decompressed between two returns to the interpreter (where a signal acts)
 _ALLOC = re.compile(r"^allocation (-?\d+): size (-?\d+)(.*):\s*$")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def shown(text: str) -> str:

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness import interrupts
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import guard_user_error
+from xla_harness.runtime import interrupts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROGRAM = textwrap.dedent('''
     """init (or the step, when traced) runs a child that waits, as XLA waits on ptxas; the child's

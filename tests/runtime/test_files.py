@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from xla_harness.files import REPO, shown
+from xla_harness.runtime.files import REPO, shown
 
 
 def test_committed_evidence_names_no_path_of_this_machine():
@@ -17,7 +17,7 @@ def test_read_regular_refuses_what_could_block_and_sha256_file_hashes_the_bytes(
     import pytest
 
     from xla_harness.errors import HarnessError
-    from xla_harness.files import read_regular, sha256_file
+    from xla_harness.runtime.files import read_regular, sha256_file
 
     f = tmp_path / "f"
     data = os.urandom(3 * (1 << 20) + 7)  # more than one chunk
@@ -34,7 +34,7 @@ def test_read_regular_refuses_a_file_past_its_size_cap(tmp_path):
     import pytest
 
     from xla_harness.errors import HarnessError
-    from xla_harness.files import MAX_READ_BYTES, read_regular
+    from xla_harness.runtime.files import MAX_READ_BYTES, read_regular
 
     assert MAX_READ_BYTES == 1 << 30
     f = tmp_path / "f"
@@ -52,7 +52,7 @@ def test_scan_of_a_dump_with_a_fifo_buffer_assignment_gives_one_error_line_and_d
 
     dump = tmp_path / "dump"
     dump.mkdir()
-    hlo = (Path(__file__).parent / "data/tied_sources.hlo").read_text()
+    hlo = (Path(__file__).parents[1] / "data/tied_sources.hlo").read_text()
     (dump / "module_0001.jit_step.cpu_after_optimizations.txt").write_text(hlo)
     os.mkfifo(dump / "module_0001.jit_step.cpu_after_optimizations-buffer-assignment.txt")
     result: list[int] = []

@@ -24,7 +24,7 @@ PROJECT = "xla-harness"
 PACKAGE = "xla_harness"
 PACKAGED_PATCHES = ("_data", "patches")
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def import_root() -> Path:

@@ -2,7 +2,7 @@
 
 Planted: a child that starts a grandchild sleeping forever (one variant whose grandchild ignores
 SIGTERM, so only the SIGKILL after the grace ends it), waited on with a tiny timeout; an interrupt
-arriving while the harness waits; a call of ``subprocess`` outside ``xla_harness.subproc`` written
+arriving while the harness waits; a call of ``subprocess`` outside ``xla_harness.runtime.subproc`` written
 into a copy of the scanned tree.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness import subproc
 from xla_harness.errors import HarnessError
+from xla_harness.runtime import subproc
 
-from .helpers import process_gone
+from ..helpers import process_gone
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 SCANNED = ("xla_harness", "build", "tools")
@@ -94,12 +94,12 @@ SPAWNS = {("subprocess", n) for n in ("run", "Popen", "call", "check_call", "che
 
 def direct_spawns(root: Path) -> list[str]:
     """``path:line`` of every call of a ``subprocess``/``os`` spawning function under ``root``'s
-    scanned folders outside ``xla_harness/subproc.py`` (the one place children start)."""
+    scanned folders outside ``xla_harness/runtime/subproc.py`` (the one place children start)."""
     found = []
     for top in SCANNED:
         for path in sorted((root / top).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
-            if rel == "xla_harness/subproc.py":
+            if rel == "xla_harness/runtime/subproc.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
