@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from as_stress import stress_seed  # noqa: E402
 from stress_overhead import SIZES, median_interval  # noqa: E402
 
 from xla_harness.names import BLOCK_ROWS as ROWS  # noqa: E402
@@ -62,7 +63,6 @@ from xla_harness.stress import store as results  # noqa: E402
 from xla_harness.stress.block_size import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
-from xla_harness.stress.sink import ResultsSink  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 from xla_harness.stress.step_rows import new_rows  # noqa: E402
 
@@ -143,15 +143,8 @@ class Loops:
                 for _ in run_seed(h, seed, initial_state(h, seed), NullStore(), self.tmp, self.env, block_size=size):
                     pass
             return
-        spec = h.spec.to_dict()
         self.runs += 1
-        path = self.tmp / f"stress{self.runs}.jsonl"
-        with results.open_run(path, spec, resume=False) as store:
-            store.write_header(spec, self.env)
-            with ResultsSink(store) as sink:
-                for _ in run_seed(h, seed, initial_state(h, seed), sink, self.tmp, self.env, block_size=size):
-                    pass
-        path.unlink()
+        stress_seed(h, seed, self.tmp / f"stress{self.runs}.jsonl", self.env, size)
 
     def run(self, loop: str, seed: int) -> None:
         if loop in ("user", "+row", "+copy"):

@@ -29,17 +29,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
+from as_stress import stress_seed  # noqa: E402
 
 from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
 from xla_harness.stress import store as results  # noqa: E402
 from xla_harness.stress.block_size import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
-from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
-from xla_harness.stress.sink import ResultsSink  # noqa: E402
+from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 
 TARGET_US = 15.0
@@ -84,15 +85,7 @@ class Loops:
 
     def harness(self, seed: int) -> None:
         self.runs += 1
-        path = self.tmp / f"stress{self.runs}.jsonl"
-        spec = self.h.spec.to_dict()
-        with results.open_run(path, spec, resume=False) as store:
-            store.write_header(spec, self.env)
-            with ResultsSink(store) as sink:
-                for _ in run_seed(self.h, seed, initial_state(self.h, seed), sink, self.tmp, self.env,
-                                  block_size=self.size):
-                    pass
-        path.unlink()
+        stress_seed(self.h, seed, self.tmp / f"stress{self.runs}.jsonl", self.env, self.size)
 
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)

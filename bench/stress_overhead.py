@@ -46,13 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
+from as_stress import stress_seed  # noqa: E402
 from counting import CompileCounts, DeviceCounts  # noqa: E402
 
 from xla_harness.stress import store as results  # noqa: E402
 from xla_harness.stress.block_size import new_block_size  # noqa: E402
 from xla_harness.stress.inject import step_keys  # noqa: E402
-from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
-from xla_harness.stress.sink import ResultsSink  # noqa: E402
+from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 
 COMPILES = CompileCounts()
@@ -130,17 +130,9 @@ class Loops:
                 return out
 
             h = replace(h, step=watched)
-        spec = h.spec.to_dict()
         self.runs += 1
-        path = self.tmp / f"stress{self.runs}.jsonl"
-        with results.open_run(path, spec, resume=False) as store:
-            store.write_header(spec, self.env)
-            with ResultsSink(store) as sink:
-                for _ in run_seed(h, seed, initial_state(h, seed), sink, self.tmp, self.env,
-                                  block_size=self.sizes[h.spec.commit]):
-                    pass
-            self.lines, self.fsyncs = store.lines_written - 1, store.fsyncs - 1  # the header aside
-        path.unlink()
+        self.lines, self.fsyncs = stress_seed(h, seed, self.tmp / f"stress{self.runs}.jsonl", self.env,
+                                              self.sizes[h.spec.commit])
 
     def count(self, loop: str, seed: int) -> None:
         """One untimed run of ``loop`` with jax's own counts (and the harness's dispatches)."""

@@ -76,3 +76,22 @@ def process_gone(pid: int, limit: float = 10.0) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)  # polling a pid, not timing anything
+
+
+def grandchild_pid(pidfile: Path, limit: float = 30.0) -> int:
+    """The pid a planted child's grandchild wrote to ``pidfile`` (waited for up to ``limit`` seconds)."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        if text:
+            return int(text)
+        time.sleep(0.05)
+    raise AssertionError("the planted child never wrote its grandchild's pid")
+
+
+def planted_child(pidfile: Path, ignore_term: bool) -> list[str]:
+    """sh starting a grandchild that sleeps forever, writing its pid, then sleeping itself."""
+    grandchild = "(trap '' TERM; exec sleep 1000)" if ignore_term else "sleep 1000"
+    return ["sh", "-c", f"{grandchild} & echo $! > {pidfile}; sleep 1000"]

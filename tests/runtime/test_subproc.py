@@ -20,28 +20,12 @@ import pytest
 from xla_harness.errors import HarnessError
 from xla_harness.runtime import subproc
 
-from ..helpers import process_gone
+from ..helpers import grandchild_pid, planted_child, process_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 SCANNED = ("xla_harness", "build", "tools")
-
-
-def _grandchild_pid(pidfile: Path, limit: float = 30.0) -> int:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        text = pidfile.read_text().strip() if pidfile.exists() else ""
-        if text:
-            return int(text)
-        time.sleep(0.05)
-    raise AssertionError("the planted child never wrote its grandchild's pid")
-
-
-def _planted(pidfile: Path, ignore_term: bool) -> list[str]:
-    """sh starting a grandchild that sleeps forever, writing its pid, then sleeping itself."""
-    grandchild = "(trap '' TERM; exec sleep 1000)" if ignore_term else "sleep 1000"
-    return ["sh", "-c", f"{grandchild} & echo $! > {pidfile}; sleep 1000"]
 
 
 @pytest.mark.slow
@@ -50,12 +34,12 @@ def test_a_timeout_kills_the_child_and_its_grandchild(tmp_path, ignore_term):
     pidfile = tmp_path / "grandchild.pid"
     t0 = time.monotonic()
     with pytest.raises(subproc.ChildTimeout) as caught:
-        subproc.run(_planted(pidfile, ignore_term), timeout=1.0, grace=0.5, capture_output=True, text=True)
+        subproc.run(planted_child(pidfile, ignore_term), timeout=1.0, grace=0.5, capture_output=True, text=True)
     message = str(caught.value)
     assert isinstance(caught.value, HarnessError) and "\n" not in message
     assert message.startswith("sh -c ") and "did not finish in 1 s (its process group was killed)" in message
     assert time.monotonic() - t0 < 20  # not the grandchild's 1000 s (it holds the captured pipes too)
-    assert process_gone(_grandchild_pid(pidfile)), "the grandchild survived the timeout"
+    assert process_gone(grandchild_pid(pidfile)), "the grandchild survived the timeout"
 
 
 @pytest.mark.slow
@@ -70,11 +54,11 @@ def test_an_interrupt_while_waiting_kills_the_group_and_goes_on(tmp_path):
     try:
         signal.setitimer(signal.ITIMER_REAL, 1.5)
         with pytest.raises(KeyboardInterrupt):
-            subproc.run(_planted(pidfile, False), timeout=600, grace=0.5)
+            subproc.run(planted_child(pidfile, False), timeout=600, grace=0.5)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert process_gone(_grandchild_pid(pidfile)), "the grandchild survived the interrupt"
+    assert process_gone(grandchild_pid(pidfile)), "the grandchild survived the interrupt"
 
 
 @pytest.mark.slow

@@ -4,30 +4,11 @@ child and grandchild are those of tests/runtime/test_subproc.py."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
 
 from xla_harness.errors import HarnessError
 
-from ..helpers import process_gone
-
-
-def _grandchild_pid(pidfile: Path, limit: float = 30.0) -> int:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        text = pidfile.read_text().strip() if pidfile.exists() else ""
-        if text:
-            return int(text)
-        time.sleep(0.05)
-    raise AssertionError("the planted child never wrote its grandchild's pid")
-
-
-def _planted(pidfile: Path, ignore_term: bool) -> list[str]:
-    """sh starting a grandchild that sleeps forever, writing its pid, then sleeping itself."""
-    grandchild = "(trap '' TERM; exec sleep 1000)" if ignore_term else "sleep 1000"
-    return ["sh", "-c", f"{grandchild} & echo $! > {pidfile}; sleep 1000"]
+from ..helpers import grandchild_pid, planted_child, process_gone
 
 
 @pytest.mark.slow
@@ -39,14 +20,14 @@ def test_the_jaxlib_stage_runner_kills_a_hung_command_and_names_it(tmp_path):
     ctx = Ctx(work=tmp_path / "work", jax_version="0.12.0.1", command_timeout_s=1.0)
     pidfile = tmp_path / "grandchild.pid"
     with pytest.raises(HarnessError) as caught:
-        Runner(ctx)(_planted(pidfile, False), tmp_path, "build", what="jax build/build.py")
+        Runner(ctx)(planted_child(pidfile, False), tmp_path, "build", what="jax build/build.py")
     message = str(caught.value)
     assert message.startswith("build: jax build/build.py did not finish in 1 s (its process group was killed)")
     assert "--command-timeout" in message and str(ctx.log("build")) in message
-    assert process_gone(_grandchild_pid(pidfile))
+    assert process_gone(grandchild_pid(pidfile))
     pidfile.unlink()
-    assert Runner(ctx)(_planted(pidfile, False), tmp_path, "test", what="bazel test", check=False) == TIMED_OUT
-    assert process_gone(_grandchild_pid(pidfile))
+    assert Runner(ctx)(planted_child(pidfile, False), tmp_path, "test", what="bazel test", check=False) == TIMED_OUT
+    assert process_gone(grandchild_pid(pidfile))
     assert "did not finish in 1 s" in ctx.log("test").read_text()
 
 
