@@ -388,7 +388,7 @@ def test_parse_real_jax_output(tmp_path):
 def test_cpu_compiled_tied_embedding_is_clean_and_its_scatters_are_aliased():
     from xla_harness.stress.runner import compile_train_step
 
-    from .helpers import TINY
+    from ..helpers import TINY
 
     text = compile_train_step(dict(mode="full", remat=True, **TINY)).as_text()
     findings = scan_module(parse_module(text, "cpu"))
@@ -513,7 +513,7 @@ def test_directory_without_hlo_and_unreadable(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_scan_model_cli(capsys, tmp_path):
-    from .helpers import TINY_ARGS
+    from ..helpers import TINY_ARGS
 
     rc = main(["scan", "--model", "tied-embedding", "--json", "--save-hlo", str(tmp_path / "m.hlo"),
                *TINY_ARGS])
