@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness.cli import build_parser, main
-from xla_harness.stress import records, stats
+from xla_harness.stress import record_text, records, stats
 from xla_harness.triage.answer import answer
 from xla_harness.triage.answer_record import BOUND_NOTE, where_line
 from xla_harness.triage.render import write_report
@@ -40,12 +40,12 @@ def _round(folder: Path, seed: int, steps: int, bad: dict[int, str], protocol: s
     if mode == "w":
         header = records.parse_header({"kind": "header", "spec": _spec(seed, steps, protocol, variants), "env": ENV,
                                        "time": TIME})
-        lines.append(records.dumps(header))
+        lines.append(record_text.dumps(header))
     for start in range(0, steps, 8):
         end = min(start + 8, steps)
         st = [{"step": s, "finite": s not in bad, "first_bad": bad.get(s), "max_abs_update": 0.01,
                "loss": None if bad.get(s) == "loss" else 2.0 - s / 100} for s in range(start, end)]
-        lines.append(records.dumps({"kind": "block", "label": records.label(config, PROGRAM), "config": config,
+        lines.append(record_text.dumps({"kind": "block", "label": records.label(config, PROGRAM), "config": config,
                                     "program": PROGRAM, "protocol": protocol, "seed": seed, "start": start,
                                     "end": end, "nonfinite": sum(not x["finite"] for x in st), "silent": 0,
                                     "steps": st, "env": ENV, "time": TIME}))
