@@ -19,11 +19,14 @@ To roll back, the state before the failed step is rebuilt from the block's resto
 the block's earlier steps again (:func:`~xla_harness.stress.restore.recompute`, at most one block of
 steps). Those executions rebuild a state and are never counted: each is held to its record (a
 non-finite new state: the recompute is tried again, from the same point, then from the older one
-kept (``init``, the last checkpoint); after :data:`TRIES` the seed is recorded as unrecoverable and
-stops, never continuing from a non-finite state), and the steps whose loss differs in any bit from
-its record are reported apart, on the block (``recompute``), as are those that came out non-finite.
+kept (``init``, the last checkpoint); after :data:`~xla_harness.stress.rollback.TRIES` the seed is
+recorded as unrecoverable and stops, never continuing from a non-finite state), and the steps whose
+loss differs in any bit from its record are reported apart, on the block (``recompute``), as are
+those that came out non-finite.
 Where device memory cannot hold the copies, the restore point is the older one alone
-(:func:`device_copies_fit`).
+(:func:`~xla_harness.stress.rollback.device_copies_fit`). The restore points, the records since the
+older one and the rebuild are the :class:`~xla_harness.stress.rollback.Rollback`'s; the loop here
+holds only what the loop decides (the block size, what is in flight, whether it stopped).
 
 Blocks holding a ``--reference`` sample or a finite injected fault (``lost-row``/``doubled-row``) run
 step by step (:func:`~xla_harness.stress.steps.run_steps`).
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -47,23 +50,14 @@ from xla_harness.stress.harness import BlockResult, Harnessed, RunState, abstrac
 from xla_harness.stress.inject import step_keys
 from xla_harness.stress.pipeline import Pipeline, Verdict
 from xla_harness.stress.records import Step
-from xla_harness.stress.restore import (
-    DevicePoint,
-    InitPoint,
-    Recomputed,
-    RestorePoint,
-    SnapshotPolicy,
-    recompute,
-    recompute_checked,
-    take_host_point,
-)
+from xla_harness.stress.restore import DevicePoint
+from xla_harness.stress.rollback import Rollback
 from xla_harness.stress.step_rows import RowLayout, last_rows, new_rows
 from xla_harness.stress.steps import run_steps
 
 # (seed, step, the step's record, a function giving the state before it: (params, opt_state), or None
 # where it cannot be rebuilt); called for each failing step as its block is resolved
 OnFailure = Callable[[int, int, Step, Callable[[], "tuple[Any, Any] | None"]], None]
-TRIES = 3  # recomputes from the block's restore point before the older one is tried
 
 @dataclass
 class PendingBlock:
@@ -99,6 +93,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
     # host's work per step is what a fast device waits on: bench/host_per_step.py).
     program_batch, call_step, write_row = h.program.batch, h.call_step, h.write_row
     params, opt_state = state.params, state.opt_state
+    t = start - 1
     for t in range(start, end):
         try:  # the user's batch, guarded as Harnessed.batch guards it (two calls less a step)
             batch = program_batch(step_keys(seed, t)[0], t)
@@ -112,15 +107,14 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
         if layout is None:
             layout = RowLayout.of(params, opt_state, aux)
         rows = write_row(rows, params, opt_state, aux)
-        state.params, state.opt_state = params, opt_state
-        state.next_step = t + 1
         if should_stop():
             stopped = True
             break
     rows.copy_to_host_async()
     if layout is None:
         raise HarnessError("internal: a block dispatched without a step")
-    return PendingBlock(start, state.next_step, rows, stopped, point, layout)
+    state.move(params, opt_state, t + 1)
+    return PendingBlock(start, t + 1, rows, stopped, point, layout)
 
 
 def step_record(h: Harnessed, layout: RowLayout, step: int, row: list[float], planned: set[int]) -> Step:
@@ -137,52 +131,6 @@ def _needs_steps(h: Harnessed, planned: set[int], start: int, end: int) -> bool:
     return bool(spec.reference) and any(t % spec.reference_every == 0 for t in range(start, end))
 
 
-def device_copies_fit(tree) -> bool:
-    """Whether two more copies of ``tree`` fit in half of what its devices have free (a device that
-    reports no memory statistics, the CPU, is taken to have room)."""
-    leaves = jax.tree_util.tree_leaves(tree)
-    per_device: dict = {}
-    for x in leaves:
-        for sh in getattr(x, "addressable_shards", ()):
-            d = sh.device
-            per_device[d] = per_device.get(d, 0) + sh.data.size * sh.data.dtype.itemsize
-    for d, need in per_device.items():
-        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
-        if not stats or "bytes_limit" not in stats:
-            continue
-        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-        if 2 * need > free / 2:
-            return False
-    return True
-
-
-@dataclass
-class Rebuilt:
-    """How the state before a failed step was rebuilt: the recomputes tried, in order."""
-
-    tries: list[Recomputed] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.tries) and self.tries[-1].clean
-
-    def summary(self) -> dict:
-        """The block's ``recompute`` record: the last try's origin, the steps run again in all tries,
-        the steps whose loss differed from their record in any try, those that came out non-finite,
-        the tries, and whether the state could be rebuilt at all."""
-        last = self.tries[-1]
-        out: dict[str, object] = {"from": last.start, "steps": sum(r.steps for r in self.tries),
-                                  "nondet": sorted({t for r in self.tries for t in r.nondet})}
-        nonfinite = sorted({t for r in self.tries for t in r.nonfinite})
-        if nonfinite:
-            out["nonfinite"] = nonfinite
-        if len(self.tries) > 1:
-            out["tries"] = len(self.tries)
-        if not self.ok:
-            out["unrecoverable"] = True
-        return out
-
-
 class _Blocks:
     """One (configuration, seed) under the block protocol: the state, the restore points and the
     records since the older one, the block being resolved."""
@@ -194,40 +142,14 @@ class _Blocks:
         self.on_failure = on_failure
         self.should_stop, self.checkpointer, self.line_cost = should_stop, checkpointer, line_cost
         self.size = size
-        multi = jax.process_count() > 1
-        self.copies = device_copies_fit((state.params, state.opt_state))
-        if multi:  # a copy is a computation every process must run: all take them, or none does
-            from jax.experimental import multihost_utils
-
-            self.copies = bool(np.all(multihost_utils.process_allgather(np.asarray(self.copies))))
-        # Host copies of the state only where device copies do not fit (then they bound the recompute).
-        self.policy = SnapshotPolicy(fixed_cost=1.0 if multi else None, enabled=not self.copies)
+        self.rollback = Rollback(h, seed, planned, state)
         self.first = state.next_step
-        # The older restore point: init, the last checkpoint, a host copy (resumed without device copies).
-        self.point: RestorePoint | None = InitPoint(h, seed)
-        if state.next_step:  # resumed: the records before it are not at hand
-            self.point = None if self.copies else self._host_point(state.next_step)
-        self.history: dict[int, Step] = {}
-        self.rolled_back: set[int] = set()  # recorded steps whose new state was not finite
         self.fed = None  # the state's signature as the step returns it (taken at the first step)
         self.last_resolved = time.perf_counter()
-        self.warmed = 0
         self.saved_at = -1  # the step of the last checkpoint this run wrote
         self.dead = False  # the state could not be rebuilt: the seed stops
         self.stopped = False  # a stop request cut the last block short
         self.layout: RowLayout | None = None  # the names behind a row's code (from the first step's outputs)
-
-    # -- records
-
-    def _remember(self, block: BlockResult) -> None:
-        for r in block.records:
-            self.history[r.step] = r
-        self.rolled_back |= block.rolled_back
-
-    def _move_point(self, point: RestorePoint) -> None:
-        self.point = point
-        self.history = {t: r for t, r in self.history.items() if t >= point.step}
-        self.rolled_back = {t for t in self.rolled_back if t >= point.step}
 
     # -- the loop
 
@@ -236,7 +158,6 @@ class _Blocks:
         rolled back drops k+1, which ran from a state the rollback replaced). Where the loop needs
         the state verified (a block run step by step, the first blocks that measure the block size,
         a checkpoint or host copy due, the end), the block in flight is resolved first."""
-        self.state.backup = None  # no per-step backup copy in device memory
         pipe: Pipeline[PendingBlock] = Pipeline(self._resolve)
         while not self.dead:
             s = self.state.next_step  # where the block in flight, if any, ends
@@ -274,7 +195,7 @@ class _Blocks:
 
     def _wants_drain(self, s: int) -> bool:
         due = self.checkpointer is not None and s < self.steps and self.checkpointer.due()
-        return due or (self.point is not None and self.policy.due(s - self.point.step))
+        return due or self.rollback.host_copy_due(s)
 
     def _at_drain(self, s: int) -> None:
         """Nothing in flight, the state at ``s`` verified: a checkpoint when one is due (a stop
@@ -284,25 +205,16 @@ class _Blocks:
             return
         if self.checkpointer is not None and self.checkpointer.due():
             self.saved_at = s
-            self._move_point(self.checkpointer.save(s, state.params, state.opt_state))
-        elif self.point is not None and self.policy.due(s - self.point.step) and not self.should_stop():
-            t0 = time.perf_counter()
-            point = self._host_point(s)
-            self.policy.measured(time.perf_counter() - t0, self.size.step_seconds or 0.0)
-            self._move_point(point)
-
-    def _host_point(self, s: int) -> RestorePoint:
-        return self.h.counters.to_host(lambda tree: take_host_point(tree, s), (self.state.params, self.state.opt_state))
+            self.rollback.move_to(self.checkpointer.save(s, state.params, state.opt_state))
+        elif self.rollback.host_copy_due(s) and not self.should_stop():
+            self.rollback.take_host_copy(state, self.size.step_seconds or 0.0)
 
     def _stepwise(self, s: int, end: int) -> Iterator[BlockResult]:
         """A block run step by step (a finite fault or a --reference sample in it), from a verified state."""
         state, h = self.state, self.h
-        state.backup = h.copy((state.params, state.opt_state))
         for block in run_steps(h, self.seed, state, end, self.planned, self.should_stop, end - s):
-            self._remember(block)
-            self.policy.observe(block.end - block.start, block.nonfinite)
+            self.rollback.remember(block)
             yield block
-        state.backup = None
         self.stopped = state.next_step < end
         if self.fed is None and state.next_step > s:
             self.fed = abstract((state.params, state.opt_state))
@@ -310,7 +222,7 @@ class _Blocks:
     def _dispatch(self, s: int, end: int) -> PendingBlock:
         state = self.state
         block = dispatch_block(self.h, self.seed, state, s, end, self.planned, self.should_stop, self.first + 1,
-                               self.copies, self.layout)
+                               self.rollback.copies, self.layout)
         self.stopped, self.layout = block.stopped, block.layout
         if self.fed is None:
             self.fed = abstract((state.params, state.opt_state))
@@ -321,8 +233,7 @@ class _Blocks:
         also compiles the row writer) untimed, the second timed on its own and its fetch timed with
         nothing else queued: what the block size starts from."""
         h, state, size = self.h, self.state, self.size
-        if self.warmed < 1:
-            self.warmed += 1
+        if self.layout is None:  # no step dispatched yet: this one compiles the row writer
             block = self._dispatch(s, s + 1)
             yield from self._verdict(block, block.resolve(h), time.perf_counter(), sized=False).deliver()
             self.stopped = self.stopped or self.should_stop()
@@ -364,8 +275,7 @@ class _Blocks:
         failed = sum(not r.finite for r in records)
         if poisoned is None:
             result = BlockResult(h.label, self.seed, block.start, block.end, records)
-            self._remember(result)
-            self.policy.observe(len(records), failed)
+            self.rollback.remember(result)
             if failed and self.on_failure is not None:  # a loss-only failure: its new state was kept
                 self._tell_failures(block, records)
 
@@ -373,17 +283,16 @@ class _Blocks:
                 size.observe(len(records), failed, cycle, time.perf_counter() - fetched + self.line_cost())
 
             return Verdict(result, after=sized_by_it if sized else None)
-        result = BlockResult(h.label, self.seed, block.start, poisoned + 1, records, rolled_back={poisoned})
-        self._remember(result)
-        rebuilt = self._rebuild(block.point, poisoned)
-        result.recompute = rebuilt.summary()
-        self.policy.observe(len(records) + rebuilt.tries[-1].steps, failed)
+        self.rollback.remember(BlockResult(h.label, self.seed, block.start, poisoned + 1, records,
+                                           rolled_back={poisoned}))
+        rebuilt = self.rollback.roll_back(block.point, poisoned, self.fed)
+        result = BlockResult(h.label, self.seed, block.start, poisoned + 1, records, rebuilt.summary(), {poisoned})
         size.observe(len(records), failed, 0.0, 0.0)
         if rebuilt.ok:
             last = rebuilt.tries[-1]
             if self.on_failure is not None:  # the state before the failed step, before the loop donates it
                 self.on_failure(self.seed, poisoned, records[-1], lambda: (last.params, last.opt_state))
-            state.params, state.opt_state, state.next_step = last.params, last.opt_state, poisoned + 1
+            state.move(last.params, last.opt_state, poisoned + 1)
         else:
             self.dead = True  # never continue from a state that is not finite: the seed stops
 
@@ -403,31 +312,11 @@ class _Blocks:
             step = r.step
 
             def before(step: int = step):
-                rebuilt = self._rebuild(block.point, step)
+                rebuilt = self.rollback.rebuild(block.point, step, self.fed)
                 last = rebuilt.tries[-1]
                 return (last.params, last.opt_state) if rebuilt.ok else None
 
             self.on_failure(self.seed, step, r, before)
-
-    def _rebuild(self, point: DevicePoint | None, target: int) -> Rebuilt:
-        """The state before step ``target`` (rolled back), by recompute from the block's device copy
-        (else the older restore point): once with one fetch, and where a recomputed state came out
-        non-finite, again step by step, each step run again from the state before it up to
-        :data:`TRIES` times; then from the older point step by step. Stops at the first clean one."""
-        older = self.point
-        usable_older = older is not None and (point is None or older.step < point.step) and \
-            all(t in self.history for t in range(older.step, target))
-        first = point if point is not None else (older if usable_older else None)
-        if first is None:
-            raise HarnessError(f"internal: step {target}: no restore point to rebuild the state from")
-        h, seed, history, rolled = self.h, self.seed, self.history, self.rolled_back
-        planned, fed = self.planned, self.fed
-        out = Rebuilt([recompute(h, seed, first, target, history, rolled, planned, fed)])
-        if not out.ok:
-            out.tries.append(recompute_checked(h, seed, first, target, history, rolled, planned, fed, TRIES))
-        if not out.ok and point is not None and usable_older and older is not None:
-            out.tries.append(recompute_checked(h, seed, older, target, history, rolled, planned, fed, TRIES))
-        return out
 
 
 def run_blocks(h: Harnessed, seed: int, state: RunState, steps: int, planned: set[int],

@@ -283,17 +283,24 @@ def check_fed_back(h: Harnessed, fed, returned) -> None:
                                "would compile a different program from a plain loop's: refusing to measure it")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class RunState:
-    """Where one (config, seed) stands: next step, device state and (train, per step) its backup copy."""
+    """Where one (config, seed) stands: the next step and the state it starts from. Read anywhere,
+    written by :meth:`move` alone, as a protocol's loop moves the seed on (an assignment from
+    anywhere else is refused). What a protocol keeps besides is its own: the block protocol's
+    rollback (:class:`~xla_harness.stress.rollback.Rollback`), the per-step commit's backup copy
+    and the frozen protocol's first call (:mod:`~xla_harness.stress.steps`)."""
 
     next_step: int = 0
     params: object = None
     opt_state: object = None
-    backup: tuple | None = None  # train, per-step commit: the last good state, in buffers of its own
-    batch: object = None  # frozen protocol: the one batch every call gets
-    first: object = None  # frozen: the outputs of the seed's first finite call (on device)
-    first_ok: object = None  # frozen: whether ``first`` is a finite call's yet (a device flag)
+    batch: object = None  # frozen protocol: the one batch every call gets (an input: set when made)
+
+    def move(self, params, opt_state, next_step: int) -> None:
+        """The seed is at ``next_step`` with state ``(params, opt_state)``."""
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "opt_state", opt_state)
+        object.__setattr__(self, "next_step", next_step)
 
 
 @dataclass
@@ -324,10 +331,7 @@ class BlockResult:
 
 def initial_state(h: Harnessed, seed: int) -> RunState:
     params, opt_state = call_user(h.spec, "init", h.program.init, jax.random.key(seed))
-    state = RunState(0, params, opt_state)
-    if h.spec.protocol == "frozen":
-        state.batch = first_batch(h, seed)
-    return state
+    return RunState(0, params, opt_state, first_batch(h, seed) if h.spec.protocol == "frozen" else None)
 
 
 def first_batch(h: Harnessed, seed: int):

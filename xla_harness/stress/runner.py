@@ -126,8 +126,6 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
         yield from run_blocks(h, seed, state, steps, planned, should_stop, checkpointer, line_cost, block_size,
                               on_failure)
         return
-    if spec.protocol == "train" and state.backup is None:
-        state.backup = h.copy((state.params, state.opt_state))
     due = checkpointer.due if checkpointer is not None else (lambda: False)
     for block in run_steps(h, seed, state, steps, planned, should_stop, spec.block or DEFAULT_SYNC, drain=due):
         yield block
@@ -198,14 +196,13 @@ def _resume_state(h: Harnessed, out: Path, seed: int, start: int) -> RunState:
     if start == 0:
         return state
     if h.spec.protocol == "frozen":  # the inputs never change
-        state.next_step = start
-        return state
+        return replace(state, next_step=start)
     # Restored as a plain loop holds its state at a later step: as the step returns it.
     returned = jax.eval_shape(h.jitted, state.params, state.opt_state, first_batch(h, seed))[:2]
     ck = load_checkpoint(checkpoint_path(out, h.label, seed), tuple(returned)) \
         if jax.process_count() == 1 else None
     if ck is not None and ck[0] <= start:
-        state.next_step, (state.params, state.opt_state) = ck[0], ck[1]
+        return replace(state, next_step=ck[0], params=ck[1][0], opt_state=ck[1][1])
     return state
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import jax
 
@@ -83,11 +83,28 @@ def leaf_detail(names: list[str], detail) -> list[dict]:
     return sorted(out, key=lambda d: -d["elements"])
 
 
-def _backup(state: RunState) -> tuple:
-    """The train protocol's copy of the last good (params, opt_state)."""
-    if state.backup is None:
-        raise HarnessError("internal: a per-step train state without its backup copy (run_config makes it)")
-    return state.backup
+@dataclass
+class _Checked:
+    """What a run of checked steps keeps besides the seed's state (:class:`RunState`), its own.
+    Train: ``backup``, the last good (params, opt_state) in buffers of their own (a non-finite step is
+    rolled back to it). Frozen: ``first``, the outputs of the seed's first finite call (on the
+    device), and ``first_ok``, whether ``first`` is a finite call's yet (a device flag)."""
+
+    backup: tuple | None = None
+    first: object = None
+    first_ok: object = None
+
+    @classmethod
+    def start(cls, h: Harnessed, state: RunState) -> _Checked:
+        if h.spec.protocol == "train":
+            return cls(backup=h.copy((state.params, state.opt_state)))
+        return cls()
+
+    def last_good(self) -> tuple:
+        """Train: the backup copy of the last good (params, opt_state)."""
+        if self.backup is None:
+            raise HarnessError("internal: a per-step train run without its backup copy (_Checked.start makes it)")
+        return self.backup
 
 
 class _Pending:
@@ -117,9 +134,10 @@ class _Pending:
                            rolled_back=rolled_back if h.spec.protocol == "train" else set())
 
 
-def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set[int], refs: dict[int, dict],
-                  watched: bool, details: dict[int, jax.Array]) -> dict:
-    """Step ``s`` and its check (train: committed or rolled back), everything on the device; the flags."""
+def _checked_step(h: Harnessed, seed: int, state: RunState, own: _Checked, s: int, planned: set[int],
+                  refs: dict[int, dict], watched: bool, details: dict[int, jax.Array]) -> dict:
+    """Step ``s`` and its check (train: committed or rolled back), everything on the device; the
+    flags. The seed moves on to step ``s + 1``."""
     spec = h.spec
     frozen = spec.protocol == "frozen"
     k_fault = step_keys(seed, s)[1]
@@ -129,25 +147,27 @@ def _checked_step(h: Harnessed, seed: int, state: RunState, s: int, planned: set
         before = jax.device_get((state.params, state.opt_state, batch))
     new_p, new_o, aux = h.call_step(state.params, state.opt_state, batch)
     if s in planned:
-        old_p = state.params if frozen else _backup(state)[0]
+        old_p = state.params if frozen else own.last_good()[0]
         new_p, new_o = h.inject(old_p, new_p, new_o, k_fault)
     if sample:
         refs[s] = reference_check(h.program, before[0], before[1], before[2], jax.device_get(new_p))
     if frozen:
         flags = dict(h.checker(state.params, new_p, new_o, aux))
         outputs = (new_p, new_o, aux)
-        if state.first is None:  # the seed's first call: compared with a copy of itself, no finite call yet,
-            state.first, state.first_ok = h.start_repeat(outputs)  # so the check compiles at step 0
-        flags["nondet"], details[s], state.first, state.first_ok = h.repeat_check(
-            state.first, state.first_ok, outputs, flags["ok"])
+        if own.first is None:  # the seed's first call: compared with a copy of itself, no finite call yet,
+            own.first, own.first_ok = h.start_repeat(outputs)  # so the check compiles at step 0
+        flags["nondet"], details[s], own.first, own.first_ok = h.repeat_check(
+            own.first, own.first_ok, outputs, flags["ok"])
+        state.move(state.params, state.opt_state, s + 1)
         return flags
-    backup_p, backup_o = _backup(state)
+    backup_p, backup_o = own.last_good()
     returned = abstract((new_p, new_o)) if watched else None
-    flags, state.params, state.opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
-    state.backup = (bp, bo)
+    flags, params, opt_state, bp, bo = h.commit(backup_p, backup_o, new_p, new_o, aux)
+    own.backup = (bp, bo)
+    state.move(params, opt_state, s + 1)
     if returned is not None:
-        check_fed_back(h, (state.params, state.opt_state), returned)
-        follow_signature(h, (state.params, state.opt_state, batch))
+        check_fed_back(h, (params, opt_state), returned)
+        follow_signature(h, (params, opt_state, batch))
     return flags
 
 
@@ -158,13 +178,15 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     copy), frozen checks it and compares its outputs bitwise with the seed's first finite call's
     (``nondet``). Per ``sync`` steps the flags are packed on the device and fetched in one transfer
     after the next block's steps are dispatched (``drain()`` true at a block's end: fetched before,
-    so the state is the block's end when it is yielded)."""
+    so the state is the block's end when it is yielded). What the checks keep besides the seed's state
+    (train: the backup copy, taken here; frozen: the first finite call) lives as long as this run."""
     packer = FlagPacker(sync)
     rows: jax.Array | None = None
     n: jax.Array | None = None
     layout: tuple = ()
     count = 0
     block_start = first_checked = state.next_step
+    own = _Checked.start(h, state)
     refs: dict[int, dict] = {}
     details: dict[int, jax.Array] = {}
     names: list[str] | None = None  # frozen: the step's output leaves, named once (the seed's first outputs)
@@ -172,11 +194,11 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
     for s in range(state.next_step, steps):
         # The first two feedbacks of each run are held to what the step returned.
         try:
-            flags = _checked_step(h, seed, state, s, planned, refs, s <= first_checked + 1, details)
+            flags = _checked_step(h, seed, state, own, s, planned, refs, s <= first_checked + 1, details)
         except HarnessError:  # the program's error: the steps that ran before it stand
             if count and rows is not None:
-                if names is None and state.first is not None:
-                    names = output_names(state.first)
+                if names is None and own.first is not None:
+                    names = output_names(own.first)
                 yield from pipe.push(_Pending(block_start, s, (rows, layout), refs, details, names))
             yield from pipe.flush()
             raise
@@ -184,11 +206,10 @@ def run_steps(h: Harnessed, seed: int, state: RunState, steps: int, planned: set
             rows, n, layout = packer.start(flags)
         rows, n = h.counters.dispatch(packer.write, rows, n, flags)
         count += 1
-        state.next_step = s + 1
         stop = should_stop()
         if count == sync or s == steps - 1 or stop:
-            if names is None and state.first is not None:
-                names = output_names(state.first)
+            if names is None and own.first is not None:
+                names = output_names(own.first)
             yield from pipe.push(_Pending(block_start, s + 1, (rows, layout), refs, details, names))
             rows, count, refs, details, block_start = None, 0, {}, {}, s + 1
             if stop or s == steps - 1 or drain():
