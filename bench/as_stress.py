@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xla_harness.stress import store as results
+from xla_harness.stress.results import store as results
+from xla_harness.stress.results.sink import ResultsSink
 from xla_harness.stress.runner import initial_state, run_seed
-from xla_harness.stress.sink import ResultsSink
 
 
 def stress_seed(h, seed: int, path: Path, env: dict, size) -> tuple[int, int]:

@@ -35,7 +35,7 @@ PLAIN = """
 import sys
 import jax
 from xla_harness.programs.interface import load_program
-from xla_harness.stress.inject import step_keys
+from xla_harness.stress.device.inject import step_keys
 options = dict(a.split("=", 1) for a in sys.argv[2:])
 options = {k: (float(v) if k == "scale" else v) for k, v in options.items()}
 program = load_program(sys.argv[1], **options)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax  # noqa: E402
 
-from xla_harness.stress.inject import injected_steps  # noqa: E402
+from xla_harness.stress.device.inject import injected_steps  # noqa: E402
 from xla_harness.stress.runner import Event, run_matrix  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 

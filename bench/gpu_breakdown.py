@@ -19,7 +19,7 @@ bookkeeping: the same-program step's call, the records, the block sizer); verdic
 - quiet. Per round they add up to block - user exactly; the medians are printed beside the median
 gap, and the check is that they agree within 0.02 ms a step (``adds_up``). The counts beside them
 (dispatches, host syncs, bytes to the host per step) come from the harness's own counters, which the
-suite holds to the protocol (tests/stress/test_dispatch_order.py).
+suite holds to the protocol (tests/stress/loop/test_dispatch_order.py).
 
 ``--program NAME --program-option k=v`` measures another program (#35409: ``--program issue-35409
 --program-option scale=1``) in place of the built-in model at ``--size``; ``--loops user,block`` runs
@@ -58,13 +58,13 @@ from stress_overhead import SIZES, median_interval  # noqa: E402
 
 from xla_harness.names import BLOCK_ROWS as ROWS  # noqa: E402
 from xla_harness.programs.options import literal_option  # noqa: E402
-from xla_harness.stress import blocks as blocks_module  # noqa: E402
-from xla_harness.stress import store as results  # noqa: E402
-from xla_harness.stress.block_size import new_block_size  # noqa: E402
-from xla_harness.stress.inject import step_keys  # noqa: E402
+from xla_harness.stress.device.inject import step_keys  # noqa: E402
+from xla_harness.stress.device.step_rows import new_rows  # noqa: E402
+from xla_harness.stress.loop import blocks as blocks_module  # noqa: E402
+from xla_harness.stress.loop.block_size import new_block_size  # noqa: E402
+from xla_harness.stress.results import store as results  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
-from xla_harness.stress.step_rows import new_rows  # noqa: E402
 
 LOOPS = ("user", "+row", "+copy", "quiet", "block")
 PARTS = (("row", "+row", "user"), ("copy", "+copy", "+row"), ("loop", "quiet", "+copy"),

@@ -37,9 +37,9 @@ import optax  # noqa: E402
 from as_stress import stress_seed  # noqa: E402
 
 from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
-from xla_harness.stress import store as results  # noqa: E402
-from xla_harness.stress.block_size import new_block_size  # noqa: E402
-from xla_harness.stress.inject import step_keys  # noqa: E402
+from xla_harness.stress.device.inject import step_keys  # noqa: E402
+from xla_harness.stress.loop.block_size import new_block_size  # noqa: E402
+from xla_harness.stress.results import store as results  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from xla_harness.stress.stats import binom_cdf  # noqa: E402
+from xla_harness.stress.report.stats import binom_cdf  # noqa: E402
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -113,7 +113,7 @@ def tied_program():
     import jax
 
     from xla_harness.programs.interface import load_program
-    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.device.inject import step_keys
 
     prog = load_program("tied-embedding", mode="full", remat=True, d_model=128, vocab=1024, seq=32, layers=2,
                         heads=4)

@@ -1,5 +1,5 @@
 """What the block protocol's per-step row costs on the device, and why: the user's step alone against
-the step followed by each way of writing its row (:mod:`xla_harness.stress.step_rows`), interleaved
+the step followed by each way of writing its row (:mod:`xla_harness.stress.device.step_rows`), interleaved
 round by round, wall time (on a GPU or TPU the device does the work; on the CPU, process CPU time is
 printed beside it), with the machine-independent counts that explain it (the kernels each writer's
 compiled program launches, the bytes it reads).
@@ -9,7 +9,7 @@ Writers:
 * **loss-only**: the row's loss alone (reads no state): the floor of one more dispatch per step;
 * **per-leaf**: one ``all(isfinite(x))`` per leaf (what the harness did before: one reduction, so one
   kernel on a GPU, per leaf);
-* **by-shape**: :func:`~xla_harness.stress.step_rows.write_row` as the harness runs it (leaves of one
+* **by-shape**: :func:`~xla_harness.stress.device.step_rows.write_row` as the harness runs it (leaves of one
   shape reduced together);
 * **one-reduce**: every leaf's ``isfinite`` concatenated into one reduction (one flag for the whole
   state, no first bad leaf: the fewest kernels, for comparison only).
@@ -39,9 +39,9 @@ import jax.numpy as jnp  # noqa: E402
 from stress_overhead import SIZES, median_interval  # noqa: E402
 
 from xla_harness.hlo.parser import parse_module  # noqa: E402
-from xla_harness.stress import step_rows  # noqa: E402
-from xla_harness.stress.inject import step_keys  # noqa: E402
-from xla_harness.stress.leaves import is_floating  # noqa: E402
+from xla_harness.stress.device import step_rows  # noqa: E402
+from xla_harness.stress.device.inject import step_keys  # noqa: E402
+from xla_harness.stress.device.leaves import is_floating  # noqa: E402
 from xla_harness.stress.runner import prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 

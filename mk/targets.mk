@@ -22,10 +22,10 @@ SWEEP_CELLS ?= full:True
 SWEEP_OUT   ?= results/tpu-aot/sweep
 
 # The report's unknowns in combination: a pairwise design (every pair of levels of every two of jit,
-# donate, dtype, embed_spec, precision, specs, axis_types in some cell; xla_harness/stress/pairs.py),
+# donate, dtype, embed_spec, precision, specs, axis_types in some cell; xla_harness/stress/report/pairs.py),
 # full + remat, each cell one compile, every jax pin in turn, the design checked before any compile:
 #   make tpu-pairs [MATRIX_PINS=..]     records in PAIRS_OUT/jaxPIN (resumable like the matrix)
-#   $(VENV)/bin/python -m xla_harness.stress.pairs [--summary]    the design, one cell a line
+#   $(VENV)/bin/python -m xla_harness.stress.report.pairs [--summary]    the design, one cell a line
 PAIRS_CELLS ?= full:True
 PAIRS_OUT   ?= results/tpu-aot/pairs
 

@@ -1015,7 +1015,7 @@ def compile_record(label: str = "full/remat=on/f32", **changes) -> dict:
 
 
 def stem(label: str, target: str = "host") -> str:
-    """The hlo/ name of a configuration's files (xla_harness.stress.compile_resume._slug)."""
+    """The hlo/ name of a configuration's files (xla_harness.stress.compile_only.resume._slug)."""
     import hashlib
     import re
 

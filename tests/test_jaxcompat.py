@@ -53,7 +53,7 @@ def test_compiled_call_is_what_compiled_forwards_to_and_the_step_calls_it():
     from jax import stages
 
     from xla_harness.jaxcompat import compiled_call
-    from xla_harness.stress.proof import ProvenStep
+    from xla_harness.stress.proof.same_program import ProvenStep
 
     def step(p, o, b):
         return p + b, o, {"loss": jnp.sum(p)}

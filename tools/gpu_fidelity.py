@@ -53,7 +53,7 @@ from xla_harness.hlo.ir import HloModule  # noqa: E402
 from xla_harness.hlo.parser import parse_module  # noqa: E402
 from xla_harness.runtime import subproc  # noqa: E402
 from xla_harness.runtime.files import read_regular  # noqa: E402
-from xla_harness.stress.compile_records import read_compile_records  # noqa: E402
+from xla_harness.stress.compile_only.records import read_compile_records  # noqa: E402
 from xla_harness.targets import Target, parse_target  # noqa: E402
 
 

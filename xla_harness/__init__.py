@@ -22,7 +22,7 @@ import xla_harness._early  # noqa: F401 - first: started as the CLI, signals are
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from xla_harness.names import VERSION as __version__
 
 # public name -> (module, attribute); attribute None: the module itself.
 _EXPORTS: dict[str, tuple[str, str | None]] = {
@@ -32,12 +32,12 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "load_program": ("xla_harness.programs.interface", "load_program"),
     "StressSpec": ("xla_harness.stress.spec", "StressSpec"),
     "run_matrix": ("xla_harness.stress.runner", "run_matrix"),
-    "load_table": ("xla_harness.stress.report", "load_table"),
-    "format_table": ("xla_harness.stress.report", "format_table"),
-    "read_results": ("xla_harness.stress.store", "read_results"),
+    "load_table": ("xla_harness.stress.report.summary", "load_table"),
+    "format_table": ("xla_harness.stress.report.summary", "format_table"),
+    "read_results": ("xla_harness.stress.results.store", "read_results"),
     "parse_hlo": ("xla_harness.hlo.parser", "parse_module"),
     "scan_text": ("xla_harness.hlo.scan", "scan_text"),
-    "stats": ("xla_harness.stress.stats", None),
+    "stats": ("xla_harness.stress.report.stats", None),
     "origin_of": ("xla_harness.origin.classify", "origin_of"),
     "Origin": ("xla_harness.origin.classify", "Origin"),
 }
@@ -53,11 +53,10 @@ if TYPE_CHECKING:
     from xla_harness.hlo.scan import scan_text
     from xla_harness.origin.classify import Origin, origin_of
     from xla_harness.programs.interface import TrainProgram, load_program, step_from_loss
-    from xla_harness.stress import stats
-    from xla_harness.stress.report import format_table, load_table
+    from xla_harness.stress.report.summary import format_table, load_table, stats
+    from xla_harness.stress.results.store import read_results
     from xla_harness.stress.runner import run_matrix
     from xla_harness.stress.spec import StressSpec
-    from xla_harness.stress.store import read_results
 
 
 def __getattr__(name: str) -> Any:

@@ -4,17 +4,21 @@ library modules that act on them. A leaf module: it imports nothing, so every la
 
 from __future__ import annotations
 
+# The harness's version (``xla_harness.__version__``, pyproject's ``version``): what every record says
+# wrote it (xla_harness.stress.results.store).
+VERSION = "0.1.0"
+
 # The built-in program: the default --program, and the one a results file names when it names none
 # (xla_harness.programs.interface).
 BUILTIN_PROGRAM = "tied-embedding"
 
-# stress --protocol, --commit and --inject (xla_harness.stress.spec, xla_harness.stress.inject).
+# stress --protocol, --commit and --inject (xla_harness.stress.spec, xla_harness.stress.device.inject).
 PROTOCOLS = ("train", "frozen")
 COMMITS = ("block", "step")
 INJECT_KINDS = ("nan", "nan-opt", "inf-opt", "lost-row", "doubled-row")
 
 # Rows of a block's array on the device: the largest --block with --commit block
-# (xla_harness.stress.step_rows, xla_harness.stress.blocks.BlockSize.LIMIT).
+# (xla_harness.stress.device.step_rows, xla_harness.stress.loop.block_size.BlockSize.LIMIT).
 BLOCK_ROWS = 1024
 
 # stress --explain-max and --explain-replays (xla_harness.stress.explain, xla_harness.origin.classify).
@@ -25,5 +29,5 @@ DEFAULT_REPLAYS = 8
 # (xla_harness.triage.spec).
 EXPLAIN_MAX = 3
 
-# stress --compile-only's records in its folder (xla_harness.stress.compile_only).
+# stress --compile-only's records in its folder (xla_harness.stress.compile_only.run).
 COMPILE_RESULTS = "compile.jsonl"

@@ -22,7 +22,7 @@ Everything it adds is prefixed, so it never collides with a project's own names:
   ``--junitxml`` writes them per testcase, failed ones included): ``xla_harness_nonfinite``,
   ``xla_harness_steps``, ``xla_harness_rate`` (non-finite / total steps, all configurations and
   seeds pooled), ``xla_harness_rate_upper95`` (its one-sided exact 95% upper bound,
-  :func:`xla_harness.stress.stats.upper_bound`), ``xla_harness_results`` (the results file) and
+  :func:`xla_harness.stress.report.stats.upper_bound`), ``xla_harness_results`` (the results file) and
   ``xla_harness_origins`` (how many explained failing steps each origin class holds, JSON). A failing
   run says whose each of its first failing steps' NaN is (``stress --explain``: input, race,
   program, precision, compiler or unknown, with the file:line where the program made it);
@@ -124,8 +124,9 @@ def xla_harness_stress(request, tmp_path):
     config = request.config
     if not _stress_enabled(config):
         pytest.skip(SKIP_REASON)
-    from xla_harness.stress import report, stats
     from xla_harness.stress.explain import ExplainSpec
+    from xla_harness.stress.report import stats
+    from xla_harness.stress.report import summary as report
     from xla_harness.stress.runner import run_matrix
     from xla_harness.stress.spec import StressSpec
 

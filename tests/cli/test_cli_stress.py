@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness.cli import main
-from xla_harness.stress import store as results
+from xla_harness.stress.results import store as results
 
 from ..helpers import TINY_ARGS
 
@@ -209,7 +209,7 @@ def test_compare_two_runs(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["comparisons"]
     assert row["significant"] and row["b"]["nonfinite"] == 0 and row["a"]["nonfinite"] > 10
-    from xla_harness.stress import stats
+    from xla_harness.stress.report import stats
 
     needed = row["clean_steps_to_show_fix"]
     assert needed == stats.clean_steps_to_show_fix(row["a"]["nonfinite"], 40) and needed < 40

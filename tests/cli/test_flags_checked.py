@@ -104,7 +104,7 @@ def test_scan_model_devices_reaches_the_program_on_a_target(tmp_path, capsys):
 def test_compile_only_frozen_compiles_the_step_without_donation(tmp_path):
     """The frozen protocol calls the step on the same inputs every time, so it donates nothing; the
     compile-only record of a frozen matrix is that step (it was the donated train step)."""
-    from xla_harness.stress.compile_only import compile_matrix
+    from xla_harness.stress.compile_only.run import compile_matrix
     from xla_harness.stress.spec import StressSpec
     from xla_harness.targets import HOST
 

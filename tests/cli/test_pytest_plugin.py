@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from xla_harness.stress.report import stats
+
 # Imported here, outside pytester's in-process runs: those drop the modules they import afterwards,
 # and importing jax a second time in one process aborts it.
-from xla_harness.stress import report, runner, stats  # noqa: F401
+from xla_harness.stress.report import summary as report  # noqa: F401
 
 PLUGIN = "xla_harness.pytest_plugin"
 PLAIN_TEST = """

@@ -311,7 +311,7 @@ def test_both_specs_give_the_same_loss(on_mesh):
 @pytest.mark.slow
 @pytest.mark.skipif(missing(parse_target("tpu:v6e:2x4")) is not None, reason="libtpu is not installed")
 def test_faithful_program_compiles_for_tpu():
-    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.stress.compile_only.run import compile_program
 
     step = compile_program("issue-35409", {**SMALL, "specs": "report"}, parse_target("tpu:v6e:2x4"))
     assert ":T(8,128)" in step.hlo_text

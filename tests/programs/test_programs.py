@@ -15,10 +15,10 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.programs.interface import TrainProgram, load_program
-from xla_harness.stress import stats
-from xla_harness.stress import store as results
-from xla_harness.stress.fingerprint import fingerprint, normalise_hlo_text, plain_jit
-from xla_harness.stress.inject import step_keys
+from xla_harness.stress.device.inject import step_keys
+from xla_harness.stress.proof.fingerprint import fingerprint, normalise_hlo_text, plain_jit
+from xla_harness.stress.report import stats
+from xla_harness.stress.results import store as results
 from xla_harness.stress.runner import check_same_program, initial_state, prepare
 from xla_harness.stress.spec import StressSpec
 

@@ -50,10 +50,10 @@ def graph() -> grimp.ImportGraph:
 
 
 def test_config_declares_the_contracts():
-    assert set(contracts()) == {"layers", "core-not-stress", "below-commands", "acyclic"}
+    assert set(contracts()) == {"layers", "stress-layers", "core-not-stress", "below-commands", "acyclic"}
 
 
-@pytest.mark.parametrize("contract_id", ["layers", "core-not-stress", "below-commands", "acyclic"])
+@pytest.mark.parametrize("contract_id", ["layers", "stress-layers", "core-not-stress", "below-commands", "acyclic"])
 def test_the_package_keeps_each_contract(graph, contract_id):
     check = contracts()[contract_id].check(copy.deepcopy(graph), verbose=False)
     assert check.kept, check.metadata
@@ -62,17 +62,23 @@ def test_the_package_keeps_each_contract(graph, contract_id):
 # (contract id, importer, imported): one violation each contract must catch. Function-level
 # imports are edges of the graph like any other (grimp reads every import statement).
 PLANTED = [
-    pytest.param("core-not-stress", "xla_harness.hlo.tied", "xla_harness.stress.records", id="hlo->stress"),
-    pytest.param("core-not-stress", "xla_harness.programs.tied_embedding", "xla_harness.stress.records",
+    pytest.param("core-not-stress", "xla_harness.hlo.tied", "xla_harness.stress.results.records", id="hlo->stress"),
+    pytest.param("core-not-stress", "xla_harness.programs.tied_embedding", "xla_harness.stress.results.records",
                  id="programs->stress (the cycle broken by moving label)"),
     pytest.param("core-not-stress", "xla_harness.gradcheck.check", "xla_harness.commands.gradcheck",
                  id="gradcheck->commands"),
-    pytest.param("below-commands", "xla_harness.stress.records", "xla_harness.cli", id="stress->cli"),
+    pytest.param("below-commands", "xla_harness.stress.results.records", "xla_harness.cli", id="stress->cli"),
     pytest.param("below-commands", "xla_harness.upstream.pr", "xla_harness.commands.pr", id="upstream->commands"),
     pytest.param("layers", "xla_harness.errors", "xla_harness.runtime.files", id="errors->files (a lower layer)"),
     pytest.param("layers", "xla_harness.hlo.alias", "xla_harness.gradcheck.cases",
                  id="hlo->gradcheck (independent siblings)"),
-    pytest.param("layers", "xla_harness.stress.report", "xla_harness.repro.bundle", id="stress->repro"),
+    pytest.param("layers", "xla_harness.stress.report.summary", "xla_harness.repro.bundle", id="stress->repro"),
+    pytest.param("stress-layers", "xla_harness.stress.results.store", "xla_harness.stress.spec",
+                 id="results->spec (the store below what it stores)"),
+    pytest.param("stress-layers", "xla_harness.stress.device.checker", "xla_harness.stress.proof.harness",
+                 id="device->proof (the checks below the configuration that holds them)"),
+    pytest.param("stress-layers", "xla_harness.stress.loop.blocks", "xla_harness.stress.runner",
+                 id="loop->runner"),
     pytest.param("acyclic", "xla_harness.upstream.patchfile", "xla_harness.upstream.apply",
                  id="patchfile->apply (apply<->patchcheck, broken by patchfile)"),
     pytest.param("acyclic", "xla_harness.gradcheck.frameworks.jax_adapter", "xla_harness.gradcheck.check",
@@ -123,9 +129,9 @@ def test_lint_imports_fails_on_a_copy_with_a_planted_function_level_import(tmp_p
     shutil.copyfile(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     tied = tmp_path / PACKAGE / "hlo" / "tied.py"
     tied.write_text(tied.read_text(encoding="utf-8") + "\n\ndef _planted():\n"
-                    "    from xla_harness.stress import records  # noqa: F401\n", encoding="utf-8")
+                    "    from xla_harness.stress.results import records  # noqa: F401\n", encoding="utf-8")
     res = lint_imports(tmp_path)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
-    assert "xla_harness.hlo.tied -> xla_harness.stress.records" in out, out
+    assert "xla_harness.hlo.tied -> xla_harness.stress.results.records" in out, out
     assert "broken" in out and "0 broken" not in out, out

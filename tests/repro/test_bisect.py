@@ -65,7 +65,7 @@ def test_stochastic_oracle_with_statistical_stopping(tmp_path, capsys):
     # baseline k/60 -> runs_needed(k/60, 0.95) steps per probe, and it says so.
     base = [json.loads(x) for x in (tmp_path / "s" / "bisect.jsonl").read_text().splitlines()
             if json.loads(x)["kind"] == "baseline"][0]
-    from xla_harness.stress import stats
+    from xla_harness.stress.report import stats
 
     assert base["steps_per_probe"] == stats.runs_needed(base["nonfinite"] / base["steps"], 0.95)
     assert f"each probe runs up to {base['steps_per_probe']} steps (95% confidence)" in captured.err

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xla_harness.stress.stats import binom_cdf
+from xla_harness.stress.report.stats import binom_cdf
 
 _spec = importlib.util.spec_from_file_location(
     "masking_overhead", Path(__file__).resolve().parents[2] / "bench/masking_overhead.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress import records
+from xla_harness.stress.results import records
 from xla_harness.stress.runner import built_with
 
 ROOT = Path(__file__).resolve().parents[2]

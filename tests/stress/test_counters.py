@@ -1,4 +1,4 @@
-"""The harness's cost counters (:class:`~xla_harness.stress.harness.Counters`) are counted where the
+"""The harness's cost counters (:class:`~xla_harness.stress.proof.harness.Counters`) are counted where the
 work happens, never by hand: every function of the harness's own is wrapped once (each call one
 dispatch), every device read goes through the counters' fetch/wait/to_host. A scan of the stress
 package finds no increment of a counter outside :class:`Counters` (a planted one is caught), and
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
-from xla_harness.stress.harness import Counted, Counters, prepare
+from xla_harness.stress.proof.harness import Counted, Counters, prepare
 from xla_harness.stress.spec import StressSpec
 
 from ..helpers import TINY
@@ -46,9 +46,9 @@ def hand_counts(source: str) -> list[int]:
 
 
 def test_no_counter_is_incremented_by_hand_in_the_stress_package():
-    files = sorted(STRESS.glob("*.py"))
+    files = sorted(STRESS.rglob("*.py"))
     assert len(files) > 20
-    assert {str(p.name): hand_counts(p.read_text()) for p in files if hand_counts(p.read_text())} == {}
+    assert {str(p.relative_to(STRESS)): hand_counts(p.read_text()) for p in files if hand_counts(p.read_text())} == {}
 
 
 def test_a_planted_hand_count_is_caught():

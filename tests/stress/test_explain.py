@@ -19,10 +19,10 @@ import pytest
 from xla_harness.programs.interface import load_program
 from xla_harness.stress import explain as explain_mod
 from xla_harness.stress.explain import ExplainSpec, load_state, state_path
-from xla_harness.stress.report import load_table
+from xla_harness.stress.report.summary import load_table
+from xla_harness.stress.results.store import read_results
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.spec import StressSpec
-from xla_harness.stress.store import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "origin" / "programs"
@@ -82,7 +82,7 @@ def test_the_kept_state_is_a_plain_loops_state_before_the_step(tmp_path):
     is finite (what a rollback does), run apart from the harness."""
     run_matrix(_spec("zero-over-zero"), tmp_path, explain=ExplainSpec())
     program = load_program(WHOSE, kind="zero-over-zero")
-    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.device.inject import step_keys
 
     step = jax.jit(program.step)
     params, opt_state = program.init(jax.random.key(1))

@@ -200,7 +200,7 @@ def test_a_flax_nnx_model_with_rngs_in_its_state_trains_freezes_checkpoints_and_
     a stop writes a checkpoint holding the key, ``--resume`` continues from it to the same records
     as an uninterrupted run, and the frozen protocol compares the key's bits."""
     pytest.importorskip("flax.nnx")
-    from xla_harness.stress.report import load_table
+    from xla_harness.stress.report.summary import load_table
     from xla_harness.stress.runner import run_matrix
 
     def spec(**kw):

@@ -11,10 +11,10 @@ from xla_harness.cli import main
 from xla_harness.hlo.parser import parse_module
 from xla_harness.hlo.tied import tied_summary
 from xla_harness.programs.interface import TrainProgram, load_program
-from xla_harness.stress import report
-from xla_harness.stress import store as results
-from xla_harness.stress.fingerprint import fingerprint
-from xla_harness.stress.inject import step_keys
+from xla_harness.stress.device.inject import step_keys
+from xla_harness.stress.proof.fingerprint import fingerprint
+from xla_harness.stress.report import summary as report
+from xla_harness.stress.results import store as results
 from xla_harness.stress.runner import check_same_program, initial_state, prepare
 from xla_harness.stress.spec import StressSpec
 

@@ -15,8 +15,13 @@ import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.stress import compile_only, compile_records, compile_resume, compile_table, records, report
-from xla_harness.stress import store as results
+from xla_harness.stress.compile_only import records as compile_records
+from xla_harness.stress.compile_only import resume as compile_resume
+from xla_harness.stress.compile_only import run as compile_only
+from xla_harness.stress.compile_only import table as compile_table
+from xla_harness.stress.report import summary as report
+from xla_harness.stress.results import records
+from xla_harness.stress.results import store as results
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.spec import StressSpec
 from xla_harness.targets import parse_target
@@ -47,7 +52,7 @@ def test_the_settings_are_read_however_they_are_set():
 
 @pytest.mark.slow
 def test_an_environment_variable_is_read():
-    code = "import json; from xla_harness.stress.store import jax_settings; print(json.dumps(jax_settings()))"
+    code = "import json; from xla_harness.stress.results.store import jax_settings; print(json.dumps(jax_settings()))"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest",
            "JAX_ENABLE_X64": "1", "JAX_DEFAULT_PRNG_IMPL": "rbg"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from xla_harness.stress.differences import differences, leaf_difference
+from xla_harness.stress.device.differences import differences, leaf_difference
 
 PERTURBED = '''
 import itertools

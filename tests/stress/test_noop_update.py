@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress import records, report, report_json
-from xla_harness.stress.store import Results
+from xla_harness.stress.report import as_json as report_json
+from xla_harness.stress.report import summary as report
+from xla_harness.stress.results import records
+from xla_harness.stress.results.store import Results
 
 ROOT = Path(__file__).resolve().parents[2]
 

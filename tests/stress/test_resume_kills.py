@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress import store as results
+from xla_harness.stress.results import store as results
 
 from ..helpers import TINY_ARGS
 

@@ -50,8 +50,8 @@ def test_a_clean_file_resumes(tmp_path):
 
 def test_the_clis_block_limit_is_the_rows_array():
     from xla_harness.names import BLOCK_ROWS
-    from xla_harness.stress import step_rows
-    from xla_harness.stress.blocks import BlockSize
+    from xla_harness.stress.device import step_rows
+    from xla_harness.stress.loop.blocks import BlockSize
 
     assert step_rows.ROWS == BLOCK_ROWS == BlockSize.LIMIT
 
@@ -60,7 +60,7 @@ def test_a_resume_under_another_commit_is_said_and_recorded_per_block(tmp_path, 
     spec, path, _ = _started(tmp_path)
     from dataclasses import replace
 
-    from xla_harness.stress.store import read_results
+    from xla_harness.stress.results.store import read_results
 
     run_matrix(replace(spec, commit="step"), tmp_path, resume=True)
     assert "resumed with --commit step, begun with --commit block" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress import store as results
+from xla_harness.stress.results import store as results
 
 ROOT = Path(__file__).resolve().parents[2]
 

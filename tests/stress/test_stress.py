@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from xla_harness.cli import main
-from xla_harness.stress import report, stats
-from xla_harness.stress import store as results
-from xla_harness.stress.inject import injected_steps, step_keys
-from xla_harness.stress.reference import compare_update, reference_check
+from xla_harness.stress.device.inject import injected_steps, step_keys
+from xla_harness.stress.device.reference import compare_update, reference_check
+from xla_harness.stress.report import stats
+from xla_harness.stress.report import summary as report
+from xla_harness.stress.results import store as results
 from xla_harness.stress.runner import initial_state, prepare, run_config, run_matrix
 from xla_harness.stress.spec import StressSpec
 

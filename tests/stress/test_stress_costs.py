@@ -16,12 +16,12 @@ import pytest
 
 from xla_harness.names import BLOCK_ROWS as ROWS
 from xla_harness.programs.interface import load_program
-from xla_harness.stress import blocks as blocks_module
-from xla_harness.stress.harness import Harnessed
+from xla_harness.stress.device.step_rows import bucket
+from xla_harness.stress.loop import blocks as blocks_module
+from xla_harness.stress.loop.snapshot import HostSnapshot
+from xla_harness.stress.proof.harness import Harnessed
 from xla_harness.stress.runner import run_matrix
-from xla_harness.stress.snapshot import HostSnapshot
 from xla_harness.stress.spec import StressSpec
-from xla_harness.stress.step_rows import bucket
 
 from ..helpers import TINY
 

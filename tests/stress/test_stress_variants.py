@@ -11,8 +11,10 @@ import pytest
 
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
-from xla_harness.stress import records, report, stats
-from xla_harness.stress import store as results
+from xla_harness.stress.report import stats
+from xla_harness.stress.report import summary as report
+from xla_harness.stress.results import records
+from xla_harness.stress.results import store as results
 from xla_harness.stress.spec import StressSpec
 
 from ..helpers import FOREIGN_PROGRAM, TINY, TINY_ARGS

@@ -108,7 +108,7 @@ def test_a_real_gpu_compile_writes_its_autotune_results_beside_the_hlo():
 def test_compile_matrix_asks_the_compile_for_the_dump_and_records_it(tmp_path, monkeypatch):
     """On a GPU (stood in for: the dump path is granted and the compile writes the file XLA would),
     the compile gets xla_gpu_dump_autotune_results_to for its own file and the record names it."""
-    from xla_harness.stress import compile_only
+    from xla_harness.stress.compile_only import run as compile_only
     from xla_harness.stress.spec import StressSpec
     from xla_harness.targets import compile as compile_mod
 
@@ -180,7 +180,7 @@ def test_a_path_with_spaces_goes_into_xla_flags_quoted_and_is_read_back(tmp_path
     """XLA splits XLA_FLAGS at white space outside double quotes: a path with a space goes in quoted
     (unquoted, XLA would read '/x/with' and refuse 'space.txt'), and the compile record's hash reads
     the same file back; a path XLA_FLAGS cannot carry is refused."""
-    from xla_harness.stress.compile_only import _autotune_sha256
+    from xla_harness.stress.compile_only.run import _autotune_sha256
     from xla_harness.targets.devices import flag_path
 
     folder = tmp_path / "with space"

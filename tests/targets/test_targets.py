@@ -331,7 +331,7 @@ def test_compile_only_preset_variants_for_tpu(tmp_path, capsys):
 def test_tpu_no_fusion_flag_set_reaches_libtpu():
     """tpu-no-fusion disables libtpu's fusion pass through compile options: fewer fusions than the
     baseline on the same target (a flag libtpu ignored would change nothing)."""
-    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.stress.compile_only.run import compile_program
 
     opts = {"vocab": 64, "d_model": 32, "layers": 1, "heads": 2, "seq": 8, "batch": 8, "devices": 1}
     base = compile_program("tied-embedding", opts, V6E).hlo_text
@@ -346,7 +346,7 @@ def test_tpu_no_fusion_flag_set_reaches_libtpu():
 def test_program_that_ignores_target_devices_is_refused(tmp_path):
     """A program whose init pins its state to this machine's CPU cannot be compiled for a TPU: one
     clear error, not a CPU compile reported as the TPU's."""
-    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.stress.compile_only.run import compile_program
 
     f = tmp_path / "pinned.py"
     f.write_text(FOREIGN_PROGRAM + '''

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xla_harness.stress.compile_only import host_rules
+from xla_harness.stress.compile_only.run import host_rules
 from xla_harness.stress.spec import StressSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ def test_host_rules_follow_the_device(kind, rules):
 
 
 def test_the_host_compile_record_scans_as_triage_does(tmp_path):
-    from xla_harness.stress.compile_only import compile_matrix
+    from xla_harness.stress.compile_only.run import compile_matrix
     from xla_harness.targets.spec import parse_target
     from xla_harness.triage.compiled import record_rules, verdict_of_record
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from xla_harness.stress.compile_only import CompileRecord
+from xla_harness.stress.compile_only.run import CompileRecord
 from xla_harness.triage.answer import target_sentence
 from xla_harness.triage.compiled import TargetVerdict, verdict_from_json
 from xla_harness.triage.render import _target_rows

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from xla_harness.hlo.parser import parse_file
-from xla_harness.stress import stats
+from xla_harness.stress.report import stats
 from xla_harness.triage import plan
 from xla_harness.triage.answer import answer
 from xla_harness.triage.compiled import target_verdict

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from xla_harness.cli import build_parser, main
-from xla_harness.stress import record_text, records, stats
+from xla_harness.stress.report import stats
+from xla_harness.stress.results import record_text, records
 from xla_harness.triage.answer import answer
 from xla_harness.triage.answer_record import BOUND_NOTE, where_line
 from xla_harness.triage.render import write_report

@@ -81,7 +81,7 @@ def _check_inputs(args) -> None:
         if folder is not None and not folder.is_dir():
             raise HarnessError(f"{flag} {folder} is not a folder")
     if args.results is not None:
-        from xla_harness.stress import report
+        from xla_harness.stress.report import summary as report
 
         report.load_table([args.results])  # validates every results line
         _check_results_are_the_programs(args)
@@ -111,7 +111,7 @@ def _check_results_are_the_programs(args) -> None:
     from another program would replay one program against another's counts."""
     from xla_harness.commands import flags
     from xla_harness.errors import HarnessError
-    from xla_harness.stress import store
+    from xla_harness.stress.results import store
 
     ours = json.loads(json.dumps(flags.program_options(args), default=str))
     for path in store.results_files(args.results):

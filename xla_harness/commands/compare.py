@@ -40,7 +40,8 @@ def _fix_sentence(ra, rb, needed: int | None, alpha: float) -> str:
 
 
 def run(args) -> int:
-    from xla_harness.stress import report, stats
+    from xla_harness.stress.report import stats
+    from xla_harness.stress.report import summary as report
 
     if not 0 < args.alpha < 1:
         raise HarnessError(f"--alpha must be in (0, 1), got {args.alpha}")

@@ -51,7 +51,9 @@ def add_arguments(p) -> None:
 def show(args):
     """Print (and plot) the table of args.folders; returns it."""
     from xla_harness.commands import flags
-    from xla_harness.stress import report, report_json, report_plot
+    from xla_harness.stress.report import as_json as report_json
+    from xla_harness.stress.report import plot as report_plot
+    from xla_harness.stress.report import summary as report
 
     if args.plot:  # before reading: a refused target costs nothing
         flags.check_output(args.plot, "--plot", flags.input_files(args.folders), args.force)
@@ -74,8 +76,8 @@ def show_compile(args) -> int:
     import json
 
     from xla_harness.errors import HarnessError
-    from xla_harness.stress.compile_records import load_compile_records
-    from xla_harness.stress.compile_table import COMPILE_TABLE_HEADER, check_compile_settings, compile_table_rows
+    from xla_harness.stress.compile_only.records import load_compile_records
+    from xla_harness.stress.compile_only.table import COMPILE_TABLE_HEADER, check_compile_settings, compile_table_rows
     from xla_harness.table import format_rows
 
     if args.plot:

@@ -158,7 +158,7 @@ def _target_model_text(args) -> tuple[str, str | None, str | None, str, str | No
     """(HLO text, buffer assignment text, its values file's text, device kind, the compiler's live
     range text) of --model compiled for a tpu:/cuda: target."""
     from xla_harness.commands import flags
-    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.stress.compile_only.run import compile_program
     from xla_harness.targets.devices import target_devices
 
     if args.devices is None and args.program == BUILTIN_PROGRAM:

@@ -246,7 +246,7 @@ def run_compile_only(args) -> int:
     prepare_environment(args.target)
     if args.target.is_host:
         ensure_host_devices(args.devices or 1)
-    from xla_harness.stress.compile_only import compile_matrix
+    from xla_harness.stress.compile_only.run import compile_matrix
     from xla_harness.targets.devices import target_devices
 
     if args.devices is None and not args.target.is_host and args.program == BUILTIN_PROGRAM:
@@ -294,7 +294,8 @@ def _check_outputs(args) -> None:
 def _print_results(args, table, fingerprints: dict, path: Path) -> None:
     """The table (--json: as JSON), after the fingerprints; with --explain, whose each explained
     failing step's NaN is."""
-    from xla_harness.stress import report, report_json
+    from xla_harness.stress.report import as_json as report_json
+    from xla_harness.stress.report import summary as report
 
     origins = report.load_origins([path.parent]) if args.explain else None
     if args.json:
@@ -326,8 +327,9 @@ def run(args) -> int:
     if args.devices % nproc:
         raise HarnessError(f"--devices {args.devices} must be divisible by --num-processes {nproc}")
     ensure_host_devices(args.devices // nproc)
-    from xla_harness.stress import report, report_plot
     from xla_harness.stress.explain import ExplainSpec
+    from xla_harness.stress.report import plot as report_plot
+    from xla_harness.stress.report import summary as report
     from xla_harness.stress.runner import run_matrix
 
     spec = spec_from_args(args)

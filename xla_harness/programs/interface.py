@@ -184,7 +184,7 @@ def guard_user_error(exc: BaseException, spec_text: str, doing: str) -> HarnessE
     KeyboardInterrupt) it and HarnessError are re-raised as they are."""
     where = f"--program {spec_text} was in {doing}"
     if isinstance(exc, interrupts.Interrupted):
-        exc.where = exc.where or where
+        exc.arrived_while(where)
         raise exc
     signum = interrupts.received()
     if signum is not None:

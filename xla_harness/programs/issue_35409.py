@@ -63,7 +63,7 @@ What the report leaves open, and what this preset guesses:
 
 Each of these is recorded in ``options``, so that a compile matrix sweeps them by name
 (``make tpu-sweep``: one at a time) and in combination (``make tpu-pairs``: every pair of their
-levels, :mod:`xla_harness.stress.pairs`).
+levels, :mod:`xla_harness.stress.report.pairs`).
 
 On one device the mesh, ``specs`` and ``axis_types`` play no part (the step lowers to the same
 StableHLO whatever they are); in f32 it is also the StableHLO of the preset before these options

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress import stats
+from xla_harness.stress.report import stats
 
 # Dump files are named <module>.<NNNN>.<pipeline>.after_<pass>.before_<pass>.txt
 _PASS = re.compile(r"\.(?:after|before)_([A-Za-z0-9_\-]+)")

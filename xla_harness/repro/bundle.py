@@ -47,7 +47,7 @@ MAX_PROGRAM_BYTES = 16 << 20  # and their bytes in all
 
 
 def bundle_env() -> dict:
-    from xla_harness.stress import store as results
+    from xla_harness.stress.results import store as results
 
     env = results.environment()
     import jax
@@ -191,9 +191,9 @@ def make_bundle(out: Path, program: str, options: dict, seeds: tuple[int, ...], 
                 python: str = sys.executable, target=None) -> Path:
     from xla_harness.hlo.parser import parse_file
     from xla_harness.hlo.scan import module_json, scan_module
-    from xla_harness.stress import report
-    from xla_harness.stress.harness import call_user
-    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.device.inject import step_keys
+    from xla_harness.stress.proof.harness import call_user
+    from xla_harness.stress.report import summary as report
     from xla_harness.stress.runner import initial_state, prepare, run_matrix
     from xla_harness.stress.spec import StressSpec, build
 
@@ -304,7 +304,7 @@ def _target_hlo(program: str, options: dict, target, hlo_dir: Path) -> dict:
     buffer assignment (and its values file) under ``hlo/<target>/``, and the scanner's view of it (returned)."""
     from xla_harness.hlo.parser import parse_module
     from xla_harness.hlo.scan import module_json, scan
-    from xla_harness.stress.compile_only import compile_program
+    from xla_harness.stress.compile_only.run import compile_program
 
     opts = dict(options)
     if program == "tied-embedding":

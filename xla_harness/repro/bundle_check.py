@@ -173,7 +173,7 @@ def check_derived(root: Path, path: Path, report: CheckReport) -> None:
     """findings.json and stress/table.txt recomputed from the bundled HLO and stress rows."""
     from xla_harness.hlo.parser import parse_file
     from xla_harness.hlo.scan import module_json, scan_module
-    from xla_harness.stress import report as stress_report
+    from xla_harness.stress.report import summary as stress_report
 
     hlos = sorted((root / "hlo").glob("*after_optimizations.txt"))
     if len(hlos) != 1:

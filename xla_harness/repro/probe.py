@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def _harnessed(task: dict, inject_rate: float = 0.0):
-    from xla_harness.stress.inject import step_keys
+    from xla_harness.stress.device.inject import step_keys
     from xla_harness.stress.runner import initial_state, prepare
     from xla_harness.stress.spec import StressSpec
 
@@ -34,7 +34,7 @@ def _target_lowered(task: dict, target):
     import jax.numpy as jnp
     from jax.sharding import SingleDeviceSharding
 
-    from xla_harness.stress.compile_only import build_for_target
+    from xla_harness.stress.compile_only.run import build_for_target
     from xla_harness.stress.spec import StressSpec
     from xla_harness.targets.compile import lower_step
     from xla_harness.targets.devices import target_devices

@@ -41,6 +41,10 @@ class Interrupted(BaseException):
     def exit_code(self) -> int:
         return 128 + self.signum
 
+    def arrived_while(self, where: str) -> None:
+        """Where the run was when it arrived (``where``), unless a deeper frame already said."""
+        self.where = self.where or where
+
     def __str__(self) -> str:
         name = signal.Signals(self.signum).name
         text = f"interrupted by {name}" + (f" while {self.where}" if self.where else "")

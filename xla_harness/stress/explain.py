@@ -9,7 +9,8 @@ protocol's state before any step is its fixed inputs, regenerated from the seed.
 regenerated from the step's key. A step's replays run the executable the run measured (the same
 compiled object), from fresh device copies placed as the executable expects.
 
-Each origin is one ``"kind": "origin"`` line of the results file (:class:`~xla_harness.stress.records.StepOrigin`).
+Each origin is one ``"kind": "origin"`` line of the results file
+(:class:`~xla_harness.stress.results.records.StepOrigin`).
 Steps corrupted by ``--inject`` are planted, not classified.
 """
 
@@ -39,9 +40,9 @@ from xla_harness.origin.classify import (
     replayed,
 )
 from xla_harness.origin.eager import Stopped, host, is_key_dtype
-from xla_harness.stress import records
-from xla_harness.stress import store as results
-from xla_harness.stress.harness import BlockResult, Harnessed, initial_state
+from xla_harness.stress.proof.harness import BlockResult, Harnessed, initial_state
+from xla_harness.stress.results import records
+from xla_harness.stress.results import store as results
 
 ORIGINS_DIR = "origins"
 
@@ -88,7 +89,7 @@ class Kept:
     def arrays(self, shardings=None):
         """The tree as fresh jax arrays (weak types and keys restored), placed as ``shardings`` says
         (a tree of shardings, or None: the default device)."""
-        from xla_harness.stress.checkpoint import as_weak
+        from xla_harness.stress.loop.checkpoint import as_weak
 
         flat_shardings = jax.tree_util.tree_leaves(shardings) if shardings is not None else [None] * len(self.leaves)
         out = []
@@ -297,7 +298,7 @@ class Explainer:
 def _state_shapes(h: Harnessed, seed: int):
     """The state's leaves as ``ShapeDtypeStruct``s, from ``init`` traced (not run) and the step's own
     outputs (the state is what the step returns)."""
-    from xla_harness.stress.harness import call_user
+    from xla_harness.stress.proof.harness import call_user
 
     params, opt_state = call_user(h.spec, "init", jax.eval_shape, h.program.init, jax.random.key(seed))
     batch = call_user(h.spec, "batch", jax.eval_shape, h.program.batch, jax.random.key(seed), 0)

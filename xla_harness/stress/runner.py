@@ -2,7 +2,7 @@
 
 The measured program is the user's step compiled as the user compiles it
 (:meth:`TrainProgram.jit`: same donation, same shardings, nothing inserted), proven equal to a plain
-loop's ``jax.jit`` of it and compiled once (:mod:`~xla_harness.stress.proof`). Everything the
+loop's ``jax.jit`` of it and compiled once (:mod:`~xla_harness.stress.proof.same_program`). Everything the
 harness adds runs in *separate* jitted functions over the step's inputs and outputs:
 
 * **checks** (is the loss finite, every new parameter and optimizer-state leaf,
@@ -10,11 +10,11 @@ harness adds runs in *separate* jitted functions over the step's inputs and outp
 * **commit** (protocol ``train``): both count a step by its first execution from a finite state
   and roll back a step whose new state is not finite (params *and* optimizer state), so one event
   is one failure and every step is one Bernoulli trial. ``block`` (default,
-  :mod:`~xla_harness.stress.blocks`) feeds the step's outputs straight back, writes one row per step
-  on the device (:mod:`~xla_harness.stress.step_rows`) fetched once per block while the next runs,
+  :mod:`~xla_harness.stress.loop.blocks`) feeds the step's outputs straight back, writes one row per step
+  on the device (:mod:`~xla_harness.stress.device.step_rows`) fetched once per block while the next runs,
   and rolls back by rerunning at most one block from a device copy of the state taken at the block's
-  start (:mod:`~xla_harness.stress.restore`; reruns are never counted). ``step``
-  (:mod:`~xla_harness.stress.steps`) commits every step against a copy kept on device;
+  start (:mod:`~xla_harness.stress.loop.restore`; reruns are never counted). ``step``
+  (:mod:`~xla_harness.stress.loop.steps`) commits every step against a copy kept on device;
 * **fault injection** (``inject_rate``, keyed by (seed, step) and planned on the host):
   corrupts the step's *output* between calls and is recorded per step as ``injected``;
   NaN/inf kinds prove the detector, the finite kinds (a lost or doubled row of the target
@@ -27,13 +27,13 @@ Protocols: ``train`` runs a trajectory (new batch every step, donated state); ``
 reporter's: identical params, optimizer state and batch on every call, no donation, each call a
 trial of that input. Flags stay on device and are fetched once per block. ``reference``
 recomputes steps in float64 on the CPU and flags finite-but-wrong updates per row of every matrix.
-Results lines go through a writer thread (:mod:`~xla_harness.stress.sink`).
+Results lines go through a writer thread (:mod:`~xla_harness.stress.results.sink`).
 
 The pieces live beside this module: :mod:`~xla_harness.stress.spec` (the matrix),
-:mod:`~xla_harness.stress.harness` (one configuration), :mod:`~xla_harness.stress.inject`,
-:mod:`~xla_harness.stress.checker`, :mod:`~xla_harness.stress.fingerprint`,
-:mod:`~xla_harness.stress.reference`, :mod:`~xla_harness.stress.checkpoint`,
-:mod:`~xla_harness.stress.snapshot`; this module runs one configuration and the matrix.
+:mod:`~xla_harness.stress.proof.harness` (one configuration), :mod:`~xla_harness.stress.device.inject`,
+:mod:`~xla_harness.stress.device.checker`, :mod:`~xla_harness.stress.proof.fingerprint`,
+:mod:`~xla_harness.stress.device.reference`, :mod:`~xla_harness.stress.loop.checkpoint`,
+:mod:`~xla_harness.stress.loop.snapshot`; this module runs one configuration and the matrix.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ import jax
 
 from xla_harness.errors import HarnessError
 from xla_harness.names import BUILTIN_PROGRAM as BUILTIN
-from xla_harness.stress import records
-from xla_harness.stress import store as results
-from xla_harness.stress.block_size import BlockSize, new_block_size
-from xla_harness.stress.blocks import OnFailure, run_blocks
-from xla_harness.stress.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from xla_harness.stress.device.inject import injected_steps
 from xla_harness.stress.explain import Explainer, ExplainSpec
-from xla_harness.stress.fingerprint import plain_jit
-from xla_harness.stress.harness import (
+from xla_harness.stress.loop.block_size import BlockSize, new_block_size
+from xla_harness.stress.loop.blocks import OnFailure, run_blocks
+from xla_harness.stress.loop.checkpoint import Checkpointer, checkpoint_path, load_checkpoint
+from xla_harness.stress.loop.steps import DEFAULT_SYNC, run_steps
+from xla_harness.stress.proof.fingerprint import plain_jit
+from xla_harness.stress.proof.harness import (
     BlockResult,
     Harnessed,
     RunState,
@@ -67,10 +67,10 @@ from xla_harness.stress.harness import (
     prepare,
     prove_step,
 )
-from xla_harness.stress.inject import injected_steps
-from xla_harness.stress.sink import BlockStore, ResultsSink
+from xla_harness.stress.results import records
+from xla_harness.stress.results import store as results
+from xla_harness.stress.results.sink import BlockStore, ResultsSink
 from xla_harness.stress.spec import StressSpec, build
-from xla_harness.stress.steps import DEFAULT_SYNC, run_steps
 
 __all__ = ["DEFAULT_SYNC", "RESULTS_NAME", "BlockResult", "BlockSize", "Event", "Harnessed", "RunState",
            "block_line", "check_fed_back", "check_same_program", "check_step_outputs", "compile_train_step",
@@ -108,16 +108,16 @@ def run_config(h: Harnessed, seed: int, state: RunState, steps: int | None = Non
                block_size: BlockSize | None = None, on_failure: OnFailure | None = None) -> Iterator[BlockResult]:
     """Run steps [state.next_step, steps) and yield one BlockResult per block of steps.
 
-    Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.blocks.run_blocks`,
+    Train protocol, ``commit="block"`` (the default): :func:`~xla_harness.stress.loop.blocks.run_blocks`,
     the step's outputs fed straight back, a row per step fetched once per block a block late, a step
     whose new state is not finite rolled back by rerunning from the block's restore point.
-    ``commit="step"`` and the frozen protocol: :func:`~xla_harness.stress.steps.run_steps`, every
+    ``commit="step"`` and the frozen protocol: :func:`~xla_harness.stress.loop.steps.run_steps`, every
     step checked (and in train rolled back) as it comes. A stop request ends the current block early;
     the partial block is yielded so nothing that ran is lost. ``checkpointer`` (train): the
     ``--resume`` checkpoints, written where the loop has nothing in flight. ``line_cost``: what the
     consumer's results line costs, in CPU seconds (the block sizer counts it). ``block_size``: the
     block commit's sizer, carried from seed to seed by the caller (a new one when not given).
-    ``on_failure``: the block commit's hook at each failing step (:func:`~xla_harness.stress.blocks.run_blocks`).
+    ``on_failure``: the block commit's hook at each failing step (:func:`~xla_harness.stress.loop.blocks.run_blocks`).
     """
     spec = h.spec
     steps = spec.steps if steps is None else steps

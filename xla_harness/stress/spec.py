@@ -11,7 +11,7 @@ from xla_harness.names import BUILTIN_PROGRAM, COMMITS, INJECT_KINDS, PROTOCOLS
 from xla_harness.programs.interface import TrainProgram, load_program, program_factory
 from xla_harness.programs.tied_embedding import DTYPES, MODES, ModelConfig
 from xla_harness.programs.variants import parse_variant, variant_program
-from xla_harness.stress import records
+from xla_harness.stress.results import records
 
 
 @dataclass(frozen=True)

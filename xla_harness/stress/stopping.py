@@ -52,7 +52,7 @@ class StopFlag:
 
     def _end(self, signum: int, why: str) -> None:
         """Settle the results files and end the process (from either thread): nothing after this."""
-        from xla_harness.stress.store import settle_open_writers
+        from xla_harness.stress.results.store import settle_open_writers
 
         cut = settle_open_writers()
         message = (f"\n{signal.Signals(signum).name}: stopped at once ({why}); results so far are in "

@@ -136,7 +136,7 @@ def compile_step(program: TrainProgram, target: Target, devices: list, *, dump_t
         try:
             compiled = lowered.compile(compiler_options=options)
         except interrupts.Interrupted as exc:
-            exc.where = exc.where or where
+            exc.arrived_while(where)
             raise
         except Exception as exc:  # noqa: BLE001 - a compiler refusal is a verdict on this program and target
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]

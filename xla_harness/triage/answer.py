@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from xla_harness.errors import HarnessError
-from xla_harness.stress.report import baseline_comparisons, load_table
+from xla_harness.stress.report.summary import baseline_comparisons, load_table
 from xla_harness.triage import whose
 from xla_harness.triage.answer_record import Answer, LocalRun, bound_text
 from xla_harness.triage.compiled import TargetVerdict, verdict_from_json

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_harness.stress import stats
-from xla_harness.stress.report import Table, baseline_comparisons
+from xla_harness.stress.report.summary import Table, baseline_comparisons, stats
 from xla_harness.triage import whose
 from xla_harness.triage.compiled import TargetVerdict
 from xla_harness.triage.where import SeedTrace

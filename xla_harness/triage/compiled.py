@@ -293,7 +293,7 @@ def verdict_of_record(record: dict, folder: Path, target: str) -> TargetVerdict:
 
 def record_rules(record: dict) -> str:
     """The alias rules of the compiler that made ``record``: the target's, or for the host its device's."""
-    from xla_harness.stress.compile_only import host_rules
+    from xla_harness.stress.compile_only.run import host_rules
 
     if record.get("target") != "host":
         return str(record.get("scan", {}).get("backend", "auto"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 
-from xla_harness.stress import stats
+from xla_harness.stress.report import stats
 from xla_harness.triage.answer_record import CONFIDENCE, bound_text
 from xla_harness.triage.compiled import Neighbourhood, Node
 

@@ -11,8 +11,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xla_harness.stress import stats
-from xla_harness.stress.report import baseline_comparisons
+from xla_harness.stress.report.summary import baseline_comparisons, stats
 
 if TYPE_CHECKING:
     from xla_harness.triage.answer_record import Answer

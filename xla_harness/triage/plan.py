@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xla_harness.stress import stats
+from xla_harness.stress.report import stats
 
 # Of the budget left once the compiles are done: what each stage may use at most.
 SHARES = {"frozen": 0.25, "train": 0.35, "variants": 0.25, "bisect": 0.15}

@@ -101,7 +101,7 @@ def _scatter_rows(v: TargetVerdict) -> list[list[str]]:
 
 
 def _table_rows(table) -> list[list[str]]:
-    from xla_harness.stress.report import baseline_comparisons
+    from xla_harness.stress.report.summary import baseline_comparisons
 
     comps = baseline_comparisons(table)
     rows = [["configuration", "non-finite", "rate", "at most (95%)", "nondet", "vs baseline"]]
@@ -148,7 +148,7 @@ def executables(stages: dict, out: Path | None) -> list[list[str]]:
     """Every compiled step the triage ran or scanned, side by side: (where, fingerprint, instructions,
     donated arguments, aliased and temp bytes). The local stages' come from their first block record
     (``out``: the triage folder), the compiles' from their compile record."""
-    from xla_harness.stress.store import read_results
+    from xla_harness.stress.results.store import read_results
 
     rows = []
     for name, s in stages.items():

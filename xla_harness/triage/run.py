@@ -174,7 +174,7 @@ class Triage:
     # -- stages
 
     def compile_stage(self, stage: Stage) -> dict:
-        from xla_harness.stress.compile_records import COMPILE_RESULTS, read_compile_records
+        from xla_harness.stress.compile_only.records import COMPILE_RESULTS, read_compile_records
 
         folder = self.stage_dir(stage) / "compile"
         argv = ["stress", *self._program_args(), "--compile-only", "--target", stage.target, "--quiet",
@@ -206,7 +206,7 @@ class Triage:
         the one before, sized down to the time left once a step's time is known (``configs``: the
         configurations each step runs); a round cut off by the budget (SIGTERM: stress finishes its
         step and keeps what ran) still counts."""
-        from xla_harness.stress import report
+        from xla_harness.stress.report import summary as report
 
         rounds: list[str] = []
         started = time.monotonic()
@@ -470,7 +470,7 @@ def _mmss(seconds: float) -> str:
 
 def _local_backend(out: Path, summaries: dict) -> str:
     """The backend the local stages ran on (their results' header), "" when none ran."""
-    from xla_harness.stress import store
+    from xla_harness.stress.results import store
 
     for name in ("frozen", "train"):
         for folder in summaries.get(name, {}).get("rounds", []):

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xla_harness.stress import store
+from xla_harness.stress.results import store
 
 SHOWN_STEPS = 8  # non-finite steps listed in full up to this many; beyond it, the first ones and the count
 TRAJECTORY_POINTS = 5  # losses shown along a seed's trajectory

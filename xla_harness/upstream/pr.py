@@ -92,7 +92,7 @@ def _evidence(results_dir: Path) -> tuple[list[str], list[str]]:
             scans.append(f"`{f.relative_to(results_dir.parent)}`: module `{m.get('module')}`: {summary}")
     folders = sorted({p.parent for p in results_dir.rglob("stress*.jsonl")})
     if folders:
-        from xla_harness.stress import report
+        from xla_harness.stress.report import summary as report
 
         for folder in folders:
             table = report.load_table([folder])
