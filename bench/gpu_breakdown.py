@@ -62,7 +62,7 @@ from xla_harness.stress.device.inject import step_keys  # noqa: E402
 from xla_harness.stress.device.step_rows import new_rows  # noqa: E402
 from xla_harness.stress.loop import blocks as blocks_module  # noqa: E402
 from xla_harness.stress.loop.block_size import new_block_size  # noqa: E402
-from xla_harness.stress.results import store as results  # noqa: E402
+from xla_harness.stress.results import provenance  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare, run_seed  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 
@@ -118,7 +118,7 @@ class Loops:
         self.program = self.h.program
         self.user_step = jax.jit(self.program.step, donate_argnums=(0, 1))
         self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-breakdown-"))
-        self.env = results.environment()
+        self.env = provenance.environment()
         self.runs = 0
 
     def _user(self, seed: int, row: bool, copy: bool) -> None:

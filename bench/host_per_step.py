@@ -39,7 +39,7 @@ from as_stress import stress_seed  # noqa: E402
 from xla_harness.programs.interface import TrainProgram, step_from_loss  # noqa: E402
 from xla_harness.stress.device.inject import step_keys  # noqa: E402
 from xla_harness.stress.loop.block_size import new_block_size  # noqa: E402
-from xla_harness.stress.results import store as results  # noqa: E402
+from xla_harness.stress.results import provenance  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 
@@ -73,7 +73,7 @@ class Loops:
         self.h = check_same_program(self.h, state.params, state.opt_state, first_batch(self.h, 1))
         self.plain_step = jax.jit(self.program.step, donate_argnums=(0, 1))
         self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-host-"))
-        self.env = results.environment()
+        self.env = provenance.environment()
         self.runs = 0
 
     def plain(self, seed: int) -> None:

@@ -51,7 +51,7 @@ from counting import CompileCounts, DeviceCounts  # noqa: E402
 
 from xla_harness.stress.device.inject import step_keys  # noqa: E402
 from xla_harness.stress.loop.block_size import new_block_size  # noqa: E402
-from xla_harness.stress.results import store as results  # noqa: E402
+from xla_harness.stress.results import provenance  # noqa: E402
 from xla_harness.stress.runner import check_same_program, first_batch, initial_state, prepare  # noqa: E402
 from xla_harness.stress.spec import StressSpec  # noqa: E402
 
@@ -103,7 +103,7 @@ class Loops:
         self.sizes = {c: new_block_size(h.spec) for c, h in self.h.items()}  # carried from seed to seed, as stress does
         self.user_step = jax.jit(self.program.step, donate_argnums=(0, 1))
         self.tmp = Path(tempfile.mkdtemp(prefix="xla-harness-bench-"))
-        self.env = results.environment()
+        self.env = provenance.environment()
         self.runs = 0
         self.peak = dict.fromkeys(LOOPS, 0)
         self.counts: dict[str, dict] = {}

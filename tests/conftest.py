@@ -18,7 +18,7 @@ pytest_plugins += ["tests.subprocess_guard"]
 def pytest_sessionstart(session):
     """Stress runs record this project's commit, asked of git once per process: asked here,
     outside any test, so a fast test that writes results starts no subprocess of its own."""
-    from xla_harness.stress.results.store import repo_commit
+    from xla_harness.stress.results.provenance import repo_commit
 
     repo_commit()
     # matplotlib builds its font cache on first use, asking fontconfig (`fc-list`) in a subprocess:

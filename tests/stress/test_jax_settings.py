@@ -20,7 +20,7 @@ from xla_harness.stress.compile_only import resume as compile_resume
 from xla_harness.stress.compile_only import run as compile_only
 from xla_harness.stress.compile_only import table as compile_table
 from xla_harness.stress.report import summary as report
-from xla_harness.stress.results import records
+from xla_harness.stress.results import provenance, records
 from xla_harness.stress.results import store as results
 from xla_harness.stress.runner import run_matrix
 from xla_harness.stress.spec import StressSpec
@@ -34,25 +34,26 @@ ONE_STEP = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=1, **TI
 
 
 def test_the_settings_are_read_however_they_are_set():
-    base = results.jax_settings()
+    base = provenance.jax_settings()
     for name in ("jax_default_matmul_precision", "jax_enable_x64", "jax_default_prng_impl",
                  "jax_threefry_partitionable"):
         assert name in base, name
     with jax.default_matmul_precision("highest"):  # a context manager around the run
-        assert results.jax_settings()["jax_default_matmul_precision"] == "highest"
+        assert provenance.jax_settings()["jax_default_matmul_precision"] == "highest"
     old = jax.config.jax_threefry_partitionable
     jax.config.update("jax_threefry_partitionable", not old)  # jax.config.update
     try:
-        assert results.jax_settings()["jax_threefry_partitionable"] is (not old)
+        assert provenance.jax_settings()["jax_threefry_partitionable"] is (not old)
     finally:
         jax.config.update("jax_threefry_partitionable", old)
-    assert results.jax_settings() == base
+    assert provenance.jax_settings() == base
     json.dumps(base)  # every value is JSON
 
 
 @pytest.mark.slow
 def test_an_environment_variable_is_read():
-    code = "import json; from xla_harness.stress.results.store import jax_settings; print(json.dumps(jax_settings()))"
+    code = ("import json; from xla_harness.stress.results.provenance import jax_settings; "
+            "print(json.dumps(jax_settings()))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "JAX_DEFAULT_MATMUL_PRECISION": "highest",
            "JAX_ENABLE_X64": "1", "JAX_DEFAULT_PRNG_IMPL": "rbg"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
@@ -63,11 +64,11 @@ def test_an_environment_variable_is_read():
 
 def test_a_differing_setting_changes_the_fingerprint():
     spec = ONE_STEP.to_dict()
-    plain = results.with_jax_settings(spec)
+    plain = provenance.with_jax_settings(spec)
     with jax.default_matmul_precision("highest"):
-        highest = results.with_jax_settings(spec)
+        highest = provenance.with_jax_settings(spec)
     assert records.spec_fingerprint(plain) != records.spec_fingerprint(highest)
-    assert records.spec_fingerprint(plain) == records.spec_fingerprint(results.with_jax_settings(spec))
+    assert records.spec_fingerprint(plain) == records.spec_fingerprint(provenance.with_jax_settings(spec))
     assert results.spec_difference(plain, highest) == \
         "jax setting jax_default_matmul_precision=None, now 'highest'"
     # A spec written before the settings were recorded keeps the fingerprint it always had.
@@ -157,7 +158,7 @@ def _compile_record(label: str, settings: dict | None, target: str = "tpu:v6e:2x
 
 
 def test_one_configuration_under_two_settings_is_refused_in_the_compile_table():
-    plain = results.jax_settings()
+    plain = provenance.jax_settings()
     highest = {**plain, "jax_default_matmul_precision": "highest"}
     compile_table.check_compile_settings([_compile_record("a", plain), _compile_record("b", highest)])
     compile_table.check_compile_settings([_compile_record("a", plain), _compile_record("a", plain)])
@@ -177,7 +178,7 @@ def test_one_configuration_under_two_settings_is_refused_in_the_compile_table():
 
 
 def test_report_refuses_a_compile_folder_with_one_label_under_two_settings(tmp_path, capsys):
-    plain = results.jax_settings()
+    plain = provenance.jax_settings()
     highest = {**plain, "jax_default_matmul_precision": "highest"}
     for name, settings in (("a", plain), ("b", highest)):
         (tmp_path / name).mkdir()
@@ -191,7 +192,7 @@ def test_report_refuses_a_compile_folder_with_one_label_under_two_settings(tmp_p
 
 def test_compile_resume_refuses_a_label_compiled_under_other_settings(tmp_path, capsys):
     target = parse_target("tpu:v6e:2x4")
-    plain = results.jax_settings()
+    plain = provenance.jax_settings()
     highest = {**plain, "jax_default_matmul_precision": "highest"}
     path = tmp_path / "compile.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (

@@ -47,9 +47,9 @@ MAX_PROGRAM_BYTES = 16 << 20  # and their bytes in all
 
 
 def bundle_env() -> dict:
-    from xla_harness.stress.results import store as results
+    from xla_harness.stress.results import provenance
 
-    env = results.environment()
+    env = provenance.environment()
     import jax
 
     env["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}

@@ -41,8 +41,7 @@ from xla_harness.origin.classify import (
 )
 from xla_harness.origin.eager import Stopped, host, is_key_dtype
 from xla_harness.stress.proof.harness import BlockResult, Harnessed, initial_state
-from xla_harness.stress.results import records
-from xla_harness.stress.results import store as results
+from xla_harness.stress.results import provenance, records
 
 ORIGINS_DIR = "origins"
 
@@ -246,7 +245,7 @@ class Explainer:
                 self.log(f"  step {f.step}: stopped before its origin was decided (--resume decides it)")
                 break
             rec = records.StepOrigin(h.label, f.seed, f.step, origin, round(time.perf_counter() - t, 3),
-                                     results.now())
+                                     provenance.now())
             append(rec.to_json())
             self.done.add((h.label, f.seed, f.step))
             made.append(rec)

@@ -67,7 +67,7 @@ from xla_harness.stress.proof.harness import (
     prepare,
     prove_step,
 )
-from xla_harness.stress.results import records
+from xla_harness.stress.results import provenance, records
 from xla_harness.stress.results import store as results
 from xla_harness.stress.results.sink import BlockStore, ResultsSink
 from xla_harness.stress.spec import StressSpec, build
@@ -143,7 +143,7 @@ def block_line(b: BlockResult, h: Harnessed, env: dict) -> records.Block:
     """The results record of a block: its steps' records as the loop made them (typed: nothing is
     parsed again on the way to the file), held to the block's invariants (:func:`records.check_block`)."""
     block = records.Block(label=b.label, seed=b.seed, start=b.start, end=b.end, nonfinite=b.nonfinite,
-                          silent=b.silent, steps=tuple(b.records), config=h.options, env=env, time=results.now(),
+                          silent=b.silent, steps=tuple(b.records), config=h.options, env=env, time=provenance.now(),
                           program=h.spec.program, protocol=h.spec.protocol, fingerprint=h.fingerprint,
                           donate_argnums=tuple(h.donate), recompute=b.recompute,
                           built_with=built_with(h.program.options) if h.program.options else None,
@@ -251,7 +251,7 @@ def run_matrix(spec: StressSpec, out: Path, resume: bool = False,
     # Locked, header and options checked, every line validated, torn tail repaired.
     with results.open_run(path, spec.to_dict(), resume=resume) as store, ResultsSink(store) as sink:
         done = completed_steps(store.blocks)
-        env = results.environment()
+        env = provenance.environment()
         total = len(spec.configs()) * len(spec.seeds) * spec.steps
         done_steps = sum(min(v, spec.steps) for v in done.values())
         nonfinite = sum(b.nonfinite for b in store.blocks)

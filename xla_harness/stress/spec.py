@@ -143,7 +143,7 @@ class StressSpec:
     @classmethod
     def from_dict(cls, d: dict) -> StressSpec:
         d = dict(d)
-        d.pop("jax_config", None)  # recorded beside the options (store.with_jax_settings), not one of them
+        d.pop("jax_config", None)  # recorded beside the options (provenance.with_jax_settings), not one of them
         d["program_options"] = tuple(sorted((d.get("program_options") or {}).items()))
         d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**d)

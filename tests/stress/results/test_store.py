@@ -17,7 +17,7 @@ import pytest
 from xla_harness.cli import main
 from xla_harness.errors import HarnessError
 from xla_harness.stress.report import summary as report
-from xla_harness.stress.results import record_text, records
+from xla_harness.stress.results import provenance, record_text, records
 from xla_harness.stress.results import store as results
 
 from ...bad_input_cases import GOOD, RUN_ARGS, SPEC, block, header, lines
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def _current_header() -> dict:
     """The header a run of SPEC writes now: its spec with this process's jax settings."""
     h = header()
-    h["spec"] = results.with_jax_settings(h["spec"])
+    h["spec"] = provenance.with_jax_settings(h["spec"])
     return h
 
 
@@ -251,7 +251,7 @@ def test_a_failing_write_is_one_clear_error(tmp_path, monkeypatch, errno_, text)
 @pytest.fixture
 def fresh_commit(monkeypatch):
     """repo_commit asked afresh (it is asked once per process), the cached one back afterwards."""
-    monkeypatch.setattr(results, "repo_commit", results.repo_commit.__wrapped__)
+    monkeypatch.setattr(provenance, "repo_commit", provenance.repo_commit.__wrapped__)
 
 
 def test_no_commit_is_recorded_outside_this_projects_clone(fresh_commit, monkeypatch, tmp_path):
@@ -260,14 +260,14 @@ def test_no_commit_is_recorded_outside_this_projects_clone(fresh_commit, monkeyp
     version is on every record, and records written before it was still read."""
     from xla_harness import __version__
 
-    monkeypatch.setattr(results, "source_checkout", lambda: None)
-    assert results.repo_commit() is None
-    env = results.environment()
+    monkeypatch.setattr(provenance, "source_checkout", lambda: None)
+    assert provenance.repo_commit() is None
+    env = provenance.environment()
     assert env["repo_commit"] is None and env["harness_version"] == __version__
     (tmp_path / "sdist").mkdir()
     (tmp_path / "sdist" / "pyproject.toml").write_text('[project]\nname = "xla-harness"\n')
-    monkeypatch.setattr(results, "source_checkout", lambda: tmp_path / "sdist")
-    assert results.repo_commit() is None
+    monkeypatch.setattr(provenance, "source_checkout", lambda: tmp_path / "sdist")
+    assert provenance.repo_commit() is None
     h = header()
     h["env"] = {**h["env"], "repo_commit": None, "harness_version": __version__}
     p = _write(tmp_path / "o", lines([h, block(0, 2)]))
@@ -278,11 +278,11 @@ def test_no_commit_is_recorded_outside_this_projects_clone(fresh_commit, monkeyp
 
 @pytest.mark.slow
 def test_this_clone_records_its_commit(fresh_commit):
-    if not (ROOT / ".git").exists() or results.source_checkout() != ROOT:
+    if not (ROOT / ".git").exists() or provenance.source_checkout() != ROOT:
         pytest.skip("not run from this project's clone")
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert results.repo_commit().removesuffix("+dirty") == head
+    assert provenance.repo_commit().removesuffix("+dirty") == head
 
 
 @pytest.mark.parametrize("old,new,differs", [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from xla_harness.errors import HarnessError
 from xla_harness.stress.compile_only.records import COMPILE_RESULTS, jsonable_options, parse_records
-from xla_harness.stress.results.store import JAX_CONFIG_KEY
+from xla_harness.stress.results.provenance import JAX_CONFIG_KEY
 from xla_harness.targets.spec import Target
 
 
@@ -91,7 +91,7 @@ def _check_settings(results: Path, n: int, rec: dict, settings: dict) -> None:
     """A record of one of the run's labels compiled under other jax settings is refused (its record and a
     new one would be two programs under one label); one written before the settings were recorded is
     kept as compiled, with a warning."""
-    from xla_harness.stress.results.store import settings_difference
+    from xla_harness.stress.results.provenance import settings_difference
 
     if JAX_CONFIG_KEY not in rec:
         sys.stderr.write(f"warning: {results}:{n}: {rec['label']} was recorded without its jax settings (before "

@@ -28,7 +28,7 @@ from xla_harness.stress.compile_only.records import COMPILE_RESULTS, jsonable_op
 from xla_harness.stress.compile_only.resume import plan_compiles
 from xla_harness.stress.proof.fingerprint import fingerprint
 from xla_harness.stress.results.jsonl import append_line, take_lock
-from xla_harness.stress.results.store import JAX_CONFIG_KEY, jax_settings
+from xla_harness.stress.results.provenance import JAX_CONFIG_KEY, compile_provenance, jax_settings
 from xla_harness.stress.spec import StressSpec
 from xla_harness.targets.spec import Target
 
@@ -151,7 +151,7 @@ def compile_matrix(spec: StressSpec, target: Target, out: Path | None = None, re
     devices = target_devices(target)
     check_variants(spec.variants, target.backend if not target.is_host else devices[0].platform)
     env = environment(target, devices)
-    env.update(_provenance())
+    env.update(compile_provenance())
     run = {"program": spec.program, "versions": env["versions"], "env": env["env"], "protocol": spec.protocol,
            "autotune_sha256": _autotune_sha256()}
     configs = [(spec.label(options), options) for options in spec.configs()]
@@ -260,25 +260,6 @@ def _write(out: Path, results: Path, stem: Path, compiled, record: dict, autotun
     if autotune is not None and Path(autotune).is_file():  # what the device's autotuner chose
         record["autotune_results"] = str(Path(autotune).relative_to(out))
     append_line(results, json.dumps(record, sort_keys=True).encode())
-
-
-def _provenance() -> dict:
-    """Who compiled: the harness version and commit, Python, the host's CPU count, the env vars that
-    decide what XLA compiles and the jax settings that change the lowered or compiled program
-    (recorded on every compile record)."""
-    import platform
-
-    from xla_harness.stress.results.store import (
-        ENV_VARS_RECORDED,
-        JAX_CONFIG_KEY,
-        harness_version,
-        jax_settings,
-        repo_commit,
-    )
-
-    return {"harness_version": harness_version(), "repo_commit": repo_commit(),
-            "python": platform.python_version(), "host_cpus": os.cpu_count(),
-            "env": {k: os.environ.get(k, "") for k in ENV_VARS_RECORDED}, JAX_CONFIG_KEY: jax_settings()}
 
 
 def _target_leaf(compiled, target_leaf: str | None) -> dict | None:

@@ -17,7 +17,7 @@ def check_compile_settings(records: list[dict]) -> None:
     """Refuse one configuration (label, target, versions) compiled under two sets of jax settings:
     two programs under one name. A record without settings (written before they were recorded)
     counts as unknown settings, different from any recorded ones."""
-    from xla_harness.stress.results.store import JAX_CONFIG_KEY, settings_difference
+    from xla_harness.stress.results.provenance import JAX_CONFIG_KEY, settings_difference
 
     first: dict[str, dict] = {}
     for r in records:

@@ -7,7 +7,7 @@ A results file (``stress.jsonl``, ``stress.p<i>.jsonl``) is JSON Lines:
   ``fingerprint`` hashes the spec's options that decide what a step computes (not the seeds,
   steps, modes or remat settings it asks for), so two runs whose steps may be pooled share it;
   the spec's ``jax_config`` (the jax settings that change the lowered or compiled program, as the
-  process read them: ``store.jax_settings``) is one of them. A header written before the settings
+  process read them: ``provenance.jax_settings``) is one of them. A header written before the settings
   were recorded has none: its settings are unknown, its fingerprint is the one it always had, and
   it pools only with runs that lack them too;
 * every later line, a :class:`Block` of consecutive steps of one (configuration, seed), each
