@@ -25,8 +25,7 @@ def dumps(record: Record | dict) -> str:
 
 def block_text(block: Block) -> str:
     """The JSON line of a block, as ``json.dumps(block.to_json(), sort_keys=True, allow_nan=False)``."""
-    whole = block.to_json()
-    del whole["steps"]
+    whole = block.to_json(steps=False)
     after = {k: whole.pop(k) for k in [k for k in whole if k > "steps"]}  # "time" (sorted keys)
     head = json.dumps(whole, sort_keys=True, allow_nan=False)
     steps = "[" + ", ".join([_step_text(s) for s in block.steps]) + "]"

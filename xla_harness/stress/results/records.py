@@ -163,10 +163,12 @@ class Block:
     def injected(self) -> int:
         return sum(s.injected is not None for s in self.steps)
 
-    def to_json(self) -> dict:
+    def to_json(self, steps: bool = True) -> dict:
+        """The record as JSON; ``steps=False``: without its steps (their own writer writes them)."""
         return {"kind": "block", "label": self.label, "seed": self.seed, "start": self.start, "end": self.end,
                 "nonfinite": self.nonfinite, "silent": self.silent, "injected": self.injected,
-                "steps": [s.to_json() for s in self.steps], "config": self.config, "program": self.program,
+                **({"steps": [s.to_json() for s in self.steps]} if steps else {}),
+                "config": self.config, "program": self.program,
                 "protocol": self.protocol, "fingerprint": self.fingerprint,
                 "donate_argnums": list(self.donate_argnums), "env": self.env, "time": self.time,
                 **({"recompute": self.recompute} if self.recompute is not None else {}),
