@@ -65,14 +65,20 @@ def test_a_grouping_that_checks_one_member_is_caught():
     assert disagreements(step_rows.all_finite_by_shape, [jnp.ones((4, 3)), bad]) == []
 
 
-def _tree(nan_at: str | None = None):
-    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3), jnp.bfloat16), "n": jnp.ones(3, jnp.int32)}
+PLANTS = {"loss": ("aux", "loss"), "grad:w": ("aux", "grads", "w"), "grad:b": ("aux", "grads", "b"),
+          "param:w": ("params", "w"), "param:b": ("params", "b"), "param:v": ("params", "v"),
+          "opt:w": ("opt", 0, "w"), "opt:b": ("opt", 0, "b"), "opt:v": ("opt", 0, "v")}
+
+
+def _tree(*nan_at: str | None):
+    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3))}
     opt = ({"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3))}, jnp.zeros((), jnp.int32))
     aux = {"loss": jnp.float32(1.0), "grads": {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}}
     tree = {"params": params, "opt": opt, "aux": aux}
-    if nan_at:
-        path = {"loss": ("aux", "loss"), "grad:w": ("aux", "grads", "w"), "param:b": ("params", "b"),
-                "param:v": ("params", "v"), "opt:w": ("opt", 0, "w")}[nan_at]
+    for where in nan_at:
+        if where is None:
+            continue
+        path = PLANTS[where]
         node = tree
         for k in path[:-1]:
             node = node[k]
@@ -116,6 +122,58 @@ def test_leaves_of_one_shape_are_one_reduction(monkeypatch):
     shapes = {tuple(x.shape) for x in floating}
     assert len(floating) == 8 and len(shapes) == 2
     assert one_per_leaf - by_shape == len(floating) - len(shapes)
+
+
+def _oracle(p, o, aux) -> tuple[int, float]:
+    """(the first non-finite value's position in the row's order, or -1; 1.0 when the new state is
+    finite), from numpy on the host: one check per leaf, in the per-step protocol's order."""
+    floating = [np.asarray(x) for x in jax.tree_util.tree_leaves(aux["grads"]) + jax.tree_util.tree_leaves((p, o))
+                if np.issubdtype(np.asarray(x).dtype, np.floating)]
+    ok = [bool(np.isfinite(np.asarray(aux["loss"])).all())] + [bool(np.isfinite(x).all()) for x in floating]
+    state = ok[1 + len(jax.tree_util.tree_leaves(aux["grads"])):]
+    return (ok.index(False) if False in ok else -1), float(all(state))
+
+
+def _written(write, p, o, aux) -> tuple[int, float]:
+    row = step_rows.last_rows(np.asarray(jax.jit(write)(step_rows.new_rows(), p, o, aux)), 1)[0]
+    return int(row[1]), float(row[2])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sets(st.sampled_from(sorted(PLANTS)), max_size=4))
+def test_the_row_names_the_first_of_any_set_of_bad_values(bad):
+    """Any set of poisoned values (the loss, gradients, parameters, optimizer state): the row's code is
+    the first in the per-step protocol's order, and its state flag is whether every parameter and
+    optimizer leaf is finite, as numpy says one leaf at a time."""
+    p, o, aux = _tree(*bad)
+    assert _written(step_rows.write_row, p, o, aux) == _oracle(p, o, aux)
+
+
+def test_a_row_that_names_the_last_bad_value_is_caught():
+    """A planted mutant of the select chain (the last bad value wins): the oracle tells them apart."""
+    def last_wins(rows, new_params, new_opt, aux):
+        parts, state_from = step_rows._ok_parts(new_params, new_opt, aux)
+        code = jnp.float32(-1)
+        for i, ok in enumerate(parts):
+            code = jnp.where(ok, code, jnp.float32(i))
+        row = jnp.stack([jnp.asarray(aux["loss"]).astype(jnp.float32), code, jnp.float32(1)])[None]
+        return jnp.concatenate([rows[1:], row])
+
+    p, o, aux = _tree("grad:b", "opt:v")
+    assert _written(last_wins, p, o, aux) != _oracle(p, o, aux)
+    assert _written(step_rows.write_row, p, o, aux) == _oracle(p, o, aux) == (1, 0.0)  # grads sort as b, w
+
+
+def test_the_row_is_one_fused_write_after_the_leaves_reductions():
+    """Machine-independent: the lowered writer's reductions are the leaves' own, one per shape (and the
+    loss's): the first bad position and the state's flag add none (an ``argmin`` and an ``all`` over
+    the flags' stack added two, each a kernel on a GPU and a thunk on the CPU)."""
+    p, o, aux = _tree()
+    text = jax.jit(step_rows.write_row).lower(step_rows.new_rows(), p, o, aux).as_text()
+    floating = [x for x in jax.tree_util.tree_leaves((aux["grads"], p, o)) if jnp.issubdtype(x.dtype, jnp.floating)]
+    shapes = {tuple(x.shape) for x in floating}
+    loss_reduces = jax.jit(lambda x: jnp.all(jnp.isfinite(x))).lower(jnp.float32(1)).as_text().count("stablehlo.reduce")
+    assert text.count("stablehlo.reduce") == len(shapes) + loss_reduces
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ value (``loss``, ``grad:params['w']``, ``param:...``, ``opt:...``), in the same 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +50,15 @@ def _ok_parts(new_params, new_opt, aux) -> tuple[list[jax.Array], int]:
 
 def write_row(rows, new_params, new_opt, aux):
     """``rows`` moved up by one row, its last row set to (the loss as float32, the first non-finite
-    value's position or -1, 1.0 when the new state is finite)."""
+    value's position or -1, 1.0 when the new state is finite). The position and the state's flag are
+    chains of scalar selects and ands over the leaves' flags (the first False wins, as ``argmin``
+    says), not reductions of their stack: they fuse with the row's write, one kernel (a CPU thunk)
+    less a step than ``argmin`` and ``all`` (bench/row_check.py counts them)."""
     parts, state_from = _ok_parts(new_params, new_opt, aux)
-    ok = jnp.stack(parts)
-    code = jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.float32)
-    state_ok = jnp.all(ok[state_from:]) if len(parts) > state_from else jnp.bool_(True)
+    code = jnp.float32(-1)
+    for i in reversed(range(len(parts))):
+        code = jnp.where(parts[i], code, jnp.float32(i))
+    state_ok = functools.reduce(jnp.logical_and, parts[state_from:], jnp.bool_(True))
     loss = jnp.asarray(aux["loss"]).astype(jnp.float32)
     row = jnp.stack([loss, code, state_ok.astype(jnp.float32)])[None]
     return jnp.concatenate([rows[1:], row])
