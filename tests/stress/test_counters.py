@@ -1,8 +1,10 @@
 """The harness's cost counters (:class:`~xla_harness.stress.proof.harness.Counters`) are counted where the
 work happens, never by hand: every function of the harness's own is wrapped once (each call one
-dispatch), every device read goes through the counters' fetch/wait/to_host. A scan of the stress
-package finds no increment of a counter outside :class:`Counters` (a planted one is caught), and
-the wrapping counts each call once, also for a configuration copied with ``dataclasses.replace``."""
+dispatch), every device read goes through the counters' fetch/wait/to_host, and the block loop, which
+calls the step and the row unwrapped, tells ``Counters.made`` what it called (held to a log of the
+calls in tests/stress/proof/test_new_signature.py). A scan of the stress package finds no increment
+of a counter outside :class:`Counters` (a planted one is caught), and the wrapping counts each call
+once, also for a configuration copied with ``dataclasses.replace``."""
 
 from __future__ import annotations
 

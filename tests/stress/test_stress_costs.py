@@ -50,18 +50,29 @@ def _run(tmp_path: Path, protocol: str, size: dict, steps: int = 100):
         events.append(e)
 
     AT_CALL.clear()
-    real_call = Harnessed.call_step
+    real_call, real_direct = Harnessed.call_step, Harnessed.direct_step
 
     def call_step(self, *args):
         AT_CALL.append(COMPILES.total)
         return real_call(self, *args)
 
+    def direct_step(self):  # what the block loop calls for the step
+        run = real_direct(self)
+
+        def call(*args):
+            AT_CALL.append(COMPILES.total)
+            return run(*args)
+
+        return call
+
     Harnessed.call_step = call_step  # type: ignore[method-assign]
+    Harnessed.direct_step = direct_step  # type: ignore[method-assign]
     try:
         with counting.DeviceCounts() as counts:
             run_matrix(spec, tmp_path / protocol, on_event=on_event)
     finally:
         Harnessed.call_step = real_call  # type: ignore[method-assign]
+        Harnessed.direct_step = real_direct  # type: ignore[method-assign]
     done = [e.block for e in events if e.kind == "block"]
     assert sum(b.end - b.start for b in done) == steps and all(r.finite for b in done for r in b.records)
     return counts, done, COMPILES.of("step") - before

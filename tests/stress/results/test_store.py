@@ -313,7 +313,7 @@ def test_nothing_is_fsynced_on_the_loop_s_thread_before_step_0(tmp_path, monkeyp
     loop = threading.current_thread()
     fsyncs_on_loop: list[str] = []
     first_call: list[int] = []
-    real_fsync, real_call = os.fsync, Harnessed.call_step
+    real_fsync, real_call, real_direct = os.fsync, Harnessed.call_step, Harnessed.direct_step
 
     def fsync(fd):
         if threading.current_thread() is loop and not first_call:
@@ -324,8 +324,18 @@ def test_nothing_is_fsynced_on_the_loop_s_thread_before_step_0(tmp_path, monkeyp
         first_call.append(1)
         return real_call(self, *args)
 
+    def direct_step(self):  # what the block loop calls for the step
+        run = real_direct(self)
+
+        def call(*args):
+            first_call.append(1)
+            return run(*args)
+
+        return call
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(Harnessed, "call_step", call_step)
+    monkeypatch.setattr(Harnessed, "direct_step", direct_step)
     spec = StressSpec(modes=("full",), remats=(True,), seeds=(1,), steps=3, **TINY)
     path = runner.run_matrix(spec, tmp_path / "a")
     assert first_call and fsyncs_on_loop == []

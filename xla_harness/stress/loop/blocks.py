@@ -89,19 +89,35 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
         point = DevicePoint(h.copy((state.params, state.opt_state)), start)
     rows = new_rows()
     stopped = False
-    # The loop a plain loop runs, plus one row per step: what it calls is bound once per block (the
-    # host's work per step is what a fast device waits on: bench/host_per_step.py).
-    program_batch, call_step, write_row = h.program.batch, h.call_step, h.write_row
+    # The loop a plain loop runs, plus one row per step, with no frame of the harness's own around the
+    # step's or the row's call: their dispatches are counted once the block is dispatched (the host's
+    # work per step is what a fast device waits on: bench/host_per_step.py).
+    program_batch, call_step = h.program.batch, h.call_step
+    write_row, row_dispatches = h.counters.uncounted(h.write_row)
+    per_step = 1 + row_dispatches  # the step's dispatch and its row's, counted here
+    run = h.direct_step()
     params, opt_state = state.params, state.opt_state
-    t = start - 1
+    t, counted_from = start - 1, start  # the steps before counted_from are counted
     for t in range(start, end):
         try:  # the user's batch, guarded as Harnessed.batch guards it (two calls less a step)
             batch = program_batch(step_keys(seed, t)[0], t)
         except BaseException as e:  # noqa: BLE001 - the user's code: one error line
+            h.counters.made((t - counted_from) * per_step)
             raise guard_user_error(e, h.spec.program, "batch") from e
         if t <= watch_until:
             follow_signature(h, (params, opt_state, batch))
-        params, opt_state, aux = call_step(params, opt_state, batch)
+            run = h.direct_step()
+        try:
+            params, opt_state, aux = run(params, opt_state, batch)
+        except (TypeError, ValueError):  # refused before it ran (another signature), or the step's own error
+            h.counters.made((t - counted_from) * per_step)
+            counted_from = t + 1
+            params, opt_state, aux = call_step(params, opt_state, batch)  # counts itself; follows a signature
+            h.counters.made(row_dispatches)  # this step's row, written below
+            run = h.direct_step()
+        except BaseException as e:  # noqa: BLE001 - the user's code: one error line (as call_step)
+            h.counters.made((t - counted_from) * per_step + 1)
+            raise guard_user_error(e, h.spec.program, "step") from e
         if t in planned:
             params, opt_state = h.inject(None, params, opt_state, step_keys(seed, t)[1])
         if layout is None:
@@ -110,6 +126,7 @@ def dispatch_block(h: Harnessed, seed: int, state: RunState, start: int, end: in
         if should_stop():
             stopped = True
             break
+    h.counters.made((t + 1 - counted_from) * per_step)
     rows.copy_to_host_async()
     if layout is None:
         raise HarnessError("internal: a block dispatched without a step")

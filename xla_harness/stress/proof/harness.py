@@ -35,8 +35,10 @@ class Counters:
     """What the harness did beyond calling the step, counted where it happens (machine-independent,
     so tests can assert them): host syncs (each blocking fetch from the device or wait for it), the
     bytes those fetches copied to the host, and the jitted functions it dispatched (the user's step
-    included). Nothing increments them by hand: the harness's functions are :meth:`counted`, and
-    every read of the device goes through :meth:`fetch`, :meth:`wait` or :meth:`to_host`."""
+    included). Nothing increments them by hand: the harness's functions are :meth:`counted`, every
+    read of the device goes through :meth:`fetch`, :meth:`wait` or :meth:`to_host`, and the block
+    loop, which calls the step and the row with no counting frame, tells :meth:`made` what it called
+    (tests/stress/proof/test_new_signature.py holds that to a log of the calls themselves)."""
 
     host_syncs: int = 0
     d2h_bytes: int = 0
@@ -46,6 +48,20 @@ class Counters:
         """``fn(*args)``: one dispatch of a jitted function."""
         self.dispatches += 1
         return fn(*args)
+
+    def uncounted(self, fn: Callable) -> tuple[Callable, int]:
+        """What a loop may call for ``fn`` with no counting frame around it, and the dispatches each call
+        makes that the loop must count itself: ``fn``'s own function and 1 where ``fn`` is counted here,
+        else ``fn`` itself (a replacement that counts what it calls) and 0."""
+        if isinstance(fn, Counted) and fn.counters is self:
+            return fn.fn, 1
+        return fn, 0
+
+    def made(self, calls: int) -> None:
+        """``calls`` dispatches a loop made through what :meth:`uncounted` and
+        :meth:`Harnessed.direct_step` gave it, counted by the loop once it has made them (a counting
+        frame per call is host time on every step)."""
+        self.dispatches += calls
 
     def counted(self, fn: Callable) -> Counted:
         """``fn`` with each call counted as one dispatch (a function already counted here is kept)."""
@@ -138,6 +154,14 @@ class Harnessed:
             return self.step(params, opt_state, batch)
         except BaseException as e:  # noqa: BLE001 - the user's code: one error line (as call_user)
             raise guard_user_error(e, self.spec.program, "step") from e
+
+    def direct_step(self) -> Callable:
+        """What a loop may call for the user's step with none of the harness's frames around it (the
+        loop counts its dispatches and guards what it raises, as :meth:`call_step` does): the proven
+        executable's own call once it has run (:attr:`ProvenStep.direct`), else ``step``. A call of it
+        that raises TypeError or ValueError is made again through :meth:`call_step`, which follows a
+        new signature; take it again after :func:`follow_signature` or such a call."""
+        return self.step.direct if isinstance(self.step, ProvenStep) else self.step
 
     @property
     def step_compiles(self) -> int:

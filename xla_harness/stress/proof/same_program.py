@@ -145,6 +145,14 @@ class ProvenStep:
         self.compiles = 0
         self._run: Callable | None = None  # what calling ``current`` runs, once it has run (one frame less)
 
+    @property
+    def direct(self) -> Callable:
+        """What a loop may call in place of this object, one Python frame less a step: the current
+        executable's own call once it has run, else this object. A call of it that raises TypeError or
+        ValueError (arguments of another signature) is to be made again through this object, which
+        follows the new signature; after :meth:`follow` or such a call, take ``direct`` again."""
+        return self._run if self._run is not None else self
+
     def __call__(self, params, opt_state, batch):
         run = self._run
         if run is None:
