@@ -147,6 +147,7 @@ def bench(steps: int, rounds: int, commit: str) -> dict:
             "added_cpu_us": added, "added_cpu_us_spread": added_spread,
             "dispatch_cpu_us": dispatch, "dispatch_cpu_us_spread": dispatch_spread,
             "above_floor_cpu_us": above, "above_floor_cpu_us_spread": above_spread,
+            "rounds_cpu_us": {name: [x * 1e6 for x in cpu[name]] for name in LOOPS},
             "target_us": TARGET_US}
 
 

@@ -23,10 +23,14 @@ def test_the_bench_reports_the_floor_and_what_is_above_it(tmp_path):
     assert done.returncode == 0, done.stderr
     got = json.loads(out.read_text())
     assert got["rounds"] == 3 and got["steps"] == 40
-    for key in ("added_cpu_us", "dispatch_cpu_us", "above_floor_cpu_us"):
-        lo, hi = got[f"{key}_spread"]
-        assert lo <= got[key] <= hi
-    assert got["plain_cpu_us"] > 0 and got["floor_cpu_us"] > 0 and got["harness_cpu_us"] > 0
+    rounds = got["rounds_cpu_us"]
+    assert sorted(rounds) == ["floor", "harness", "plain"] and all(len(v) == 3 for v in rounds.values())
+    per_round = {"added_cpu_us": [h - p for h, p in zip(rounds["harness"], rounds["plain"], strict=True)],
+                 "dispatch_cpu_us": [f - p for f, p in zip(rounds["floor"], rounds["plain"], strict=True)],
+                 "above_floor_cpu_us": [h - f for h, f in zip(rounds["harness"], rounds["floor"], strict=True)]}
+    for key, values in per_round.items():  # each figure is the median of its own loops' per-round gaps
+        assert got[key] == pytest.approx(sorted(values)[1], abs=1e-6)
+        assert got[f"{key}_spread"] == pytest.approx([min(values), max(values)], abs=1e-6)
     assert "harness above that floor" in done.stdout and "one more dispatch a step costs" in done.stdout
 
 

@@ -71,7 +71,7 @@ PLANTS = {"loss": ("aux", "loss"), "grad:w": ("aux", "grads", "w"), "grad:b": ("
 
 
 def _tree(*nan_at: str | None):
-    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3))}
+    params = {"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3), jnp.bfloat16), "n": jnp.ones(3, jnp.int32)}
     opt = ({"w": jnp.ones((4, 3)), "b": jnp.ones(3), "v": jnp.ones((4, 3))}, jnp.zeros((), jnp.int32))
     aux = {"loss": jnp.float32(1.0), "grads": {"w": jnp.ones((4, 3)), "b": jnp.ones(3)}}
     tree = {"params": params, "opt": opt, "aux": aux}
@@ -128,7 +128,7 @@ def _oracle(p, o, aux) -> tuple[int, float]:
     """(the first non-finite value's position in the row's order, or -1; 1.0 when the new state is
     finite), from numpy on the host: one check per leaf, in the per-step protocol's order."""
     floating = [np.asarray(x) for x in jax.tree_util.tree_leaves(aux["grads"]) + jax.tree_util.tree_leaves((p, o))
-                if np.issubdtype(np.asarray(x).dtype, np.floating)]
+                if jnp.issubdtype(x.dtype, jnp.floating)]  # bfloat16 included, the int leaf not
     ok = [bool(np.isfinite(np.asarray(aux["loss"])).all())] + [bool(np.isfinite(x).all()) for x in floating]
     state = ok[1 + len(jax.tree_util.tree_leaves(aux["grads"])):]
     return (ok.index(False) if False in ok else -1), float(all(state))
